@@ -1,0 +1,328 @@
+/* The CPU backend: a simulated device is host memory plus the worker thread
+ * that drives it. Its "queue" executes each enqueued operation at once on
+ * that thread, so tickets are complete as soon as they are issued. GEMM goes
+ * to CBLAS with one BLAS thread per device; everything else runs the
+ * reference kernels. */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "td_backend.h"
+#include "td_context_internal.h"
+#include "td_reference.h"
+
+struct td_device {
+    td_context *ctx;
+    uint32_t instance;
+    uint64_t ticket;
+};
+
+struct td_buffer {
+    size_t bytes;
+    float *data;
+};
+
+struct td_staging {
+    void *data;
+};
+
+struct td_segment {
+    size_t count;
+    td_kernel_call *calls;
+};
+
+/* OpenBLAS keeps a process-wide thread count. Device threads already give
+ * the parallelism; BLAS threads on top would oversubscribe the cores. The
+ * symbol is weak so that another CBLAS still links. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
+static void read_cpuinfo(char *name, size_t name_size, char *vendor, size_t vendor_size)
+{
+    snprintf(name, name_size, "host CPU");
+    snprintf(vendor, vendor_size, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    int got = 0;
+    while (got != 3 && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *value = colon + 1;
+        while (*value == ' ')
+            value++;
+        value[strcspn(value, "\n")] = '\0';
+        if (!(got & 1) && strncmp(line, "model name", 10) == 0) {
+            snprintf(name, name_size, "%s", value);
+            got |= 1;
+        } else if (!(got & 2) && strncmp(line, "vendor_id", 9) == 0) {
+            snprintf(vendor, vendor_size, "%s", value);
+            got |= 2;
+        }
+    }
+    fclose(f);
+}
+
+static td_status cpu_probe(td_context *ctx, td_backend_info *info)
+{
+    (void)ctx;
+    snprintf(info->name, sizeof info->name, "cpu");
+    info->available = true;
+    info->device_count = 1; /* the host; "cpu:N" opens N instances of it */
+    info->reason[0] = '\0';
+    return TD_OK;
+}
+
+static td_status cpu_describe(td_context *ctx, uint32_t index, td_device_info *info)
+{
+    if (index != 0)
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "cpu device %u does not exist (the host is cpu device 0)",
+                            index);
+    memset(info, 0, sizeof *info);
+    snprintf(info->backend, sizeof info->backend, "cpu");
+    info->index = 0;
+    read_cpuinfo(info->name, sizeof info->name, info->vendor, sizeof info->vendor);
+    snprintf(info->driver_version, sizeof info->driver_version, "tandem %s", TD_VERSION_STRING);
+    snprintf(info->language_version, sizeof info->language_version, "C11");
+    info->compute_units = 1; /* one worker thread per simulated device */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    info->global_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    info->max_allocation = info->global_memory;
+    info->max_buffer_range = info->global_memory;
+    info->max_workgroup_size = 1;
+    info->subgroup_size = 1;
+    info->unified_memory = true;
+    return TD_OK;
+}
+
+static td_status cpu_open(td_context *ctx, uint32_t index, uint32_t instance, td_device **out)
+{
+    if (index != 0)
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "cpu device %u does not exist", index);
+    td_device *dev = td_alloc_zeroed(ctx, sizeof *dev);
+    if (!dev)
+        return TD_OOM(ctx, "a cpu device", sizeof *dev);
+    dev->ctx = ctx;
+    dev->instance = instance;
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
+    *out = dev;
+    return TD_OK;
+}
+
+static void cpu_close(td_device *dev)
+{
+    td_free(dev->ctx, dev);
+}
+
+static td_status cpu_buffer_create(td_device *dev, size_t bytes, td_buffer **out)
+{
+    td_buffer *buf = td_alloc_zeroed(dev->ctx, sizeof *buf);
+    float *data = td_alloc(dev->ctx, bytes);
+    if (!buf || !data) {
+        td_free(dev->ctx, buf);
+        td_free(dev->ctx, data);
+        return TD_OOM(dev->ctx, "a cpu device buffer", bytes);
+    }
+    buf->bytes = bytes;
+    buf->data = data;
+    *out = buf;
+    return TD_OK;
+}
+
+static void cpu_buffer_destroy(td_device *dev, td_buffer *buf)
+{
+    if (!buf)
+        return;
+    td_free(dev->ctx, buf->data);
+    td_free(dev->ctx, buf);
+}
+
+static void *cpu_buffer_host_pointer(td_device *dev, td_buffer *buf)
+{
+    (void)dev;
+    return buf->data;
+}
+
+static td_status cpu_staging_create(td_device *dev, size_t bytes, td_staging **out, void **host)
+{
+    td_staging *st = td_alloc_zeroed(dev->ctx, sizeof *st);
+    void *data = td_alloc_aligned(dev->ctx, bytes, 4096);
+    if (!st || !data) {
+        td_free(dev->ctx, st);
+        td_free(dev->ctx, data);
+        return TD_OOM(dev->ctx, "cpu staging memory", bytes);
+    }
+    st->data = data;
+    *out = st;
+    *host = data;
+    return TD_OK;
+}
+
+static void cpu_staging_destroy(td_device *dev, td_staging *st)
+{
+    if (!st)
+        return;
+    td_free(dev->ctx, st->data);
+    td_free(dev->ctx, st);
+}
+
+static td_status check_range(td_device *dev, const td_buffer *buf, size_t offset, size_t bytes, const char *what)
+{
+    if (offset > buf->bytes || bytes > buf->bytes - offset)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "cpu %s of %zu bytes at offset %zu runs past the %zu-byte buffer", what, bytes, offset,
+                            buf->bytes);
+    return TD_OK;
+}
+
+static td_status cpu_write(td_device *dev, td_buffer *dst, size_t offset, const void *host, size_t bytes)
+{
+    td_status s = check_range(dev, dst, offset, bytes, "write");
+    if (s == TD_OK && bytes)
+        memmove((char *)dst->data + offset, host, bytes);
+    return s;
+}
+
+static td_status cpu_read(td_device *dev, td_buffer *src, size_t offset, void *host, size_t bytes)
+{
+    td_status s = check_range(dev, src, offset, bytes, "read");
+    if (s == TD_OK && bytes)
+        memmove(host, (char *)src->data + offset, bytes);
+    return s;
+}
+
+static td_status cpu_copy(td_device *dev, td_buffer *src, size_t src_offset, td_buffer *dst, size_t dst_offset,
+                          size_t bytes)
+{
+    td_status s = check_range(dev, src, src_offset, bytes, "copy source");
+    if (s == TD_OK)
+        s = check_range(dev, dst, dst_offset, bytes, "copy destination");
+    if (s == TD_OK && bytes)
+        memmove((char *)dst->data + dst_offset, (char *)src->data + src_offset, bytes);
+    return s;
+}
+
+static float *at(const td_arg *arg)
+{
+    return arg->buffer ? arg->buffer->data + arg->offset : NULL;
+}
+
+static void run_gemm(const td_kernel_call *c)
+{
+    const td_gemm_params *g = &c->p.gemm;
+    if (g->m == 0 || g->n == 0)
+        return;
+    if (g->k == 0) {
+        /* CBLAS with k = 0 only scales C; beta == 0 must not read C. */
+        float *out = at(&c->out);
+        for (int64_t m = 0; m < g->m; m++)
+            for (int64_t n = 0; n < g->n; n++)
+                out[m * g->ldc + n] = g->beta == 0.0f ? 0.0f : g->beta * out[m * g->ldc + n];
+        return;
+    }
+    if (g->beta == 0.0f) {
+        /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
+        float *out = at(&c->out);
+        for (int64_t m = 0; m < g->m; m++)
+            memset(out + m * g->ldc, 0, (size_t)g->n * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, at(&c->a), (blasint)g->lda, at(&c->b),
+                (blasint)g->ldb, g->beta, at(&c->out), (blasint)g->ldc);
+}
+
+/* One kernel call on the host. Exposed for the tests of other backends. */
+void td_cpu_run_call(const td_kernel_call *c);
+void td_cpu_run_call(const td_kernel_call *c)
+{
+    switch (c->kernel) {
+    case TD_KERNEL_FILL: td_reference_fill(at(&c->out), c->n, c->alpha); break;
+    case TD_KERNEL_COPY: td_reference_copy(at(&c->out), at(&c->a), c->n); break;
+    case TD_KERNEL_ELEMENTWISE: td_reference_elementwise(at(&c->out), at(&c->a), at(&c->b), &c->p.ew); break;
+    case TD_KERNEL_REDUCE: td_reference_reduce(at(&c->out), at(&c->a), &c->p.reduce); break;
+    case TD_KERNEL_GEMM: run_gemm(c); break;
+    case TD_KERNEL_XENT_FORWARD:
+        td_reference_xent_forward(at(&c->out), at(&c->out2), at(&c->a), (const int32_t *)at(&c->b), &c->p.xent);
+        break;
+    case TD_KERNEL_XENT_BACKWARD:
+        td_reference_xent_backward(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), at(&c->c), &c->p.xent);
+        break;
+    default: break;
+    }
+}
+
+static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls, size_t count, td_segment **out)
+{
+    for (size_t i = 0; i < count; i++)
+        if (calls[i].kernel < 0 || calls[i].kernel >= TD_KERNEL_COUNT)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "kernel call %zu has unknown kernel id %d", i,
+                                calls[i].kernel);
+    td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
+    td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
+    if (!seg || !copy) {
+        td_free(dev->ctx, seg);
+        td_free(dev->ctx, copy);
+        return TD_OOM(dev->ctx, "a cpu segment", sizeof *copy * count);
+    }
+    if (count)
+        memcpy(copy, calls, sizeof *copy * count);
+    seg->count = count;
+    seg->calls = copy;
+    *out = seg;
+    return TD_OK;
+}
+
+static td_status cpu_segment_run(td_device *dev, td_segment *seg)
+{
+    (void)dev;
+    for (size_t i = 0; i < seg->count; i++)
+        td_cpu_run_call(&seg->calls[i]);
+    return TD_OK;
+}
+
+static void cpu_segment_destroy(td_device *dev, td_segment *seg)
+{
+    if (!seg)
+        return;
+    td_free(dev->ctx, seg->calls);
+    td_free(dev->ctx, seg);
+}
+
+static td_status cpu_submit(td_device *dev, uint64_t *ticket)
+{
+    *ticket = ++dev->ticket;
+    return TD_OK;
+}
+
+static td_status cpu_wait(td_device *dev, uint64_t ticket, uint32_t timeout_ms)
+{
+    (void)timeout_ms;
+    if (ticket > dev->ticket)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu wait for ticket %llu never issued (last %llu)",
+                            (unsigned long long)ticket, (unsigned long long)dev->ticket);
+    return TD_OK;
+}
+
+const td_backend_ops td_cpu_backend = {
+    .name = "cpu",
+    .probe = cpu_probe,
+    .describe = cpu_describe,
+    .open = cpu_open,
+    .close = cpu_close,
+    .buffer_create = cpu_buffer_create,
+    .buffer_destroy = cpu_buffer_destroy,
+    .buffer_host_pointer = cpu_buffer_host_pointer,
+    .staging_create = cpu_staging_create,
+    .staging_destroy = cpu_staging_destroy,
+    .write = cpu_write,
+    .read = cpu_read,
+    .copy = cpu_copy,
+    .segment_create = cpu_segment_create,
+    .segment_run = cpu_segment_run,
+    .segment_destroy = cpu_segment_destroy,
+    .submit = cpu_submit,
+    .wait = cpu_wait,
+};

@@ -1,0 +1,212 @@
+/* The context: allocator hooks, the last error, logging, the wait bound.
+ * Everything is per context; nothing here is global. */
+#include "td_context_internal.h"
+#include "td_context_state.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TD_DEFAULT_TIMEOUT_MS 60000u
+
+td_status td_context_options_init(td_context_options *options)
+{
+    if (!options)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->log_level = TD_LOG_WARN;
+    options->timeout_ms = TD_DEFAULT_TIMEOUT_MS;
+    return TD_OK;
+}
+
+td_status td_context_create(const td_context_options *options, td_context **out)
+{
+    if (!out)
+        return TD_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    td_context_options opts;
+    td_context_options_init(&opts);
+    if (options) {
+        size_t n = options->struct_size ? options->struct_size : sizeof opts;
+        if (n > sizeof opts)
+            n = sizeof opts;
+        memcpy(&opts, options, n);
+    }
+    if ((opts.allocator.alloc == NULL) != (opts.allocator.free == NULL))
+        return TD_ERR_INVALID_ARGUMENT; /* half an allocator cannot be right */
+    if (opts.timeout_ms == 0)
+        opts.timeout_ms = TD_DEFAULT_TIMEOUT_MS;
+
+    td_context *ctx;
+    if (opts.allocator.alloc)
+        ctx = opts.allocator.alloc(opts.allocator.user, sizeof *ctx, 64);
+    else
+        ctx = aligned_alloc(64, (sizeof *ctx + 63) & ~(size_t)63);
+    if (!ctx)
+        return TD_ERR_OUT_OF_MEMORY;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->options = opts;
+    if (pthread_mutex_init(&ctx->error_lock, NULL) != 0) {
+        if (opts.allocator.free)
+            opts.allocator.free(opts.allocator.user, ctx);
+        else
+            free(ctx);
+        return TD_ERR_OUT_OF_MEMORY;
+    }
+    *out = ctx;
+    return TD_OK;
+}
+
+void td_context_destroy(td_context *ctx)
+{
+    if (!ctx)
+        return;
+    td_context_release_objects(ctx);
+    pthread_mutex_destroy(&ctx->error_lock);
+    if (ctx->options.allocator.free)
+        ctx->options.allocator.free(ctx->options.allocator.user, ctx);
+    else
+        free(ctx);
+}
+
+const char *td_last_error(const td_context *ctx)
+{
+    return ctx ? ctx->error_message : "no context";
+}
+
+td_status td_last_status(const td_context *ctx)
+{
+    return ctx ? ctx->error_status : TD_ERR_INVALID_ARGUMENT;
+}
+
+const char *td_version_string(void)
+{
+    return TD_VERSION_STRING;
+}
+
+int td_version_number(void)
+{
+    return TD_VERSION_NUMBER;
+}
+
+void *td_alloc_aligned(td_context *ctx, size_t bytes, size_t alignment)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (ctx->options.allocator.alloc)
+        return ctx->options.allocator.alloc(ctx->options.allocator.user, bytes, alignment);
+    size_t rounded = (bytes + alignment - 1) & ~(alignment - 1);
+    if (rounded < bytes)
+        return NULL;
+    return aligned_alloc(alignment, rounded);
+}
+
+void *td_alloc(td_context *ctx, size_t bytes)
+{
+    return td_alloc_aligned(ctx, bytes, 64);
+}
+
+void *td_alloc_zeroed(td_context *ctx, size_t bytes)
+{
+    void *p = td_alloc(ctx, bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void td_free(td_context *ctx, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (ctx->options.allocator.free)
+        ctx->options.allocator.free(ctx->options.allocator.user, ptr);
+    else
+        free(ptr);
+}
+
+td_status td_error_set(td_context *ctx, td_status status, const char *fmt, ...)
+{
+    if (!ctx)
+        return status;
+    char buffer[sizeof ctx->error_message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buffer, sizeof buffer, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&ctx->error_lock);
+    /* A worker that gives up because a peer failed must not hide the peer's
+     * own, more useful, message. */
+    int keep_primary = status == TD_ERR_ABORTED && ctx->error_status != TD_OK &&
+                       ctx->error_status != TD_ERR_ABORTED;
+    if (!keep_primary) {
+        ctx->error_status = status;
+        memcpy(ctx->error_message, buffer, sizeof buffer);
+    }
+    pthread_mutex_unlock(&ctx->error_lock);
+    td_log(ctx, TD_LOG_DEBUG, "%s: %s", td_status_name(status), buffer);
+    return status;
+}
+
+void td_error_clear(td_context *ctx)
+{
+    pthread_mutex_lock(&ctx->error_lock);
+    ctx->error_status = TD_OK;
+    ctx->error_message[0] = '\0';
+    pthread_mutex_unlock(&ctx->error_lock);
+}
+
+void td_log(td_context *ctx, td_log_level level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->options.log || level < ctx->options.log_level)
+        return;
+    char buffer[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buffer, sizeof buffer, fmt, ap);
+    va_end(ap);
+    ctx->options.log(ctx->options.log_user, level, buffer);
+}
+
+uint32_t td_context_timeout_ms(const td_context *ctx)
+{
+    return ctx->options.timeout_ms;
+}
+
+static void owned_init(td_context *ctx)
+{
+    if (!ctx->owned_initialised) {
+        ctx->owned.next = ctx->owned.prev = &ctx->owned;
+        ctx->owned_initialised = 1;
+    }
+}
+
+void td_context_own(td_context *ctx, td_owned *object, void (*destroy)(td_owned *))
+{
+    owned_init(ctx);
+    object->destroy = destroy;
+    object->next = ctx->owned.next;
+    object->prev = &ctx->owned;
+    ctx->owned.next->prev = object;
+    ctx->owned.next = object;
+}
+
+void td_context_disown(td_context *ctx, td_owned *object)
+{
+    (void)ctx;
+    if (!object->next)
+        return;
+    object->prev->next = object->next;
+    object->next->prev = object->prev;
+    object->next = object->prev = NULL;
+}
+
+/* Newest first: a program is released before the mesh it was compiled for. */
+void td_context_release_objects(td_context *ctx)
+{
+    owned_init(ctx);
+    while (ctx->owned.next != &ctx->owned)
+        ctx->owned.next->destroy(ctx->owned.next);
+}

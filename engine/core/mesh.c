@@ -1,0 +1,289 @@
+/* Meshes: parsing a device spec ("opencl:0,vulkan:0x2,cpu:4") into an ordered
+ * list of opened devices, each with its worker thread. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "td_mesh_internal.h"
+#include "td_ring.h"
+
+#define TD_MESH_MAX_DEVICES 256
+
+typedef struct spec_entry {
+    const td_backend_ops *ops;
+    uint32_t index;
+} spec_entry;
+
+typedef struct spec_list {
+    spec_entry entries[TD_MESH_MAX_DEVICES];
+    uint32_t count;
+} spec_list;
+
+static td_status push(td_context *ctx, spec_list *list, const td_backend_ops *ops, uint32_t index, const char *spec)
+{
+    if (list->count >= TD_MESH_MAX_DEVICES)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "device spec '%s' selects more than %d devices", spec,
+                            TD_MESH_MAX_DEVICES);
+    list->entries[list->count].ops = ops;
+    list->entries[list->count].index = index;
+    list->count++;
+    return TD_OK;
+}
+
+static int parse_uint(const char **p, uint32_t *out)
+{
+    const char *s = *p;
+    if (!isdigit((unsigned char)*s))
+        return 0;
+    unsigned long long v = 0;
+    while (isdigit((unsigned char)*s)) {
+        v = v * 10 + (unsigned)(*s - '0');
+        if (v > 100000)
+            return 0;
+        s++;
+    }
+    *out = (uint32_t)v;
+    *p = s;
+    return 1;
+}
+
+/* Probes a backend and reports it as the spec's problem when unusable. */
+static td_status probe_for_spec(td_context *ctx, const td_backend_ops *ops, const char *item, td_backend_info *info)
+{
+    memset(info, 0, sizeof *info);
+    td_status s = ops->probe(ctx, info);
+    if (s != TD_OK)
+        return s;
+    if (!info->available)
+        return td_error_set(ctx, TD_ERR_BACKEND_UNAVAILABLE, "device spec item '%s': backend %s has no usable device (%s)",
+                            item, ops->name, info->reason);
+    return TD_OK;
+}
+
+static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
+{
+    if (strcmp(item, "all") == 0) {
+        uint32_t before = list->count;
+        for (uint32_t b = 0; b < td_runtime_backend_count(); b++) {
+            const td_backend_ops *ops = td_runtime_backend(b);
+            if (ops == &td_cpu_backend)
+                continue;
+            td_backend_info info;
+            memset(&info, 0, sizeof info);
+            td_status s = ops->probe(ctx, &info);
+            if (s != TD_OK || !info.available)
+                continue;
+            for (uint32_t d = 0; d < info.device_count; d++)
+                if ((s = push(ctx, list, ops, d, item)) != TD_OK)
+                    return s;
+        }
+        td_error_clear(ctx); /* a backend without a driver is not an error for "all" */
+        return list->count > before ? TD_OK : push(ctx, list, &td_cpu_backend, 0, item);
+    }
+
+    char name[32];
+    size_t n = strcspn(item, ":");
+    if (n == 0 || n >= sizeof name)
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                            "device spec item '%s' names no backend (expected cpu, opencl, vulkan or all)", item);
+    memcpy(name, item, n);
+    name[n] = '\0';
+    const char *sel = item[n] == ':' ? item + n + 1 : NULL;
+
+    const td_backend_ops *ops = td_runtime_backend_named(name);
+    if (!ops) {
+        if (strcmp(name, "opencl") == 0 || strcmp(name, "vulkan") == 0)
+            return td_error_set(ctx, TD_ERR_BACKEND_UNAVAILABLE,
+                                "device spec item '%s': the %s backend is not built into this library", item, name);
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                            "unknown backend '%s' in device spec item '%s' (expected cpu, opencl, vulkan or all)", name,
+                            item);
+    }
+
+    if (ops == &td_cpu_backend) {
+        /* cpu:N is N simulated devices, all on the host. */
+        uint32_t count = 1;
+        if (sel) {
+            const char *p = sel;
+            if (!parse_uint(&p, &count) || *p != '\0')
+                return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                                    "device spec item '%s': expected cpu:N with N a device count", item);
+        }
+        if (count == 0)
+            return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);
+        for (uint32_t i = 0; i < count; i++) {
+            td_status s = push(ctx, list, ops, 0, item);
+            if (s != TD_OK)
+                return s;
+        }
+        return TD_OK;
+    }
+
+    td_backend_info info;
+    td_status s = probe_for_spec(ctx, ops, item, &info);
+    if (s != TD_OK)
+        return s;
+    if (!sel || strcmp(sel, "*") == 0) {
+        for (uint32_t d = 0; d < info.device_count; d++)
+            if ((s = push(ctx, list, ops, d, item)) != TD_OK)
+                return s;
+        return TD_OK;
+    }
+    const char *p = sel;
+    uint32_t index = 0, copies = 1;
+    if (!parse_uint(&p, &index))
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                            "device spec item '%s': expected %s:INDEX, %s:INDEXxCOUNT or %s:*", item, name, name, name);
+    if (*p == 'x') {
+        p++;
+        if (!parse_uint(&p, &copies))
+            return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': expected a count after 'x'", item);
+    }
+    if (*p != '\0')
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': unexpected '%s'", item, p);
+    if (index >= info.device_count)
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': %s device %u does not exist (%u found)",
+                            item, name, index, info.device_count);
+    if (copies == 0)
+        return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);
+    for (uint32_t i = 0; i < copies; i++)
+        if ((s = push(ctx, list, ops, index, item)) != TD_OK)
+            return s;
+    return TD_OK;
+}
+
+static td_status parse_spec(td_context *ctx, const char *spec, spec_list *list)
+{
+    char item[128];
+    const char *p = spec;
+    list->count = 0;
+    for (;;) {
+        while (isspace((unsigned char)*p))
+            p++;
+        size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m > 0 && isspace((unsigned char)p[m - 1]))
+            m--;
+        if (m == 0)
+            return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec '%s' has an empty item", spec);
+        if (m >= sizeof item)
+            return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%.*s...' is too long", 32, p);
+        memcpy(item, p, m);
+        item[m] = '\0';
+        for (char *c = item; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+        td_status s = parse_item(ctx, item, list);
+        if (s != TD_OK)
+            return s;
+        if (p[n] != ',')
+            break;
+        p += n + 1;
+    }
+    return TD_OK;
+}
+
+static void mesh_destroy_owned(td_owned *self)
+{
+    td_mesh_destroy((td_mesh *)self);
+}
+
+td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
+{
+    if (!ctx)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!out)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_create: out is NULL");
+    *out = NULL;
+    if (!spec)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_create: spec is NULL");
+    if (strlen(spec) >= sizeof(((td_mesh *)0)->spec))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "device spec is longer than %zu characters",
+                            sizeof(((td_mesh *)0)->spec) - 1);
+
+    spec_list *list = td_alloc(ctx, sizeof *list);
+    if (!list)
+        return TD_OOM(ctx, "the device spec", sizeof *list);
+    td_status s = parse_spec(ctx, spec, list);
+    if (s != TD_OK) {
+        td_free(ctx, list);
+        return s;
+    }
+
+    td_mesh *mesh = td_alloc_zeroed(ctx, sizeof *mesh);
+    td_mesh_device *devices = td_alloc_zeroed(ctx, sizeof *devices * list->count);
+    if (!mesh || !devices) {
+        td_free(ctx, mesh);
+        td_free(ctx, devices);
+        td_free(ctx, list);
+        return TD_OOM(ctx, "the mesh", sizeof *devices * list->count);
+    }
+    mesh->ctx = ctx;
+    mesh->devices = devices;
+    snprintf(mesh->spec, sizeof mesh->spec, "%s", spec);
+    td_context_own(ctx, &mesh->owned, mesh_destroy_owned);
+
+    for (uint32_t i = 0; i < list->count && s == TD_OK; i++) {
+        const spec_entry *e = &list->entries[i];
+        uint32_t instance = 0;
+        for (uint32_t j = 0; j < i; j++)
+            instance += list->entries[j].ops == e->ops && list->entries[j].index == e->index;
+        td_mesh_device *md = &devices[i];
+        md->ops = e->ops;
+        md->position = i;
+        s = e->ops->describe(ctx, e->index, &md->info);
+        if (s == TD_OK)
+            s = e->ops->open(ctx, e->index, instance, &md->dev);
+        if (s == TD_OK)
+            mesh->count = i + 1;
+    }
+    td_free(ctx, list);
+    if (s == TD_OK)
+        s = td_worker_pool_create(mesh);
+    if (s == TD_OK)
+        s = td_ring_create(mesh, &mesh->ring);
+    if (s != TD_OK) {
+        td_mesh_destroy(mesh);
+        return s;
+    }
+    *out = mesh;
+    return TD_OK;
+}
+
+void td_mesh_destroy(td_mesh *mesh)
+{
+    if (!mesh)
+        return;
+    td_context *ctx = mesh->ctx;
+    td_context_disown(ctx, &mesh->owned);
+    if (mesh->ring)
+        td_ring_destroy(mesh->ring);
+    td_worker_pool_destroy(mesh);
+    for (uint32_t i = 0; i < mesh->count; i++)
+        if (mesh->devices[i].dev)
+            mesh->devices[i].ops->close(mesh->devices[i].dev);
+    td_free(ctx, mesh->devices);
+    td_free(ctx, mesh);
+}
+
+td_status td_mesh_size(const td_mesh *mesh, uint32_t *size)
+{
+    if (!mesh || !size)
+        return mesh ? td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_size: size is NULL")
+                    : TD_ERR_INVALID_ARGUMENT;
+    *size = mesh->count;
+    return TD_OK;
+}
+
+td_status td_mesh_device_info(const td_mesh *mesh, uint32_t position, td_device_info *info)
+{
+    if (!mesh)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!info)
+        return td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_device_info: info is NULL");
+    if (position >= mesh->count)
+        return td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "mesh position %u out of range (mesh of %u devices)",
+                            position, mesh->count);
+    *info = mesh->devices[position].info;
+    return TD_OK;
+}

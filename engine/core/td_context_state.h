@@ -1,0 +1,20 @@
+/* The context's fields, shared by the files of engine/core only. */
+#ifndef TD_CONTEXT_STATE_H
+#define TD_CONTEXT_STATE_H
+
+#include <pthread.h>
+
+#include "td_context_internal.h"
+
+struct td_context {
+    td_context_options options;
+    pthread_mutex_t error_lock;
+    td_status error_status;
+    char error_message[2048];
+    td_owned owned; /* sentinel of the owned-object list */
+    int owned_initialised;
+};
+
+void td_context_release_objects(td_context *ctx);
+
+#endif

@@ -1,0 +1,50 @@
+/* A mesh's insides: its devices, each with the backend that drives it and
+ * the worker thread that owns its queue. Shared by engine/ , tests and bench. */
+#ifndef TD_MESH_INTERNAL_H
+#define TD_MESH_INTERNAL_H
+
+#include "td_backend.h"
+#include "td_context_internal.h"
+#include "tandem/device.h"
+
+typedef struct td_worker td_worker;
+typedef struct td_worker_pool td_worker_pool;
+typedef struct td_ring td_ring;
+
+typedef struct td_mesh_device {
+    const td_backend_ops *ops;
+    td_device *dev;
+    td_device_info info;
+    uint32_t position;
+    td_worker *worker;
+} td_mesh_device;
+
+struct td_mesh {
+    td_owned owned;
+    td_context *ctx;
+    uint32_t count;
+    td_mesh_device *devices;
+    char spec[256];
+    td_worker_pool *pool;
+    td_ring *ring; /* the collectives' shared state, one per mesh */
+};
+
+/* The backends compiled in, in listing order (cpu first). */
+uint32_t td_runtime_backend_count(void);
+const td_backend_ops *td_runtime_backend(uint32_t i);
+const td_backend_ops *td_runtime_backend_named(const char *name);
+
+/* One job per device: fn(arg, position) runs on device position's worker
+ * thread. td_mesh_run waits for every job (each bounded by the context's
+ * timeout) and returns the first failure, or TD_OK. */
+typedef td_status (*td_job_fn)(void *arg, uint32_t position);
+td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg);
+
+/* Worker threads: one per device (worker.c). */
+td_status td_worker_pool_create(td_mesh *mesh);
+void td_worker_pool_destroy(td_mesh *mesh);
+
+/* The calling thread's mesh position when it is a worker, else -1. */
+int td_worker_current_position(void);
+
+#endif

@@ -1,0 +1,60 @@
+/* A graph compiled for a mesh: where every node lives, and the sequence of
+ * kernel segments and collectives every device runs. Shapes are per device
+ * (sharded inputs divided), identical on every device of the mesh. */
+#ifndef TD_PLAN_H
+#define TD_PLAN_H
+
+#include "td_backend.h"
+#include "td_graph_internal.h"
+
+enum { TD_BUF_ARENA = 0, TD_BUF_PARAMS = 1, TD_BUF_GRADS = 2, TD_BUF_COUNT = 3 };
+
+typedef struct td_slot {
+    int32_t buffer;  /* TD_BUF_*, or -1 for a node that is never materialised */
+    uint64_t offset; /* elements */
+    uint64_t aux;    /* XENT: offset of the probabilities in the arena */
+} td_slot;
+
+typedef enum td_step_kind {
+    TD_STEP_SEGMENT,
+    TD_STEP_ALLREDUCE,  /* psum / pmean */
+    TD_STEP_ALL_GATHER,
+    TD_STEP_BROADCAST,
+} td_step_kind;
+
+typedef struct td_step {
+    td_step_kind kind;
+    uint32_t first_call, n_calls; /* SEGMENT: its calls in the plan's call list */
+    td_node node;                 /* collectives: the node computed */
+    int mean;
+} td_step;
+
+typedef struct td_plan {
+    uint32_t n_nodes;
+    td_shape *shapes;
+    td_slot *slots;
+    uint8_t *needed;
+    uint64_t size[TD_BUF_COUNT]; /* elements per buffer */
+    td_step *steps;
+    uint32_t n_steps;
+    uint32_t n_calls; /* calls per device (same count on every device) */
+    /* Gradients that could not be computed in place in the bucket are
+     * copied there by the last calls of the plan. */
+    uint32_t n_grad_copies;
+    td_node *grad_copy_src;
+    uint64_t *grad_copy_dst;
+} td_plan;
+
+/* Per-device shapes, slots and steps for the given outputs. grad_nodes[i],
+ * when given, is placed at param_nodes[i]'s offset in the gradient buffer
+ * (the bucket the trainer all-reduces). */
+td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
+                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, td_plan *plan);
+void td_plan_free(td_context *ctx, td_plan *plan);
+
+/* The kernel calls of the whole plan for one device (n_calls of them, in
+ * step order), with that device's buffers and mesh position. */
+td_status td_plan_emit(const td_graph *g, const td_plan *plan, td_buffer *const buffers[TD_BUF_COUNT],
+                       uint32_t position, td_kernel_call *calls);
+
+#endif

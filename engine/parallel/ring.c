@@ -1,0 +1,547 @@
+/* Ring collectives. See td_ring.h for the contract; the schedule is:
+ *
+ *   units of one op, per rank, published as progress = (op << 32) | unit:
+ *     0                      pointers for this op are published
+ *     LOAD(k)                own first chunk, slice k, is on the host
+ *     RS(s, k)               reduce-scatter step s, slice k added
+ *     FIN(k)                 owned chunk, slice k, finalized
+ *     AG(s, k)               all-gather step s, slice k received
+ *     DONE                   nothing of this rank's memory is read any more
+ *
+ * Rank r only ever reads rank r-1's memory, after waiting for the unit that
+ * produced it, and writes only its own. Before returning, a rank waits for its
+ * successor's DONE, so the caller may overwrite the memory right away. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "td_ring.h"
+
+#define SLICE_ELEMENTS ((size_t)256 * 1024) /* 1 MiB of floats */
+#define UNIT_DONE 0xFFFFFFFFu
+
+typedef struct ring_rank {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t progress;
+    float *work;   /* reduce-scatter memory of the current op */
+    float *gather; /* memory that holds final values of the current op */
+    /* Below: touched by the rank's own thread only. */
+    uint32_t op;
+    td_staging *staging;
+    float *staging_host;
+    size_t staging_bytes;
+    uint64_t *tickets;
+    size_t ticket_capacity;
+} ring_rank;
+
+struct td_ring {
+    td_mesh *mesh;
+    uint32_t n;
+    ring_rank *ranks;
+    atomic_int abort_status;
+};
+
+size_t td_ring_slice_elements(void)
+{
+    return SLICE_ELEMENTS;
+}
+
+td_status td_ring_create(td_mesh *mesh, td_ring **out)
+{
+    td_context *ctx = mesh->ctx;
+    td_ring *ring = td_alloc_zeroed(ctx, sizeof *ring);
+    ring_rank *ranks = td_alloc_zeroed(ctx, sizeof *ranks * mesh->count);
+    if (!ring || !ranks) {
+        td_free(ctx, ring);
+        td_free(ctx, ranks);
+        return TD_OOM(ctx, "the ring", sizeof *ranks * mesh->count);
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    for (uint32_t i = 0; i < mesh->count; i++) {
+        pthread_mutex_init(&ranks[i].lock, NULL);
+        pthread_cond_init(&ranks[i].cond, &attr);
+    }
+    pthread_condattr_destroy(&attr);
+    ring->mesh = mesh;
+    ring->n = mesh->count;
+    ring->ranks = ranks;
+    atomic_init(&ring->abort_status, TD_OK);
+    *out = ring;
+    return TD_OK;
+}
+
+void td_ring_destroy(td_ring *ring)
+{
+    td_context *ctx = ring->mesh->ctx;
+    for (uint32_t i = 0; i < ring->n; i++) {
+        ring_rank *rr = &ring->ranks[i];
+        td_mesh_device *md = &ring->mesh->devices[i];
+        if (rr->staging && md->dev)
+            md->ops->staging_destroy(md->dev, rr->staging);
+        td_free(ctx, rr->tickets);
+        pthread_mutex_destroy(&rr->lock);
+        pthread_cond_destroy(&rr->cond);
+    }
+    td_free(ctx, ring->ranks);
+    td_free(ctx, ring);
+}
+
+static size_t slices_for(size_t elements)
+{
+    return (elements + SLICE_ELEMENTS - 1) / SLICE_ELEMENTS;
+}
+
+td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
+{
+    ring_rank *rr = &ring->ranks[rank];
+    td_mesh_device *md = &ring->mesh->devices[rank];
+    td_context *ctx = ring->mesh->ctx;
+    /* One ticket per slice of the whole buffer covers every schedule. */
+    size_t tickets = slices_for(bytes / sizeof(float)) + ring->n + 1;
+    if (tickets > rr->ticket_capacity) {
+        uint64_t *t = td_alloc(ctx, sizeof *t * tickets);
+        if (!t)
+            return TD_OOM(ctx, "ring tickets", sizeof *t * tickets);
+        td_free(ctx, rr->tickets);
+        rr->tickets = t;
+        rr->ticket_capacity = tickets;
+    }
+    if (md->info.unified_memory && md->ops == &td_cpu_backend)
+        return TD_OK; /* works on device memory directly */
+    if (bytes <= rr->staging_bytes)
+        return TD_OK;
+    if (rr->staging) {
+        md->ops->staging_destroy(md->dev, rr->staging);
+        rr->staging = NULL;
+        rr->staging_host = NULL;
+        rr->staging_bytes = 0;
+    }
+    void *host = NULL;
+    td_status s = md->ops->staging_create(md->dev, bytes, &rr->staging, &host);
+    if (s != TD_OK)
+        return s;
+    rr->staging_host = host;
+    rr->staging_bytes = bytes;
+    return TD_OK;
+}
+
+void td_ring_abort(td_ring *ring, td_status status)
+{
+    int expected = TD_OK;
+    atomic_compare_exchange_strong(&ring->abort_status, &expected, (int)status);
+    for (uint32_t i = 0; i < ring->n; i++) {
+        pthread_mutex_lock(&ring->ranks[i].lock);
+        pthread_cond_broadcast(&ring->ranks[i].cond);
+        pthread_mutex_unlock(&ring->ranks[i].lock);
+    }
+}
+
+int td_ring_failed(td_ring *ring)
+{
+    return atomic_load(&ring->abort_status) != TD_OK;
+}
+
+void td_ring_reset(td_ring *ring)
+{
+    for (uint32_t i = 0; i < ring->n; i++) {
+        pthread_mutex_lock(&ring->ranks[i].lock);
+        ring->ranks[i].progress = 0;
+        ring->ranks[i].op = 0;
+        pthread_mutex_unlock(&ring->ranks[i].lock);
+    }
+    atomic_store(&ring->abort_status, TD_OK);
+}
+
+static void publish(ring_rank *rr, uint64_t value)
+{
+    pthread_mutex_lock(&rr->lock);
+    rr->progress = value;
+    pthread_cond_broadcast(&rr->cond);
+    pthread_mutex_unlock(&rr->lock);
+}
+
+static td_status fail(td_ring *ring, uint32_t rank, td_status status)
+{
+    /* The first failure is the cause; peers that see the abort report it as such. */
+    if (status != TD_ERR_ABORTED)
+        td_ring_abort(ring, status);
+    (void)rank;
+    return status;
+}
+
+static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target)
+{
+    ring_rank *p = &ring->ranks[peer];
+    td_context *ctx = ring->mesh->ctx;
+    uint32_t timeout_ms = td_context_timeout_ms(ctx);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(timeout_ms / 1000);
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (p->progress < target) {
+        int aborted = atomic_load(&ring->abort_status);
+        if (aborted != TD_OK) {
+            pthread_mutex_unlock(&p->lock);
+            return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u stopped: another rank failed with %s", me,
+                                td_status_name((td_status)aborted));
+        }
+        if (pthread_cond_timedwait(&p->cond, &p->lock, &deadline) == ETIMEDOUT && p->progress < target) {
+            uint64_t seen = p->progress;
+            pthread_mutex_unlock(&p->lock);
+            td_error_set(ctx, TD_ERR_TIMEOUT,
+                         "ring rank %u waited %u ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)",
+                         me, timeout_ms, peer, (unsigned)(target >> 32), (unsigned)(target & UNIT_DONE), peer,
+                         (unsigned)(seen >> 32), (unsigned)(seen & UNIT_DONE));
+            td_ring_abort(ring, TD_ERR_TIMEOUT);
+            return TD_ERR_TIMEOUT;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return TD_OK;
+}
+
+/* ---- one op, described once, run by every rank ---- */
+
+typedef enum { OP_ALLREDUCE, OP_ALL_GATHER } op_kind;
+
+typedef struct ring_op {
+    op_kind kind;
+    size_t count; /* elements of the whole (virtual) array */
+    uint32_t shift; /* after the reduce-scatter, rank r owns chunk (r + shift) % N */
+    td_ring_finalize_fn finalize;
+    void *user;
+    td_buffer *in, *out;
+    uint64_t in_offset, out_offset;
+    size_t slices; /* per chunk */
+} ring_op;
+
+typedef struct unit_map {
+    uint32_t n;
+    size_t s;
+} unit_map;
+
+static uint64_t u_load(const unit_map *m, size_t k) { (void)m; return 1 + k; }
+static uint64_t u_rs(const unit_map *m, uint32_t step, size_t k) { return 1 + m->s + (uint64_t)step * m->s + k; }
+static uint64_t u_fin(const unit_map *m, size_t k) { return 1 + m->s + (uint64_t)(m->n - 1) * m->s + k; }
+static uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
+{
+    return 1 + 2 * m->s + (uint64_t)(m->n - 1) * m->s + (uint64_t)step * m->s + k;
+}
+
+static size_t chunk_lo(size_t count, uint32_t n, uint32_t c)
+{
+    return (size_t)(((unsigned __int128)count * c) / n);
+}
+
+/* Slice k of chunk c as [lo, hi) of the whole array. */
+static void slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, size_t *lo, size_t *hi)
+{
+    size_t c_lo = chunk_lo(op->count, n, c), c_hi = chunk_lo(op->count, n, c + 1);
+    size_t a = c_lo + k * SLICE_ELEMENTS, b = a + SLICE_ELEMENTS;
+    *lo = a < c_hi ? a : c_hi;
+    *hi = b < c_hi ? b : c_hi;
+}
+
+static uint32_t wrap(int64_t v, uint32_t n)
+{
+    int64_t m = v % (int64_t)n;
+    return (uint32_t)(m < 0 ? m + n : m);
+}
+
+static void add_into(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
+{
+    td_context *ctx = ring->mesh->ctx;
+    const uint32_t n = ring->n;
+    const uint32_t pred = (r + n - 1) % n, succ = (r + 1) % n;
+    ring_rank *me = &ring->ranks[r], *pr = &ring->ranks[pred];
+    td_mesh_device *md = &ring->mesh->devices[r];
+    const td_backend_ops *ops = md->ops;
+    td_device *dev = md->dev;
+    const unit_map um = {n, op->slices};
+    const size_t bytes_needed = op->count * sizeof(float);
+    const uint32_t first = r; /* the chunk this rank sends first, in both kinds of op */
+    td_status s;
+
+    if (atomic_load(&ring->abort_status) != TD_OK)
+        return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
+
+    float *in_host = ops->buffer_host_pointer(dev, op->in);
+    float *out_host = ops->buffer_host_pointer(dev, op->out);
+    const int direct = in_host && out_host;
+    if (!direct && (bytes_needed > me->staging_bytes || !me->staging_host))
+        return fail(ring, r, td_error_set(ctx, TD_ERR_STATE,
+                                         "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time",
+                                         r, bytes_needed, me->staging_bytes));
+    size_t ticket_need = (size_t)n * op->slices + 1;
+    if (!direct && ticket_need > me->ticket_capacity)
+        return fail(ring, r, td_error_set(ctx, TD_ERR_STATE, "ring rank %u: %zu slices exceed the %zu reserved", r,
+                                         ticket_need, me->ticket_capacity));
+
+    /* Device work enqueued before the collective must be complete before the
+     * host touches (or copies out of) the device memory. */
+    uint64_t t0;
+    if ((s = ops->submit(dev, &t0)) != TD_OK || (s = ops->wait(dev, t0, td_context_timeout_ms(ctx))) != TD_OK)
+        return fail(ring, r, s);
+
+    float *work, *gather;
+    if (direct) {
+        /* In the all-gather the input is rank r's chunk only; place it. */
+        if (op->kind == OP_ALL_GATHER) {
+            size_t lo = chunk_lo(op->count, n, r), hi = chunk_lo(op->count, n, r + 1);
+            if (hi > lo)
+                memmove(out_host + op->out_offset + lo, in_host + op->in_offset, (hi - lo) * sizeof(float));
+            work = gather = out_host + op->out_offset;
+        } else {
+            work = in_host + op->in_offset;
+            gather = out_host + op->out_offset;
+        }
+    } else {
+        work = gather = me->staging_host;
+        /* Enqueue every device->host copy now, in the order the schedule
+         * needs them, one ticket per slice: slice k+1 travels while slice k
+         * is being reduced. */
+        uint32_t chunks = op->kind == OP_ALL_GATHER ? 1 : n;
+        for (uint32_t j = 0; j < chunks; j++) {
+            uint32_t c = wrap((int64_t)r - j, n);
+            for (size_t k = 0; k < op->slices; k++) {
+                size_t lo, hi;
+                slice_range(op, n, c, k, &lo, &hi);
+                size_t src = op->kind == OP_ALL_GATHER ? lo - chunk_lo(op->count, n, r) : lo;
+                if (hi > lo && (s = ops->read(dev, op->in, (op->in_offset + src) * sizeof(float), work + lo,
+                                              (hi - lo) * sizeof(float))) != TD_OK)
+                    return fail(ring, r, s);
+                if ((s = ops->submit(dev, &me->tickets[(size_t)c * op->slices + k])) != TD_OK)
+                    return fail(ring, r, s);
+            }
+        }
+    }
+
+    const uint64_t base = (uint64_t)(++me->op) << 32;
+    pthread_mutex_lock(&me->lock);
+    me->work = work;
+    me->gather = gather;
+    pthread_mutex_unlock(&me->lock);
+    publish(me, base | 0);
+
+    const uint32_t timeout = td_context_timeout_ms(ctx);
+#define WAIT_OWN(c, k) \
+    do { \
+        if (!direct && (s = ops->wait(dev, me->tickets[(size_t)(c) * op->slices + (k)], timeout)) != TD_OK) \
+            return fail(ring, r, s); \
+    } while (0)
+#define WAIT_PRED(unit) \
+    do { \
+        if ((s = wait_for(ring, r, pred, base | (unit))) != TD_OK) \
+            return fail(ring, r, s); \
+    } while (0)
+
+    /* Load: the chunk this rank sends first must be on the host. */
+    for (size_t k = 0; k < op->slices; k++) {
+        WAIT_OWN(first, k);
+        publish(me, base | u_load(&um, k));
+    }
+
+    uint32_t owned = wrap((int64_t)r + op->shift, n);
+    if (op->kind == OP_ALLREDUCE) {
+        for (uint32_t step = 0; step + 1 < n; step++) {
+            uint32_t c = wrap((int64_t)r - 1 - step, n);
+            for (size_t k = 0; k < op->slices; k++) {
+                WAIT_PRED(step == 0 ? u_load(&um, k) : u_rs(&um, step - 1, k));
+                WAIT_OWN(c, k);
+                size_t lo, hi;
+                slice_range(op, n, c, k, &lo, &hi);
+                add_into(work + lo, pr->work + lo, hi - lo);
+                publish(me, base | u_rs(&um, step, k));
+            }
+        }
+        for (size_t k = 0; k < op->slices; k++) {
+            size_t lo, hi;
+            slice_range(op, n, owned, k, &lo, &hi);
+            if (n == 1)
+                WAIT_OWN(owned, k);
+            if (op->finalize && hi > lo)
+                op->finalize(op->user, r, work + lo, lo, hi - lo);
+            if (gather != work && hi > lo)
+                memcpy(gather + lo, work + lo, (hi - lo) * sizeof(float));
+            if (!direct && hi > lo &&
+                (s = ops->write(dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
+                                (hi - lo) * sizeof(float))) != TD_OK)
+                return fail(ring, r, s);
+            publish(me, base | u_fin(&um, k));
+        }
+    } else if (!direct) {
+        for (size_t k = 0; k < op->slices; k++) {
+            size_t lo, hi;
+            slice_range(op, n, owned, k, &lo, &hi);
+            if (hi > lo && (s = ops->write(dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
+                                           (hi - lo) * sizeof(float))) != TD_OK)
+                return fail(ring, r, s);
+        }
+    }
+
+    for (uint32_t step = 0; step + 1 < n; step++) {
+        uint32_t c = wrap((int64_t)pred + op->shift - step, n);
+        for (size_t k = 0; k < op->slices; k++) {
+            uint64_t need = step > 0 ? u_ag(&um, step - 1, k)
+                            : op->kind == OP_ALLREDUCE ? u_fin(&um, k)
+                                                       : u_load(&um, k);
+            WAIT_PRED(need);
+            size_t lo, hi;
+            slice_range(op, n, c, k, &lo, &hi);
+            if (hi > lo) {
+                memcpy(gather + lo, pr->gather + lo, (hi - lo) * sizeof(float));
+                if (!direct && (s = ops->write(dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
+                                               (hi - lo) * sizeof(float))) != TD_OK)
+                    return fail(ring, r, s);
+            }
+            publish(me, base | u_ag(&um, step, k));
+        }
+    }
+#undef WAIT_OWN
+#undef WAIT_PRED
+
+    if (!direct) {
+        uint64_t t;
+        if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+            return fail(ring, r, s);
+    }
+    publish(me, base | UNIT_DONE);
+    if ((s = wait_for(ring, r, succ, base | UNIT_DONE)) != TD_OK)
+        return fail(ring, r, s);
+    return TD_OK;
+}
+
+static td_status check_rank(td_ring *ring, uint32_t rank)
+{
+    if (rank >= ring->n)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank,
+                            ring->n);
+    return TD_OK;
+}
+
+td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                            uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    ring_op op = {
+        .kind = OP_ALLREDUCE,
+        .count = count,
+        .shift = 1,
+        .finalize = finalize,
+        .user = user,
+        .in = in,
+        .out = out,
+        .in_offset = in_offset,
+        .out_offset = out_offset,
+        .slices = slices_for((count + ring->n - 1) / ring->n), /* the largest chunk */
+    };
+    return run_op(ring, rank, &op);
+}
+
+td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                             uint64_t out_offset, size_t count)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    ring_op op = {
+        .kind = OP_ALL_GATHER,
+        .count = count * ring->n,
+        .shift = 0,
+        .in = in,
+        .out = out,
+        .in_offset = in_offset,
+        .out_offset = out_offset,
+        .slices = slices_for(count),
+    };
+    return run_op(ring, rank, &op);
+}
+
+td_status td_ring_broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffer *in, uint64_t in_offset,
+                            td_buffer *out, uint64_t out_offset, size_t count)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    if (root >= ring->n)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "broadcast root %u out of range (%u ranks)",
+                            root, ring->n);
+    td_context *ctx = ring->mesh->ctx;
+    const uint32_t n = ring->n, pred = (rank + n - 1) % n, succ = (rank + 1) % n;
+    ring_rank *me = &ring->ranks[rank], *pr = &ring->ranks[pred];
+    td_mesh_device *md = &ring->mesh->devices[rank];
+    const td_backend_ops *ops = md->ops;
+    td_device *dev = md->dev;
+    const uint32_t timeout = td_context_timeout_ms(ctx);
+    size_t slices = slices_for(count);
+
+    if (atomic_load(&ring->abort_status) != TD_OK)
+        return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", rank);
+    float *in_host = ops->buffer_host_pointer(dev, in);
+    float *out_host = ops->buffer_host_pointer(dev, out);
+    const int direct = in_host && out_host;
+    if (!direct && count * sizeof(float) > me->staging_bytes)
+        return fail(ring, rank, td_error_set(ctx, TD_ERR_STATE,
+                                            "ring rank %u: broadcast of %zu bytes exceeds the %zu reserved", rank,
+                                            count * sizeof(float), me->staging_bytes));
+    uint64_t t;
+    if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+        return fail(ring, rank, s);
+
+    float *work = direct ? out_host + out_offset : me->staging_host;
+    if (rank == root) {
+        if (direct) {
+            if (count && work != in_host + in_offset)
+                memmove(work, in_host + in_offset, count * sizeof(float));
+        } else if (count) {
+            int same = in == out && in_offset == out_offset;
+            if ((s = ops->read(dev, in, in_offset * sizeof(float), work, count * sizeof(float))) != TD_OK ||
+                (!same && (s = ops->copy(dev, in, in_offset * sizeof(float), out, out_offset * sizeof(float),
+                                         count * sizeof(float))) != TD_OK) ||
+                (s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+                return fail(ring, rank, s);
+        }
+    }
+    const uint64_t base = (uint64_t)(++me->op) << 32;
+    pthread_mutex_lock(&me->lock);
+    me->work = work;
+    me->gather = work;
+    pthread_mutex_unlock(&me->lock);
+    publish(me, base | 0);
+    for (size_t k = 0; k < slices; k++) {
+        if (rank != root) {
+            if ((s = wait_for(ring, rank, pred, base | (1 + k))) != TD_OK)
+                return fail(ring, rank, s);
+            size_t lo = k * SLICE_ELEMENTS, hi = lo + SLICE_ELEMENTS < count ? lo + SLICE_ELEMENTS : count;
+            memcpy(work + lo, pr->work + lo, (hi - lo) * sizeof(float));
+            if (!direct && (s = ops->write(dev, out, (out_offset + lo) * sizeof(float), work + lo,
+                                           (hi - lo) * sizeof(float))) != TD_OK)
+                return fail(ring, rank, s);
+        }
+        publish(me, base | (1 + k));
+    }
+    if (!direct && (((s = ops->submit(dev, &t)) != TD_OK) || (s = ops->wait(dev, t, timeout)) != TD_OK))
+        return fail(ring, rank, s);
+    publish(me, base | UNIT_DONE);
+    if ((s = wait_for(ring, rank, succ, base | UNIT_DONE)) != TD_OK)
+        return fail(ring, rank, s);
+    return TD_OK;
+}

@@ -1,0 +1,27 @@
+/* What the trainer uses of a compiled program. */
+#ifndef TD_PROGRAM_INTERNAL_H
+#define TD_PROGRAM_INTERNAL_H
+
+#include "tandem/pmap.h"
+#include "td_mesh_internal.h"
+#include "td_plan.h"
+
+/* Runs on every device's worker after the plan's steps, inside the same job
+ * (the trainer's fused gradient all-reduce + update lives here). */
+typedef td_status (*td_program_hook)(void *user, uint32_t position);
+
+/* td_pmap_compile, plus: the gradient of params[i] is grads[i], laid out in
+ * the gradient buffer at the parameter's offset. */
+td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+                             uint32_t n_grads, const td_node *params, const td_node *grads, td_program **out);
+/* Makes the program owned by its caller (the trainer) rather than the context. */
+void td_program_disown(td_program *p);
+void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
+const td_plan *td_program_plan(const td_program *p);
+td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
+td_mesh *td_program_mesh(const td_program *p);
+const td_node_def *td_program_node(const td_program *p, td_node node);
+/* Host copy of output `index` as computed by `device` (valid after a run). */
+const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device);
+
+#endif

@@ -1,0 +1,67 @@
+/* tandem's own ring collectives over host memory.
+ *
+ * Every collective is called by all workers of a mesh at once, each with its
+ * own rank (mesh position) and the same sizes. Data moves between neighbours
+ * only: rank r reads from rank r-1. For devices whose memory is host memory
+ * (CPU devices) the ring works on it directly; for the others it goes through
+ * the rank's host-pinned staging buffer, and the device->host copy of each
+ * slice is enqueued ahead so it overlaps the reduction of the previous one.
+ *
+ * All-reduce = reduce-scatter (N-1 steps) + all-gather (N-1 steps). The sum
+ * for chunk c is always accumulated in the same order (rank c+1 first, along
+ * the ring), and its final value is computed once, by its owner, then copied:
+ * every rank receives bitwise the same result, run after run.
+ *
+ * Every wait is bounded by the context timeout. A rank that fails calls
+ * td_ring_abort; every peer waiting on the ring then returns TD_ERR_ABORTED. */
+#ifndef TD_RING_H
+#define TD_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "td_mesh_internal.h"
+
+td_status td_ring_create(td_mesh *mesh, td_ring **out);
+void td_ring_destroy(td_ring *ring);
+
+/* Makes rank `rank` ready for collectives of up to `bytes` bytes (staging
+ * memory for devices that need it). Call from that rank's worker thread at
+ * plan time, never in a steady-state step. */
+td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes);
+
+/* Called by the owner of each fully reduced chunk before it is gathered:
+ * `data` holds the sum over all ranks of elements [offset, offset+count) and
+ * may be rewritten in place (scaled for pmean, replaced by updated parameters
+ * for the trainer's fused update). Runs on rank `rank`'s thread. */
+typedef void (*td_ring_finalize_fn)(void *user, uint32_t rank, float *data, size_t offset, size_t count);
+
+/* Sums `count` floats at (in, in_offset) over all ranks, lets the chunk owner
+ * finalize them, and leaves the result at (out, out_offset) on every rank.
+ * `out` may be `in` (in place). finalize may be NULL (plain sum). */
+td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                            uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user);
+
+/* out (N*count floats) = concatenation over ranks of each rank's `count`
+ * floats at in, in rank order. */
+td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                             uint64_t out_offset, size_t count);
+
+/* Every rank's (out, out_offset) receives root's `count` floats at (in, in_offset). */
+td_status td_ring_broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffer *in, uint64_t in_offset,
+                            td_buffer *out, uint64_t out_offset, size_t count);
+
+/* Marks the ring failed with `status` and wakes every waiting rank. */
+void td_ring_abort(td_ring *ring, td_status status);
+
+/* Clears a failure so the mesh can be used again. Call only while no worker
+ * is inside a collective (between mesh jobs). */
+void td_ring_reset(td_ring *ring);
+
+/* Nonzero once td_ring_abort was called since the last reset. */
+int td_ring_failed(td_ring *ring);
+
+/* Slice size in floats (the unit of pipelining); for tests and benches. */
+size_t td_ring_slice_elements(void);
+
+#endif

@@ -1,0 +1,98 @@
+/* tandem — computation graphs.
+ *
+ * A graph is built once and compiled many times: nodes are created by the
+ * td_graph_* builders below and identified by td_node handles. Shapes are
+ * *global* (the whole batch); when the graph is compiled for a mesh of N
+ * devices, every input declared TD_SHARDED is split along axis 0 and each
+ * device runs the graph on its slice, exactly as a function under JAX's pmap.
+ * Broadcasting follows NumPy: shapes are aligned on the right and a dimension
+ * of 1 stretches.
+ *
+ * Collectives (psum, pmean, all_gather, broadcast, axis_index) act over the
+ * device axis of the mesh the graph is compiled for. */
+#ifndef TANDEM_GRAPH_H
+#define TANDEM_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_graph td_graph;
+typedef uint32_t td_node;
+
+typedef enum td_placement {
+    TD_REPLICATED = 0, /* every device gets the whole value */
+    TD_SHARDED = 1,    /* split along axis 0, device i gets slice i */
+} td_placement;
+
+TD_API td_status td_graph_create(td_context *ctx, td_graph **out);
+TD_API void td_graph_destroy(td_graph *graph);
+
+/* An input fed at every run (a batch, a label vector). `dims` are global. */
+TD_API td_status td_graph_input(td_graph *g, const char *name, td_dtype dtype, uint32_t rank, const int64_t *dims,
+                                td_placement placement, td_node *out);
+
+/* A parameter: f32 state that lives on every device between runs, always
+ * replicated. Values are set and read through the program or trainer. */
+TD_API td_status td_graph_param(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, td_node *out);
+
+/* A scalar f32 constant. */
+TD_API td_status td_graph_constant(td_graph *g, float value, td_node *out);
+
+/* a [.., M, K] x b [K, N] -> [.., M, N]. a may have leading batch dims; b is 2-D. */
+TD_API td_status td_graph_matmul(td_graph *g, td_node a, td_node b, td_node *out);
+
+/* Elementwise with broadcasting. */
+TD_API td_status td_graph_add(td_graph *g, td_node a, td_node b, td_node *out);
+TD_API td_status td_graph_sub(td_graph *g, td_node a, td_node b, td_node *out);
+TD_API td_status td_graph_mul(td_graph *g, td_node a, td_node b, td_node *out);
+TD_API td_status td_graph_scale(td_graph *g, td_node a, float factor, td_node *out);
+TD_API td_status td_graph_relu(td_graph *g, td_node a, td_node *out);
+
+/* Sum / mean over the listed axes (negative counts from the end). With
+ * keepdims the reduced axes stay as size 1. n_axes == 0 reduces every axis. */
+TD_API td_status td_graph_sum(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims,
+                              td_node *out);
+TD_API td_status td_graph_mean(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims,
+                               td_node *out);
+
+/* Same elements, new shape; one dim may be -1 (inferred). */
+TD_API td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t *dims, td_node *out);
+
+/* mean((pred - target)^2) over all elements: a scalar. */
+TD_API td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out);
+
+/* Mean over rows of softmax cross-entropy: logits [B, C] f32, labels [B] i32
+ * in [0, C). A scalar. */
+TD_API td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out);
+
+/* Collectives over the device axis. */
+TD_API td_status td_graph_psum(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_pmean(td_graph *g, td_node a, td_node *out);
+/* Concatenates every device's value along axis 0, in mesh order:
+ * [d0, ...] on each device -> [N*d0, ...] on every device. */
+TD_API td_status td_graph_all_gather(td_graph *g, td_node a, td_node *out);
+/* Every device gets device `root`'s value. */
+TD_API td_status td_graph_broadcast(td_graph *g, td_node a, uint32_t root, td_node *out);
+/* A scalar f32 holding the device's position in the mesh. */
+TD_API td_status td_graph_axis_index(td_graph *g, td_node *out);
+
+/* Reverse-mode autodiff: adds to the graph the gradient of the scalar `loss`
+ * with respect to each of `params` (nodes made by td_graph_param) and
+ * returns them in grads[0..n-1]. The loss value is `loss` itself, so this is
+ * value_and_grad. Call once per graph and loss. */
+TD_API td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const td_node *params,
+                                         td_node *grads);
+
+/* The node's global shape. */
+TD_API td_status td_graph_shape(const td_graph *g, td_node node, uint32_t *rank, int64_t *dims);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

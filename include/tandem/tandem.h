@@ -1,0 +1,15 @@
+/* tandem — synchronous data-parallel training on any mix of devices.
+ * The one header an application includes. */
+#ifndef TANDEM_H
+#define TANDEM_H
+
+#include "tandem/export.h"
+#include "tandem/status.h"
+#include "tandem/context.h"
+#include "tandem/device.h"
+#include "tandem/tensor.h"
+#include "tandem/graph.h"
+#include "tandem/pmap.h"
+#include "tandem/train.h"
+
+#endif

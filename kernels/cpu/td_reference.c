@@ -1,0 +1,145 @@
+/* Serial reference kernels. Compiled with -ffp-contract=off (see meson.build)
+ * so a*b+c is two roundings, the same as the GPU kernels are told to do. */
+#include "td_reference.h"
+
+#include <math.h>
+#include <string.h>
+
+int64_t td_ew_count(const td_ew_params *p)
+{
+    int64_t n = 1;
+    for (int k = 0; k < TD_KERNEL_RANK; k++)
+        n *= p->dims[k];
+    return n;
+}
+
+int64_t td_reduce_out_count(const td_reduce_params *p)
+{
+    int64_t n = 1;
+    for (int k = 0; k < TD_KERNEL_RANK; k++)
+        n *= p->out_dims[k];
+    return n;
+}
+
+void td_reference_fill(float *out, int64_t n, float value)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = value;
+}
+
+void td_reference_copy(float *out, const float *a, int64_t n)
+{
+    if (n > 0 && out != a)
+        memmove(out, a, (size_t)n * sizeof(float));
+}
+
+static float ew_apply(int32_t op, float alpha, float x, float y)
+{
+    switch (op) {
+    case TD_EW_SCALE: return alpha * x;
+    case TD_EW_ADD: return x + y;
+    case TD_EW_SUB: return x - y;
+    case TD_EW_MUL: return x * y;
+    case TD_EW_AXPY: {
+        float t = alpha * y;
+        return x + t;
+    }
+    case TD_EW_RELU: return x > 0.0f ? x : (x != x ? x : 0.0f);
+    case TD_EW_RELU_GRAD: return x > 0.0f ? y : 0.0f;
+    default: return NAN;
+    }
+}
+
+static int ew_is_binary(int32_t op)
+{
+    return op == TD_EW_ADD || op == TD_EW_SUB || op == TD_EW_MUL || op == TD_EW_AXPY ||
+           op == TD_EW_RELU_GRAD;
+}
+
+void td_reference_elementwise(float *out, const float *a, const float *b, const td_ew_params *p)
+{
+    const int64_t *d = p->dims;
+    const int64_t *sa = p->a_strides, *sb = p->b_strides;
+    int binary = ew_is_binary(p->op);
+    int64_t o = 0;
+    for (int64_t i0 = 0; i0 < d[0]; i0++)
+        for (int64_t i1 = 0; i1 < d[1]; i1++)
+            for (int64_t i2 = 0; i2 < d[2]; i2++) {
+                int64_t ia = i0 * sa[0] + i1 * sa[1] + i2 * sa[2];
+                int64_t ib = i0 * sb[0] + i1 * sb[1] + i2 * sb[2];
+                for (int64_t i3 = 0; i3 < d[3]; i3++, o++) {
+                    float x = a[ia + i3 * sa[3]];
+                    float y = binary ? b[ib + i3 * sb[3]] : 0.0f;
+                    out[o] = ew_apply(p->op, p->alpha, x, y);
+                }
+            }
+}
+
+void td_reference_reduce(float *out, const float *a, const td_reduce_params *p)
+{
+    const int64_t *od = p->out_dims, *os = p->out_strides;
+    const int64_t *rd = p->red_dims, *rs = p->red_strides;
+    int64_t o = 0;
+    for (int64_t o0 = 0; o0 < od[0]; o0++)
+        for (int64_t o1 = 0; o1 < od[1]; o1++)
+            for (int64_t o2 = 0; o2 < od[2]; o2++)
+                for (int64_t o3 = 0; o3 < od[3]; o3++, o++) {
+                    const float *base = a + o0 * os[0] + o1 * os[1] + o2 * os[2] + o3 * os[3];
+                    float sum = 0.0f;
+                    for (int64_t r0 = 0; r0 < rd[0]; r0++)
+                        for (int64_t r1 = 0; r1 < rd[1]; r1++)
+                            for (int64_t r2 = 0; r2 < rd[2]; r2++)
+                                for (int64_t r3 = 0; r3 < rd[3]; r3++)
+                                    sum += base[r0 * rs[0] + r1 * rs[1] + r2 * rs[2] + r3 * rs[3]];
+                    out[o] = p->alpha * sum;
+                }
+}
+
+void td_reference_gemm(float *c, const float *a, const float *b, const td_gemm_params *p)
+{
+    for (int64_t m = 0; m < p->m; m++)
+        for (int64_t n = 0; n < p->n; n++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < p->k; k++) {
+                float x = p->trans_a ? a[k * p->lda + m] : a[m * p->lda + k];
+                float y = p->trans_b ? b[n * p->ldb + k] : b[k * p->ldb + n];
+                acc += x * y;
+            }
+            float *dst = &c[m * p->ldc + n];
+            *dst = p->beta == 0.0f ? p->alpha * acc : p->alpha * acc + p->beta * *dst;
+        }
+}
+
+void td_reference_xent_forward(float *loss, float *prob, const float *logits, const int32_t *labels,
+                               const td_xent_params *p)
+{
+    for (int64_t r = 0; r < p->rows; r++) {
+        const float *row = logits + r * p->cols;
+        float *prow = prob + r * p->cols;
+        float max = -INFINITY;
+        for (int64_t c = 0; c < p->cols; c++)
+            max = row[c] > max ? row[c] : max;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < p->cols; c++) {
+            prow[c] = expf(row[c] - max);
+            sum += prow[c];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t c = 0; c < p->cols; c++)
+            prow[c] *= inv;
+        int32_t label = labels[r];
+        loss[r] = (label < 0 || label >= p->cols) ? NAN : logf(sum) - (row[label] - max);
+    }
+}
+
+void td_reference_xent_backward(float *grad, const float *prob, const int32_t *labels,
+                                const float *upstream, const td_xent_params *p)
+{
+    for (int64_t r = 0; r < p->rows; r++) {
+        float g = upstream[r];
+        for (int64_t c = 0; c < p->cols; c++) {
+            float onehot = c == labels[r] ? 1.0f : 0.0f;
+            grad[r * p->cols + c] = g * (prob[r * p->cols + c] - onehot);
+        }
+    }
+}

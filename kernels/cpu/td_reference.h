@@ -1,0 +1,26 @@
+/* The CPU reference implementation of every td_kernel_call: plain, serial C
+ * that every backend's results are compared against. The CPU backend runs
+ * these too, except GEMM, which it hands to CBLAS (and the tests compare that
+ * against td_reference_gemm). Pointers are already offset to the tensors. */
+#ifndef TD_REFERENCE_H
+#define TD_REFERENCE_H
+
+#include <stdint.h>
+
+#include "td_kernel.h"
+
+void td_reference_fill(float *out, int64_t n, float value);
+void td_reference_copy(float *out, const float *a, int64_t n);
+void td_reference_elementwise(float *out, const float *a, const float *b, const td_ew_params *p);
+void td_reference_reduce(float *out, const float *a, const td_reduce_params *p);
+void td_reference_gemm(float *c, const float *a, const float *b, const td_gemm_params *p);
+void td_reference_xent_forward(float *loss, float *prob, const float *logits, const int32_t *labels,
+                               const td_xent_params *p);
+void td_reference_xent_backward(float *grad, const float *prob, const int32_t *labels,
+                                const float *upstream, const td_xent_params *p);
+
+/* Element counts a call touches, for bounds checks before launch. */
+int64_t td_ew_count(const td_ew_params *p);
+int64_t td_reduce_out_count(const td_reduce_params *p);
+
+#endif
