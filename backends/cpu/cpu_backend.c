@@ -4,6 +4,7 @@
  * to CBLAS with one BLAS thread per device; everything else runs the
  * reference kernels. */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,6 +37,18 @@ struct td_segment {
  * the parallelism; BLAS threads on top would oversubscribe the cores. The
  * symbol is weak so that another CBLAS still links. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
+extern int openblas_get_parallel(void) __attribute__((weak));
+
+/* A serial OpenBLAS built without USE_LOCKING (Debian's serial flavour) is
+ * not safe to call from several threads at once. scripts/install-deps pins
+ * the pthread flavour; if another is loaded anyway, GEMM calls are
+ * serialised rather than left to race. This lock guards a process-wide
+ * library, so it is process-wide itself. */
+static pthread_mutex_t serial_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_needs_lock(void)
+{
+    return openblas_get_parallel && openblas_get_parallel() == 0;
+}
 
 static void read_cpuinfo(char *name, size_t name_size, char *vendor, size_t vendor_size)
 {
@@ -229,9 +242,14 @@ static void run_gemm(const td_kernel_call *c)
         for (int64_t m = 0; m < g->m; m++)
             memset(out + m * g->ldc, 0, (size_t)g->n * sizeof(float));
     }
+    int lock = blas_needs_lock();
+    if (lock)
+        pthread_mutex_lock(&serial_blas_lock);
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, at(&c->a), (blasint)g->lda, at(&c->b),
                 (blasint)g->ldb, g->beta, at(&c->out), (blasint)g->ldc);
+    if (lock)
+        pthread_mutex_unlock(&serial_blas_lock);
 }
 
 /* One kernel call on the host. Exposed for the tests of other backends. */

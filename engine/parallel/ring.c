@@ -264,6 +264,26 @@ static void add_into(float *restrict dst, const float *restrict src, size_t n)
         dst[i] += src[i];
 }
 
+/* The owner's last touch of a fully reduced slice: finalize, place it where
+ * final values live, and start its copy back to the device. */
+static td_status finalize_slice(td_ring *ring, uint32_t r, const ring_op *op, float *work, float *gather, int direct,
+                                uint32_t owned, size_t k)
+{
+    td_mesh_device *md = &ring->mesh->devices[r];
+    size_t lo, hi;
+    slice_range(op, ring->n, owned, k, &lo, &hi);
+    if (hi == lo)
+        return TD_OK;
+    if (op->finalize)
+        op->finalize(op->user, r, work + lo, lo, hi - lo);
+    if (gather != work)
+        memcpy(gather + lo, work + lo, (hi - lo) * sizeof(float));
+    if (!direct)
+        return md->ops->write(md->dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
+                              (hi - lo) * sizeof(float));
+    return TD_OK;
+}
+
 static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -359,6 +379,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 
     uint32_t owned = wrap((int64_t)r + op->shift, n);
     if (op->kind == OP_ALLREDUCE) {
+        /* The last reduce-scatter step completes the owned chunk: finalize
+         * each slice right after its add, while it is still in cache. */
         for (uint32_t step = 0; step + 1 < n; step++) {
             uint32_t c = wrap((int64_t)r - 1 - step, n);
             for (size_t k = 0; k < op->slices; k++) {
@@ -368,20 +390,15 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 slice_range(op, n, c, k, &lo, &hi);
                 add_into(work + lo, pr->work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
+                if (step + 2 == n && (s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
+                    return fail(ring, r, s);
+                if (step + 2 == n)
+                    publish(me, base | u_fin(&um, k));
             }
         }
-        for (size_t k = 0; k < op->slices; k++) {
-            size_t lo, hi;
-            slice_range(op, n, owned, k, &lo, &hi);
-            if (n == 1)
-                WAIT_OWN(owned, k);
-            if (op->finalize && hi > lo)
-                op->finalize(op->user, r, work + lo, lo, hi - lo);
-            if (gather != work && hi > lo)
-                memcpy(gather + lo, work + lo, (hi - lo) * sizeof(float));
-            if (!direct && hi > lo &&
-                (s = ops->write(dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
-                                (hi - lo) * sizeof(float))) != TD_OK)
+        for (size_t k = 0; n == 1 && k < op->slices; k++) {
+            WAIT_OWN(owned, k);
+            if ((s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                 return fail(ring, r, s);
             publish(me, base | u_fin(&um, k));
         }

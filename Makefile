@@ -1,0 +1,47 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Both install missing system packages first (scripts/install-deps).
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+MESON_OPTS ?= -Dwerror=true -Dbuildtype=release
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all deps build demo test test-unit test-asan bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/demos/linreg --devices cpu:4
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs --num-processes $(JOBS)
+
+test-unit: build
+	meson test -C $(BUILD) --print-errorlogs --suite unit
+
+$(BUILD_ASAN)/build.ninja:
+	meson setup $(BUILD_ASAN) -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+
+# AddressSanitizer + UBSan over the unit and slow suites (the CPU engine);
+# driver-internal leaks are suppressed by scripts/lsan.supp.
+test-asan: deps $(BUILD_ASAN)/build.ninja
+	ninja -C $(BUILD_ASAN) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
+	meson test -C $(BUILD_ASAN) --print-errorlogs --suite unit --suite slow --num-processes $(JOBS)
+
+bench: build
+	$(BUILD)/bench/allreduce
+	$(BUILD)/bench/gemm --devices cpu:1
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)
