@@ -1,0 +1,137 @@
+/* GEMM: CLBlast or tandem's own kernel (kernels/opencl/gemm.cl), chosen per
+ * call at segment_create by a rule measured with bench/gemm.c.
+ *
+ * The rule (td_opencl_gemm_prefers_clblast): see the measurement notes at
+ * the function. TD_OPENCL_GEMM=clblast|own overrides it, for benchmarks and
+ * for tests that must exercise both paths. */
+#include "cl_internal.h"
+
+#include <clblast_c.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TD_GEMM_L 8 /* must match kernels/opencl/gemm.cl */
+
+bool td_opencl_gemm_prefers_clblast(const td_device *dev, const td_gemm_params *p)
+{
+    /* Measured on PoCL 3.1 (pthread device, 2 shared cores; bench/gemm.c):
+     * the own kernel beat CLBlast 1.5.3 at every shape tried, 1.2-5x
+     * (e.g. 256^3: 15-21 vs 5-6 GFLOP/s; 128x256x784: 19 vs 7-8; 1024^3:
+     * 7 vs 3), so CPU-type devices never use CLBlast. On GPUs CLBlast's
+     * tuned kernels are expected to win except at tiny sizes, where its
+     * launch and pad/transpose passes dominate; 64^3 is the cut. The GPU
+     * half is not measured yet: re-measure on a GPU with bench/gemm.c. */
+    if (dev->type & CL_DEVICE_TYPE_CPU)
+        return false;
+    double work = (double)p->m * (double)p->n * (double)p->k;
+    return work >= 64.0 * 64.0 * 64.0;
+}
+
+static td_cl_gemm_mode mode_from_env(void)
+{
+    const char *s = getenv("TD_OPENCL_GEMM");
+    if (s && strcmp(s, "clblast") == 0)
+        return TD_CL_GEMM_CLBLAST;
+    if (s && strcmp(s, "own") == 0)
+        return TD_CL_GEMM_OWN;
+    return TD_CL_GEMM_AUTO;
+}
+
+static td_status clblast_fail(td_device *dev, CLBlastStatusCode code, const char *call)
+{
+    /* CLBlast passes OpenCL's own codes through unchanged. */
+    if (code > -1000)
+        return td_opencl_device_fail(dev, (cl_int)code, call);
+    return td_error_set(dev->ctx, code == CLBlastTempBufferAllocFailure ? TD_ERR_OUT_OF_MEMORY : TD_ERR_BACKEND,
+                        "%s: CLBlast status %d", call, (int)code);
+}
+
+static CLBlastTranspose trans(int32_t t)
+{
+    return t ? CLBlastTransposeYes : CLBlastTransposeNo;
+}
+
+td_status td_opencl_gemm_prepare(td_device *dev, const td_kernel_call *call, td_cl_gemm *g)
+{
+    const td_gemm_params *p = &call->p.gemm;
+    memset(g, 0, sizeof *g);
+    g->p = *p;
+    g->a = call->a.buffer->mem;
+    g->b = call->b.buffer->mem;
+    g->c = call->out.buffer->mem;
+    g->a_off = (size_t)call->a.offset;
+    g->b_off = (size_t)call->b.offset;
+    g->c_off = (size_t)call->out.offset;
+    if (p->m == 0 || p->n == 0) {
+        g->noop = true;
+        return TD_OK;
+    }
+    td_cl_gemm_mode mode = mode_from_env();
+    /* CLBlast rejects k == 0; the own kernel handles it (C = beta C). */
+    g->use_clblast = p->k > 0 && (mode == TD_CL_GEMM_CLBLAST ||
+                                  (mode == TD_CL_GEMM_AUTO && td_opencl_gemm_prefers_clblast(dev, p)));
+    if (g->use_clblast) {
+        size_t need = 0;
+        CLBlastStatusCode s = CLBlastSGemmTempBufferSize(
+            CLBlastLayoutRowMajor, trans(p->trans_a), trans(p->trans_b), (size_t)p->m, (size_t)p->n,
+            (size_t)p->k, g->a_off, (size_t)p->lda, g->b_off, (size_t)p->ldb, g->c_off, (size_t)p->ldc,
+            &dev->queue, &need);
+        if (s != CLBlastSuccess)
+            return clblast_fail(dev, s, "CLBlastSGemmTempBufferSize");
+        if (need > dev->gemm_temp_bytes) {
+            cl_int err;
+            cl_mem mem = clCreateBuffer(dev->context, CL_MEM_READ_WRITE, need, NULL, &err);
+            if (err != CL_SUCCESS)
+                return td_opencl_device_fail(dev, err, "clCreateBuffer(CLBlast temp)");
+            /* Released only when the commands still using it are done. */
+            if (dev->gemm_temp)
+                clReleaseMemObject(dev->gemm_temp);
+            dev->gemm_temp = mem;
+            dev->gemm_temp_bytes = need;
+        }
+        return TD_OK;
+    }
+    static const char *const names[4] = {"td_gemm_nn", "td_gemm_nt", "td_gemm_tn", "td_gemm_tt"};
+    cl_ulong c_off = g->c_off, a_off = g->a_off, b_off = g->b_off;
+    cl_long m = p->m, n = p->n, k = p->k, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
+    cl_float alpha = p->alpha, beta = p->beta;
+    const td_cl_arg args[] = {TD_CL_ARG(g->c), TD_CL_ARG(c_off), TD_CL_ARG(g->a), TD_CL_ARG(a_off),
+                              TD_CL_ARG(g->b), TD_CL_ARG(b_off), TD_CL_ARG(m),     TD_CL_ARG(n),
+                              TD_CL_ARG(k),    TD_CL_ARG(lda),   TD_CL_ARG(ldb),   TD_CL_ARG(ldc),
+                              TD_CL_ARG(alpha), TD_CL_ARG(beta)};
+    td_status st = td_opencl_kernel_create(dev, names[(p->trans_a ? 2 : 0) + (p->trans_b ? 1 : 0)], args,
+                                           (cl_uint)(sizeof args / sizeof args[0]), &g->kernel);
+    if (st != TD_OK)
+        return st;
+    g->local[0] = TD_GEMM_L;
+    g->local[1] = TD_GEMM_L;
+    g->global[0] = td_cl_round_up(((size_t)p->n + 4 * TD_GEMM_L - 1) / (4 * TD_GEMM_L) * TD_GEMM_L, TD_GEMM_L);
+    g->global[1] = td_cl_round_up(((size_t)p->m + 4 * TD_GEMM_L - 1) / (4 * TD_GEMM_L) * TD_GEMM_L, TD_GEMM_L);
+    return TD_OK;
+}
+
+td_status td_opencl_gemm_enqueue(td_device *dev, td_cl_gemm *g)
+{
+    if (g->noop)
+        return TD_OK;
+    if (!g->use_clblast) {
+        TD_CL_TRY(dev, clEnqueueNDRangeKernel(dev->queue, g->kernel, 2, NULL, g->global, g->local, 0, NULL, NULL),
+                  "clEnqueueNDRangeKernel(td_gemm)");
+        return TD_OK;
+    }
+    const td_gemm_params *p = &g->p;
+    CLBlastStatusCode s = CLBlastSgemmWithTempBuffer(
+        CLBlastLayoutRowMajor, trans(p->trans_a), trans(p->trans_b), (size_t)p->m, (size_t)p->n,
+        (size_t)p->k, p->alpha, g->a, g->a_off, (size_t)p->lda, g->b, g->b_off, (size_t)p->ldb, p->beta,
+        g->c, g->c_off, (size_t)p->ldc, &dev->queue, NULL, dev->gemm_temp);
+    if (s != CLBlastSuccess)
+        return clblast_fail(dev, s, "CLBlastSgemmWithTempBuffer");
+    return TD_OK;
+}
+
+void td_opencl_gemm_release(td_cl_gemm *g)
+{
+    if (g->kernel)
+        clReleaseKernel(g->kernel);
+    g->kernel = NULL;
+}

@@ -1,0 +1,395 @@
+/* Segments: a list of td_kernel_calls compiled once into cl_kernels whose
+ * arguments are all set at segment_create, so that segment_run only
+ * enqueues (CLBlast sets its own arguments per call; that is the one
+ * exception). Every argument's range is checked against its buffer here,
+ * because a kernel reading past a buffer is silent on most drivers. */
+#include "cl_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "td_reference.h"
+
+#define TD_CL_LOCAL 64 /* fixed: PoCL compiles a new work-group function per local size */
+
+typedef struct td_cl_launch {
+    cl_kernel kernel;
+    size_t global, local;
+} td_cl_launch;
+
+typedef struct td_cl_step {
+    int nlaunch; /* 0 with is_gemm false: nothing to do */
+    bool is_gemm;
+    td_cl_launch launch[2];
+    td_cl_gemm gemm;
+    cl_mem scratch; /* REDUCE partial sums */
+} td_cl_step;
+
+struct td_segment {
+    size_t count;
+    td_cl_step *steps;
+};
+
+/* Checks that elements [offset + lo, offset + hi) lie inside arg's buffer. */
+static td_status check_arg(td_device *dev, size_t index, const char *kname, const char *aname,
+                           const td_arg *arg, int64_t lo, int64_t hi)
+{
+    if (hi <= lo)
+        return TD_OK;
+    if (!arg->buffer)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (%s): %s has no buffer",
+                            index, kname, aname);
+    uint64_t elems = arg->buffer->bytes / 4;
+    if (lo < 0 && (uint64_t)(-lo) > arg->offset)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "opencl segment call %zu (%s): %s reaches before its buffer's start", index,
+                            kname, aname);
+    if (arg->offset > elems || (uint64_t)hi > elems - arg->offset)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "opencl segment call %zu (%s): %s needs elements up to %llu + %lld but its "
+                            "buffer holds %llu",
+                            index, kname, aname, (unsigned long long)arg->offset, (long long)hi,
+                            (unsigned long long)elems);
+    return TD_OK;
+}
+
+/* The element range [lo, hi) a strided rank-4 view touches. */
+static void strided_extent(const int64_t *dims, const int64_t *strides, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = 1;
+    for (int k = 0; k < TD_KERNEL_RANK; k++) {
+        if (dims[k] == 0) {
+            *lo = 0;
+            *hi = 0;
+            return;
+        }
+        int64_t span = (dims[k] - 1) * strides[k];
+        if (span < 0)
+            *lo += span;
+        else
+            *hi += span;
+    }
+}
+
+static bool is_dense(const int64_t *dims, const int64_t *strides)
+{
+    int64_t expect = 1;
+    for (int k = TD_KERNEL_RANK - 1; k >= 0; k--) {
+        if (dims[k] != 1 && strides[k] != expect)
+            return false;
+        expect *= dims[k];
+    }
+    return true;
+}
+
+static bool dims_valid(const int64_t *dims)
+{
+    for (int k = 0; k < TD_KERNEL_RANK; k++)
+        if (dims[k] < 0)
+            return false;
+    return true;
+}
+
+static cl_long4 long4_of(const int64_t *v)
+{
+    cl_long4 r;
+    for (int k = 0; k < 4; k++)
+        r.s[k] = v[k];
+    return r;
+}
+
+static td_status add_launch(td_device *dev, td_cl_step *step, const char *name, const td_cl_arg *args,
+                            size_t nargs, uint64_t items)
+{
+    td_cl_launch *l = &step->launch[step->nlaunch];
+    td_status st = td_opencl_kernel_create(dev, name, args, (cl_uint)nargs, &l->kernel);
+    if (st != TD_OK)
+        return st;
+    l->local = TD_CL_LOCAL;
+    l->global = td_cl_round_up((size_t)items, TD_CL_LOCAL);
+    step->nlaunch++;
+    return TD_OK;
+}
+
+#define NARGS(a) (sizeof(a) / sizeof((a)[0]))
+
+static td_status prepare_elementwise(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    static const char *const names[TD_EW_OP_COUNT] = {"scale", "add", "sub", "mul", "axpy", "relu",
+                                                      "relu_grad"};
+    const td_ew_params *p = &c->p.ew;
+    if (p->op < 0 || p->op >= TD_EW_OP_COUNT || !dims_valid(p->dims))
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "opencl segment call %zu (elementwise): bad op %d or negative dims", i, (int)p->op);
+    bool binary = p->op == TD_EW_ADD || p->op == TD_EW_SUB || p->op == TD_EW_MUL || p->op == TD_EW_AXPY ||
+                  p->op == TD_EW_RELU_GRAD;
+    int64_t n = td_ew_count(p), lo, hi;
+    td_status st = check_arg(dev, i, "elementwise", "out", &c->out, 0, n);
+    strided_extent(p->dims, p->a_strides, &lo, &hi);
+    if (st == TD_OK)
+        st = check_arg(dev, i, "elementwise", "a", &c->a, lo, hi);
+    strided_extent(p->dims, p->b_strides, &lo, &hi);
+    if (st == TD_OK && binary)
+        st = check_arg(dev, i, "elementwise", "b", &c->b, lo, hi);
+    if (st != TD_OK || n == 0)
+        return st;
+    /* Unary ops still read "b" (one kernel shape for all ops): point it at a. */
+    const td_arg *b = binary ? &c->b : &c->a;
+    const int64_t *sb = binary ? p->b_strides : p->a_strides;
+    bool dense = is_dense(p->dims, p->a_strides) && is_dense(p->dims, sb);
+    char name[48];
+    snprintf(name, sizeof name, "td_ew_%s_%s", names[p->op], dense ? "dense" : "strided");
+    cl_ulong out_off = c->out.offset, a_off = c->a.offset, b_off = b->offset, count = (cl_ulong)n;
+    cl_float alpha = p->alpha;
+    cl_long4 dims = long4_of(p->dims), sa = long4_of(p->a_strides), sbv = long4_of(sb);
+    const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(c->a.buffer->mem),
+                              TD_CL_ARG(a_off), TD_CL_ARG(b->buffer->mem), TD_CL_ARG(b_off),
+                              TD_CL_ARG(alpha), TD_CL_ARG(count), TD_CL_ARG(dims),
+                              TD_CL_ARG(sa), TD_CL_ARG(sbv)};
+    return add_launch(dev, step, name, args, dense ? 8 : NARGS(args), (uint64_t)n);
+}
+
+static td_status prepare_reduce(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    const td_reduce_params *p = &c->p.reduce;
+    if (!dims_valid(p->out_dims) || !dims_valid(p->red_dims))
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (reduce): negative dims",
+                            i);
+    int64_t out_n = td_reduce_out_count(p), red_n = 1;
+    for (int k = 0; k < TD_KERNEL_RANK; k++)
+        red_n *= p->red_dims[k];
+    int64_t olo, ohi, rlo, rhi;
+    strided_extent(p->out_dims, p->out_strides, &olo, &ohi);
+    strided_extent(p->red_dims, p->red_strides, &rlo, &rhi);
+    td_status st = check_arg(dev, i, "reduce", "out", &c->out, 0, out_n);
+    if (st == TD_OK && out_n > 0 && red_n > 0)
+        st = check_arg(dev, i, "reduce", "a", &c->a, olo + rlo, ohi + rhi - 1);
+    if (st != TD_OK || out_n == 0)
+        return st;
+    /* An empty reduction reads nothing; any valid buffer will do for a. */
+    const td_arg *a = c->a.buffer ? &c->a : &c->out;
+    cl_ulong out_off = c->out.offset, a_off = a->offset, on = (cl_ulong)out_n, rn = (cl_ulong)red_n;
+    cl_float alpha = p->alpha;
+    cl_long4 od = long4_of(p->out_dims), os = long4_of(p->out_strides), rd = long4_of(p->red_dims),
+             rs = long4_of(p->red_strides);
+    /* Few outputs with long sums would leave the device idle: split each sum
+     * into chunks (fixed per shape, so results repeat run to run). */
+    if (out_n < 256 && red_n >= 8192) {
+        int64_t chunks = (1024 + out_n - 1) / out_n;
+        if (chunks > red_n / 1024)
+            chunks = red_n / 1024;
+        cl_uint nch = (cl_uint)chunks;
+        cl_ulong len = (cl_ulong)((red_n + chunks - 1) / chunks);
+        cl_int err;
+        step->scratch = clCreateBuffer(dev->context, CL_MEM_READ_WRITE, (size_t)(out_n * chunks) * 4, NULL, &err);
+        if (err != CL_SUCCESS)
+            return td_opencl_device_fail(dev, err, "clCreateBuffer(reduce scratch)");
+        const td_cl_arg a1[] = {TD_CL_ARG(step->scratch), TD_CL_ARG(a->buffer->mem), TD_CL_ARG(a_off),
+                                TD_CL_ARG(on), TD_CL_ARG(nch), TD_CL_ARG(len), TD_CL_ARG(rn),
+                                TD_CL_ARG(od), TD_CL_ARG(os), TD_CL_ARG(rd), TD_CL_ARG(rs)};
+        st = add_launch(dev, step, "td_reduce_partial", a1, NARGS(a1), (uint64_t)(out_n * chunks));
+        if (st != TD_OK)
+            return st;
+        const td_cl_arg a2[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(step->scratch),
+                                TD_CL_ARG(nch), TD_CL_ARG(alpha), TD_CL_ARG(on)};
+        return add_launch(dev, step, "td_reduce_final", a2, NARGS(a2), (uint64_t)out_n);
+    }
+    const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                              TD_CL_ARG(a_off), TD_CL_ARG(alpha), TD_CL_ARG(on), TD_CL_ARG(od),
+                              TD_CL_ARG(os), TD_CL_ARG(rd), TD_CL_ARG(rs)};
+    return add_launch(dev, step, "td_reduce", args, NARGS(args), (uint64_t)out_n);
+}
+
+static td_status prepare_gemm(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    const td_gemm_params *p = &c->p.gemm;
+    if (p->m < 0 || p->n < 0 || p->k < 0)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (gemm): negative size", i);
+    int64_t arows = p->trans_a ? p->k : p->m, acols = p->trans_a ? p->m : p->k;
+    int64_t brows = p->trans_b ? p->n : p->k, bcols = p->trans_b ? p->k : p->n;
+    if (p->lda < (acols > 1 ? acols : 1) || p->ldb < (bcols > 1 ? bcols : 1) || p->ldc < (p->n > 1 ? p->n : 1))
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "opencl segment call %zu (gemm): leading dimension smaller than a row "
+                            "(lda %lld, ldb %lld, ldc %lld)",
+                            i, (long long)p->lda, (long long)p->ldb, (long long)p->ldc);
+    td_status st = TD_OK;
+    if (p->m > 0 && p->n > 0) {
+        st = check_arg(dev, i, "gemm", "C (out)", &c->out, 0, (p->m - 1) * p->ldc + p->n);
+        if (st == TD_OK && p->k > 0)
+            st = check_arg(dev, i, "gemm", "A", &c->a, 0, (arows - 1) * p->lda + acols);
+        if (st == TD_OK && p->k > 0)
+            st = check_arg(dev, i, "gemm", "B", &c->b, 0, (brows - 1) * p->ldb + bcols);
+    }
+    if (st != TD_OK)
+        return st;
+    td_kernel_call fixed = *c;
+    /* With k == 0, A and B are never read; any valid buffer will do. */
+    if (!fixed.a.buffer)
+        fixed.a = c->out;
+    if (!fixed.b.buffer)
+        fixed.b = c->out;
+    if (p->m == 0 || p->n == 0) {
+        step->is_gemm = false;
+        return TD_OK;
+    }
+    step->is_gemm = true;
+    return td_opencl_gemm_prepare(dev, &fixed, &step->gemm);
+}
+
+static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    td_status st;
+    switch (c->kernel) {
+    case TD_KERNEL_FILL:
+    case TD_KERNEL_COPY: {
+        bool fill = c->kernel == TD_KERNEL_FILL;
+        const char *kname = fill ? "fill" : "copy";
+        if (c->n < 0)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (%s): n < 0", i, kname);
+        st = check_arg(dev, i, kname, "out", &c->out, 0, c->n);
+        if (st == TD_OK && !fill)
+            st = check_arg(dev, i, kname, "a", &c->a, 0, c->n);
+        if (st != TD_OK || c->n == 0)
+            return st;
+        cl_ulong out_off = c->out.offset, n = (cl_ulong)c->n;
+        if (fill) {
+            cl_float v = c->alpha;
+            const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(n),
+                                      TD_CL_ARG(v)};
+            return add_launch(dev, step, "td_fill", args, NARGS(args), n);
+        }
+        if (c->a.buffer == c->out.buffer) {
+            if (c->a.offset == c->out.offset)
+                return TD_OK; /* copy onto itself */
+            uint64_t lo = c->a.offset < c->out.offset ? c->a.offset : c->out.offset;
+            uint64_t hi = c->a.offset < c->out.offset ? c->out.offset : c->a.offset;
+            if (hi - lo < (uint64_t)c->n)
+                return td_error_set(dev->ctx, TD_ERR_UNSUPPORTED,
+                                    "opencl segment call %zu (copy): source and destination overlap", i);
+        }
+        cl_ulong a_off = c->a.offset;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(c->a.buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(n)};
+        return add_launch(dev, step, "td_copy", args, NARGS(args), n);
+    }
+    case TD_KERNEL_ELEMENTWISE: return prepare_elementwise(dev, i, c, step);
+    case TD_KERNEL_REDUCE: return prepare_reduce(dev, i, c, step);
+    case TD_KERNEL_GEMM: return prepare_gemm(dev, i, c, step);
+    case TD_KERNEL_XENT_FORWARD:
+    case TD_KERNEL_XENT_BACKWARD: {
+        bool fwd = c->kernel == TD_KERNEL_XENT_FORWARD;
+        const char *kname = fwd ? "xent_forward" : "xent_backward";
+        int64_t rows = c->p.xent.rows, cols = c->p.xent.cols;
+        if (rows < 0 || cols < 0)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (%s): negative shape",
+                                i, kname);
+        st = check_arg(dev, i, kname, fwd ? "loss (out)" : "grad (out)", &c->out, 0, fwd ? rows : rows * cols);
+        if (st == TD_OK && fwd)
+            st = check_arg(dev, i, kname, "prob (out2)", &c->out2, 0, rows * cols);
+        if (st == TD_OK)
+            st = check_arg(dev, i, kname, fwd ? "logits (a)" : "prob (a)", &c->a, 0, rows * cols);
+        if (st == TD_OK)
+            st = check_arg(dev, i, kname, "labels (b)", &c->b, 0, rows);
+        if (st == TD_OK && !fwd)
+            st = check_arg(dev, i, kname, "upstream (c)", &c->c, 0, rows);
+        if (st != TD_OK || rows == 0 || (!fwd && cols == 0))
+            return st;
+        cl_ulong o1 = c->out.offset, a_off = c->a.offset, b_off = c->b.offset;
+        cl_long r = rows, cl = cols;
+        if (fwd) {
+            /* cols == 0 still writes loss (NaN) but no prob: bind out for out2. */
+            const td_arg *out2 = cols > 0 ? &c->out2 : &c->out;
+            cl_ulong o2 = out2->offset;
+            const td_arg *a = cols > 0 ? &c->a : &c->out;
+            a_off = a->offset;
+            const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(o1), TD_CL_ARG(out2->buffer->mem),
+                                      TD_CL_ARG(o2), TD_CL_ARG(a->buffer->mem), TD_CL_ARG(a_off),
+                                      TD_CL_ARG(c->b.buffer->mem), TD_CL_ARG(b_off), TD_CL_ARG(r), TD_CL_ARG(cl)};
+            return add_launch(dev, step, "td_xent_forward", args, NARGS(args), (uint64_t)rows);
+        }
+        cl_ulong c_off = c->c.offset;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(o1), TD_CL_ARG(c->a.buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(c->b.buffer->mem), TD_CL_ARG(b_off),
+                                  TD_CL_ARG(c->c.buffer->mem), TD_CL_ARG(c_off), TD_CL_ARG(r), TD_CL_ARG(cl)};
+        return add_launch(dev, step, "td_xent_backward", args, NARGS(args), (uint64_t)(rows * cols));
+    }
+    default:
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu: unknown kernel id %d", i,
+                            (int)c->kernel);
+    }
+}
+
+static void release_step(td_cl_step *s)
+{
+    for (int l = 0; l < s->nlaunch; l++)
+        if (s->launch[l].kernel)
+            clReleaseKernel(s->launch[l].kernel);
+    if (s->is_gemm)
+        td_opencl_gemm_release(&s->gemm);
+    if (s->scratch)
+        clReleaseMemObject(s->scratch);
+}
+
+void td_opencl_segment_destroy(td_device *dev, td_segment *seg)
+{
+    if (!seg)
+        return;
+    for (size_t i = 0; i < seg->count; i++)
+        release_step(&seg->steps[i]);
+    td_free(dev->ctx, seg->steps);
+    td_free(dev->ctx, seg);
+}
+
+td_status td_opencl_segment_create(td_device *dev, const td_kernel_call *calls, size_t count, td_segment **out)
+{
+    if (!out || (count > 0 && !calls))
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment_create: NULL argument");
+    *out = NULL;
+    if (dev->lost)
+        return td_error_set(dev->ctx, TD_ERR_DEVICE_LOST, "opencl device %u: segment_create after the device was lost",
+                            dev->index);
+    td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
+    if (!seg)
+        return TD_OOM(dev->ctx, "OpenCL segment", sizeof *seg);
+    if (count > 0) {
+        seg->steps = td_alloc_zeroed(dev->ctx, count * sizeof *seg->steps);
+        if (!seg->steps) {
+            td_free(dev->ctx, seg);
+            return TD_OOM(dev->ctx, "OpenCL segment steps", count * sizeof *seg->steps);
+        }
+    }
+    seg->count = count;
+    for (size_t i = 0; i < count; i++) {
+        td_status st = prepare_call(dev, i, &calls[i], &seg->steps[i]);
+        if (st != TD_OK) {
+            td_opencl_segment_destroy(dev, seg);
+            return st;
+        }
+    }
+    *out = seg;
+    return TD_OK;
+}
+
+td_status td_opencl_segment_run(td_device *dev, td_segment *seg)
+{
+    if (!seg)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment_run: segment is NULL");
+    if (dev->lost)
+        return td_error_set(dev->ctx, TD_ERR_DEVICE_LOST, "opencl device %u: segment_run after the device was lost",
+                            dev->index);
+    for (size_t i = 0; i < seg->count; i++) {
+        td_cl_step *s = &seg->steps[i];
+        if (s->is_gemm) {
+            td_status st = td_opencl_gemm_enqueue(dev, &s->gemm);
+            if (st != TD_OK)
+                return st;
+        }
+        for (int l = 0; l < s->nlaunch; l++)
+            TD_CL_TRY(dev,
+                      clEnqueueNDRangeKernel(dev->queue, s->launch[l].kernel, 1, NULL, &s->launch[l].global,
+                                             &s->launch[l].local, 0, NULL, NULL),
+                      "clEnqueueNDRangeKernel");
+    }
+    return TD_OK;
+}

@@ -1,0 +1,285 @@
+/* GEMM throughput per device and shape, beside OpenBLAS on the host.
+ *
+ *   gemm [--devices SPEC] [--json] [--reps N] [--max-size N]
+ *
+ * For every device of the mesh (default "cpu:1") and every shape (squares
+ * 64..1024 and the demos' layer shapes) prints the median time of several
+ * runs of one GEMM segment (enqueue, submit, wait) and its GFLOP/s, next to
+ * cblas_sgemm on the host measured in the same run. OpenCL devices get two
+ * rows per shape, "opencl/clblast" and "opencl/own" (TD_OPENCL_GEMM forces
+ * the path), which is how the backend's selection rule was measured. Each
+ * result is checked against cblas_sgemm (normalised MSE). Measurements run
+ * on the device's own worker thread (td_mesh_run), as the engine drives it. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "td_backend.h"
+#include "td_context_internal.h"
+#include "td_mesh_internal.h"
+#include "tandem/context.h"
+#include "tandem/device.h"
+
+typedef struct shape {
+    int64_t m, n, k;
+    const char *label;
+} shape;
+
+static const shape shapes[] = {
+    {64, 64, 64, "square"},
+    {128, 128, 128, "square"},
+    {256, 256, 256, "square"},
+    {512, 512, 512, "square"},
+    {1024, 1024, 1024, "square"},
+    {400, 1, 5, "linreg X.w"},
+    {128, 256, 784, "mlp layer1"},
+    {128, 128, 256, "mlp layer2"},
+    {128, 10, 128, "mlp head"},
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+typedef struct bench {
+    td_mesh *mesh;
+    int reps;
+    int64_t max_size;
+    bool json;
+    double openblas_gflops[NSHAPES];
+    float *a[NSHAPES], *b[NSHAPES], *ref[NSHAPES];
+    int failures;
+} bench;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double gflops(const shape *s, double seconds)
+{
+    return 2.0 * (double)s->m * (double)s->n * (double)s->k / seconds * 1e-9;
+}
+
+static bool skipped(const bench *b, const shape *s)
+{
+    return s->m > b->max_size || s->n > b->max_size || s->k > b->max_size;
+}
+
+static void host_baseline(bench *b)
+{
+    for (size_t i = 0; i < NSHAPES; i++) {
+        const shape *s = &shapes[i];
+        size_t asz = (size_t)(s->m * s->k), bsz = (size_t)(s->k * s->n), csz = (size_t)(s->m * s->n);
+        b->a[i] = malloc(asz * 4);
+        b->b[i] = malloc(bsz * 4);
+        b->ref[i] = malloc(csz * 4);
+        uint32_t st = 7u + (uint32_t)i;
+        for (size_t j = 0; j < asz; j++, st = st * 1664525u + 1013904223u)
+            b->a[i][j] = (float)(st >> 9) / 8388608.0f - 1.0f;
+        for (size_t j = 0; j < bsz; j++, st = st * 1664525u + 1013904223u)
+            b->b[i][j] = (float)(st >> 9) / 8388608.0f - 1.0f;
+        if (skipped(b, s))
+            continue;
+        double t[64];
+        int reps = 0;
+        double begin = now_s();
+        do {
+            double t0 = now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f,
+                        b->a[i], (int)s->k, b->b[i], (int)s->n, 0.0f, b->ref[i], (int)s->n);
+            t[reps++] = now_s() - t0;
+        } while (reps < 64 && (reps < b->reps || now_s() - begin < 0.2));
+        b->openblas_gflops[i] = gflops(s, median(t, reps));
+    }
+}
+
+static void print_row(bench *b, const td_mesh_device *md, const char *backend, size_t i, double seconds,
+                      double nmse)
+{
+    const shape *s = &shapes[i];
+    double g = gflops(s, seconds), ob = b->openblas_gflops[i];
+    if (b->json)
+        printf("{\"device\": %u, \"device_name\": \"%s\", \"backend\": \"%s\", \"shape\": \"%s\", "
+               "\"m\": %lld, \"n\": %lld, \"k\": %lld, \"seconds\": %.6g, \"gflops\": %.3f, "
+               "\"openblas_gflops\": %.3f, \"ratio\": %.3f, \"nmse\": %.3g}\n",
+               md->position, md->info.name, backend, s->label, (long long)s->m, (long long)s->n,
+               (long long)s->k, seconds, g, ob, g / ob, nmse);
+    else
+        printf("%-3u %-16s %5lld %5lld %5lld %11.6f %9.2f %9.2f %7.3f  %-11s %s\n", md->position, backend,
+               (long long)s->m, (long long)s->n, (long long)s->k, seconds, g, ob, g / ob, s->label,
+               md->info.name);
+    fflush(stdout);
+}
+
+/* One device, one backend path, every shape. Runs on the device's worker. */
+static td_status measure(bench *b, const td_mesh_device *md, const char *label)
+{
+    const td_backend_ops *ops = md->ops;
+    td_device *dev = md->dev;
+    td_context *ctx = b->mesh->ctx;
+    for (size_t i = 0; i < NSHAPES; i++) {
+        const shape *s = &shapes[i];
+        if (skipped(b, s))
+            continue;
+        size_t asz = (size_t)(s->m * s->k), bsz = (size_t)(s->k * s->n), csz = (size_t)(s->m * s->n);
+        td_buffer *ba = NULL, *bb = NULL, *bc = NULL;
+        td_segment *seg = NULL;
+        float *c = malloc(csz * 4);
+        td_status st = ops->buffer_create(dev, asz * 4, &ba);
+        if (st == TD_OK)
+            st = ops->buffer_create(dev, bsz * 4, &bb);
+        if (st == TD_OK)
+            st = ops->buffer_create(dev, csz * 4, &bc);
+        if (st == TD_OK)
+            st = ops->write(dev, ba, 0, b->a[i], asz * 4);
+        if (st == TD_OK)
+            st = ops->write(dev, bb, 0, b->b[i], bsz * 4);
+        td_kernel_call call = {.kernel = TD_KERNEL_GEMM, .a = {ba, 0}, .b = {bb, 0}, .out = {bc, 0},
+                               .p.gemm = {.m = s->m, .n = s->n, .k = s->k, .lda = s->k, .ldb = s->n,
+                                          .ldc = s->n, .alpha = 1.0f, .beta = 0.0f}};
+        if (st == TD_OK)
+            st = ops->segment_create(dev, &call, 1, &seg);
+        uint64_t ticket;
+        double t[64];
+        int reps = 0;
+        /* Warm-up: first-call compilation (CLBlast: seconds) is not timed. */
+        if (st == TD_OK)
+            st = ops->segment_run(dev, seg);
+        if (st == TD_OK)
+            st = ops->submit(dev, &ticket);
+        if (st == TD_OK)
+            st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
+        double begin = now_s();
+        while (st == TD_OK && reps < 64 && (reps < b->reps || now_s() - begin < 0.2)) {
+            double t0 = now_s();
+            st = ops->segment_run(dev, seg);
+            if (st == TD_OK)
+                st = ops->submit(dev, &ticket);
+            if (st == TD_OK)
+                st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
+            t[reps++] = now_s() - t0;
+        }
+        if (st == TD_OK)
+            st = ops->read(dev, bc, 0, c, csz * 4);
+        if (st == TD_OK)
+            st = ops->submit(dev, &ticket);
+        if (st == TD_OK)
+            st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
+        if (st == TD_OK) {
+            double err = 0, norm = 0;
+            for (size_t j = 0; j < csz; j++) {
+                double d = (double)c[j] - (double)b->ref[i][j];
+                err += d * d;
+                norm += (double)b->ref[i][j] * (double)b->ref[i][j];
+            }
+            double nmse = norm > 0 ? err / norm : err;
+            if (!(nmse < 1e-8)) {
+                fprintf(stderr, "gemm: %s %lldx%lldx%lld on device %u: wrong result (nmse %g)\n", label,
+                        (long long)s->m, (long long)s->n, (long long)s->k, md->position, nmse);
+                b->failures++;
+            }
+            print_row(b, md, label, i, median(t, reps), nmse);
+        }
+        if (seg)
+            ops->segment_destroy(dev, seg);
+        ops->buffer_destroy(dev, ba);
+        ops->buffer_destroy(dev, bb);
+        ops->buffer_destroy(dev, bc);
+        free(c);
+        if (st != TD_OK)
+            return st;
+    }
+    return TD_OK;
+}
+
+typedef struct job {
+    bench *b;
+    uint32_t target;
+} job;
+
+static td_status run_job(void *arg, uint32_t position)
+{
+    job *j = arg;
+    if (position != j->target)
+        return TD_OK;
+    const td_mesh_device *md = &j->b->mesh->devices[position];
+    if (strcmp(md->ops->name, "opencl") != 0)
+        return measure(j->b, md, md->ops->name);
+    /* The backend reads TD_OPENCL_GEMM at segment_create. */
+    setenv("TD_OPENCL_GEMM", "clblast", 1);
+    td_status st = measure(j->b, md, "opencl/clblast");
+    setenv("TD_OPENCL_GEMM", "own", 1);
+    if (st == TD_OK)
+        st = measure(j->b, md, "opencl/own");
+    unsetenv("TD_OPENCL_GEMM");
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    const char *spec = "cpu:1";
+    bench b = {.reps = 5, .max_size = 1 << 30};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
+            spec = argv[++i];
+        else if (strcmp(argv[i], "--json") == 0)
+            b.json = true;
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            b.reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
+            b.max_size = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--devices SPEC] [--json] [--reps N] [--max-size N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (b.reps < 1 || b.reps > 64)
+        b.reps = 5;
+    td_context_options opts;
+    td_context_options_init(&opts);
+    opts.timeout_ms = 30u * 60u * 1000u; /* CLBlast's cold compile takes tens of seconds */
+    td_context *ctx;
+    if (td_context_create(&opts, &ctx) != TD_OK) {
+        fprintf(stderr, "gemm: cannot create a context\n");
+        return 1;
+    }
+    td_status st = td_mesh_create(ctx, spec, &b.mesh);
+    if (st != TD_OK) {
+        fprintf(stderr, "gemm: --devices %s: %s\n", spec, td_last_error(ctx));
+        td_context_destroy(ctx);
+        return 1;
+    }
+    host_baseline(&b);
+    if (!b.json)
+        printf("%-3s %-16s %5s %5s %5s %11s %9s %9s %7s  %-11s %s\n", "dev", "backend", "m", "n", "k", "seconds",
+               "gflops", "openblas", "ratio", "shape", "device");
+    for (uint32_t d = 0; d < b.mesh->count && st == TD_OK; d++) {
+        job j = {&b, d};
+        st = td_mesh_run(b.mesh, run_job, &j);
+        if (st != TD_OK)
+            fprintf(stderr, "gemm: device %u: %s\n", d, td_last_error(ctx));
+    }
+    for (size_t i = 0; i < NSHAPES; i++) {
+        free(b.a[i]);
+        free(b.b[i]);
+        free(b.ref[i]);
+    }
+    td_mesh_destroy(b.mesh);
+    td_context_destroy(ctx);
+    return st != TD_OK || b.failures ? 1 : 0;
+}

@@ -1,0 +1,174 @@
+/* The OpenCL backend through its vtable, on every OpenCL device found, with
+ * every kernel compared against kernels/cpu/td_reference.c: elementwise,
+ * fill, copy and xent backward bitwise; reduce, GEMM and xent forward by
+ * normalised MSE with NaN/Inf in the same places.
+ *
+ * Criterion forks per test and drivers do not survive a fork after
+ * initialisation, so each test creates its own context and devices. */
+#include "cl_harness.h"
+
+/* ---- discovery -------------------------------------------------------- */
+
+Test(opencl, probe_and_describe)
+{
+    harness h = start();
+    cr_assert_gt(h.count, 0);
+    for (uint32_t i = 0; i < h.count; i++) {
+        td_device_info info;
+        cr_assert_eq(ops->describe(h.ctx, i, &info), TD_OK, "%s", td_last_error(h.ctx));
+        cr_assert_str_eq(info.backend, "opencl");
+        cr_assert_eq(info.index, i);
+        cr_assert_gt(strlen(info.name), 0);
+        cr_assert_gt(strlen(info.vendor), 0);
+        cr_assert_gt(strlen(info.driver_version), 0);
+        cr_assert(strncmp(info.language_version, "OpenCL C", 8) == 0, "%s", info.language_version);
+        cr_assert_gt(info.compute_units, 0);
+        cr_assert_gt(info.global_memory, 0);
+        cr_assert_gt(info.max_allocation, 0);
+        cr_assert_leq(info.max_allocation, info.global_memory);
+        cr_assert_gt(info.max_workgroup_size, 0);
+    }
+    td_device_info info;
+    cr_assert_eq(ops->describe(h.ctx, h.count, &info), TD_ERR_UNKNOWN_DEVICE);
+    td_device *dev = NULL;
+    cr_assert_eq(ops->open(h.ctx, h.count + 5, 0, &dev), TD_ERR_UNKNOWN_DEVICE);
+    cr_assert_null(dev);
+    td_context_destroy(h.ctx);
+}
+
+Test(opencl, two_instances_on_one_device)
+{
+    harness h = start();
+    td_device *a = NULL, *b = NULL;
+    cr_assert_eq(ops->open(h.ctx, 0, 0, &a), TD_OK, "%s", td_last_error(h.ctx));
+    cr_assert_eq(ops->open(h.ctx, 0, 1, &b), TD_OK, "%s", td_last_error(h.ctx));
+    float x = 3.0f, y = 0.0f;
+    td_buffer *ba = make_buf(a, h.ctx, 1, &x);
+    td_buffer *bb = make_buf(b, h.ctx, 1, NULL);
+    float z = 5.0f;
+    cr_assert_eq(ops->write(b, bb, 0, &z, 4), TD_OK);
+    download(a, h.ctx, ba, &y, 1);
+    cr_assert_eq(y, 3.0f);
+    download(b, h.ctx, bb, &y, 1);
+    cr_assert_eq(y, 5.0f);
+    ops->buffer_destroy(a, ba);
+    ops->buffer_destroy(b, bb);
+    ops->close(a);
+    ops->close(b);
+    td_context_destroy(h.ctx);
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+Test(opencl, buffers_copy_and_staging)
+{
+    harness h = start();
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        const size_t n = 10007;
+        float *src = rand_floats(n), *dst = calloc(n, 4);
+        td_buffer *a = make_buf(dev, h.ctx, n, src);
+        td_buffer *b = make_buf(dev, h.ctx, n, NULL);
+        /* Offsets in bytes, deliberately not multiples of 64. */
+        cr_assert_eq(ops->copy(dev, a, 4 * 3, b, 4 * 11, 4 * 9000), TD_OK, "%s", td_last_error(h.ctx));
+        cr_assert_eq(ops->read(dev, b, 4 * 11, dst, 4 * 9000), TD_OK);
+        finish(dev, h.ctx);
+        expect_bitwise(dst, src + 3, 9000, "copy");
+        download(dev, h.ctx, a, dst, n);
+        expect_bitwise(dst, src, n, "round trip");
+
+        td_staging *s1, *s2;
+        void *h1, *h2;
+        cr_assert_eq(ops->staging_create(dev, n * 4, &s1, &h1), TD_OK, "%s", td_last_error(h.ctx));
+        cr_assert_eq(ops->staging_create(dev, n * 4, &s2, &h2), TD_OK, "%s", td_last_error(h.ctx));
+        cr_assert_not_null(h1);
+        memcpy(h1, src, n * 4);
+        memset(h2, 0, n * 4);
+        cr_assert_eq(ops->write(dev, b, 0, h1, n * 4), TD_OK);
+        cr_assert_eq(ops->read(dev, b, 0, h2, n * 4), TD_OK);
+        finish(dev, h.ctx);
+        expect_bitwise(h2, src, n, "staging round trip");
+        /* Reuse after a wait: the mapping stays valid. */
+        ((float *)h1)[7] = 42.0f;
+        cr_assert_eq(ops->write(dev, b, 28, (float *)h1 + 7, 4), TD_OK);
+        cr_assert_eq(ops->read(dev, b, 28, (float *)h2 + 7, 4), TD_OK);
+        finish(dev, h.ctx);
+        cr_assert_eq(((float *)h2)[7], 42.0f);
+        ops->staging_destroy(dev, s1);
+        ops->staging_destroy(dev, s2);
+
+        td_buffer *empty = NULL;
+        cr_assert_eq(ops->buffer_create(dev, 0, &empty), TD_OK);
+        cr_assert_eq(ops->write(dev, empty, 0, src, 0), TD_OK);
+        cr_assert_eq(ops->read(dev, a, 4 * n, dst, 4), TD_ERR_INVALID_ARGUMENT);
+        ops->buffer_destroy(dev, empty);
+        cr_assert_null(ops->buffer_host_pointer(dev, a));
+        ops->buffer_destroy(dev, a);
+        ops->buffer_destroy(dev, b);
+        free(src);
+        free(dst);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+Test(opencl, errors_and_timeouts)
+{
+    harness h = start();
+    td_device *dev = open_dev(&h, 0);
+    td_buffer *huge = NULL;
+    td_status st = ops->buffer_create(dev, (size_t)1 << 62, &huge);
+    cr_assert(st == TD_ERR_OUT_OF_MEMORY || st == TD_ERR_BACKEND, "status %d", st);
+    cr_assert_not_null(strstr(td_last_error(h.ctx), "CL_"), "%s", td_last_error(h.ctx));
+    cr_assert_null(huge);
+    cr_assert_eq(ops->wait(dev, 99, 10), TD_ERR_INVALID_ARGUMENT);
+
+    /* Out-of-range arguments are refused at segment_create. */
+    td_buffer *small = make_buf(dev, h.ctx, 16, NULL);
+    td_kernel_call bad = {.kernel = TD_KERNEL_FILL, .n = 17, .out = {small, 0}};
+    td_segment *seg = NULL;
+    cr_assert_eq(ops->segment_create(dev, &bad, 1, &seg), TD_ERR_INVALID_ARGUMENT);
+    bad.n = 16;
+    bad.out.offset = 1;
+    cr_assert_eq(ops->segment_create(dev, &bad, 1, &seg), TD_ERR_INVALID_ARGUMENT);
+    cr_assert_null(seg);
+
+    /* A wait shorter than the queued work returns TD_ERR_TIMEOUT, and a
+     * later, longer wait still succeeds. */
+    setenv("TD_OPENCL_GEMM", "own", 1);
+    const int64_t n = 768;
+    td_buffer *a = make_buf(dev, h.ctx, (size_t)(n * n), NULL);
+    td_buffer *c = make_buf(dev, h.ctx, (size_t)(n * n), NULL);
+    td_kernel_call calls[2] = {
+        {.kernel = TD_KERNEL_FILL, .n = n * n, .alpha = 0.5f, .out = {a, 0}},
+        {.kernel = TD_KERNEL_GEMM, .a = {a, 0}, .b = {a, 0}, .out = {c, 0},
+         .p.gemm = {.m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n, .alpha = 1, .beta = 0}},
+    };
+    cr_assert_eq(ops->segment_create(dev, calls, 2, &seg), TD_OK, "%s", td_last_error(h.ctx));
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(ops->segment_run(dev, seg), TD_OK);
+    uint64_t t;
+    cr_assert_eq(ops->submit(dev, &t), TD_OK);
+    st = ops->wait(dev, t, 1);
+    cr_assert_eq(st, TD_ERR_TIMEOUT, "status %d: %s", st, td_last_error(h.ctx));
+    cr_assert_eq(ops->wait(dev, t, 120000), TD_OK, "%s", td_last_error(h.ctx));
+    float v;
+    cr_assert_eq(ops->read(dev, c, 4 * 5, &v, 4), TD_OK);
+    finish(dev, h.ctx);
+    cr_assert_eq(v, 0.25f * (float)n);
+    /* Many tickets: old ones stay waitable after their markers are recycled. */
+    uint64_t first = 0;
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(ops->submit(dev, &t), TD_OK);
+        if (i == 0)
+            first = t;
+    }
+    cr_assert_eq(ops->wait(dev, first, 60000), TD_OK);
+    cr_assert_eq(ops->wait(dev, t, 60000), TD_OK);
+    ops->segment_destroy(dev, seg);
+    ops->buffer_destroy(dev, a);
+    ops->buffer_destroy(dev, c);
+    ops->buffer_destroy(dev, small);
+    ops->close(dev);
+    td_context_destroy(h.ctx);
+}

@@ -1,0 +1,300 @@
+/* Every td_kernel_call on every OpenCL device, against the CPU reference. */
+#include "cl_harness.h"
+
+/* Runs one call whose tensors all live in one buffer holding `host` (elems
+ * floats), and compares the whole buffer with the reference applied to a
+ * host copy, so that writes outside the outputs are caught too. */
+typedef void (*reference_fn)(float *mem, const td_kernel_call *call);
+
+static void check_call(td_device *dev, td_context *ctx, td_kernel_call call, float *host, size_t elems,
+                       reference_fn ref, bool bitwise, const char *what)
+{
+    td_buffer *buf = make_buf(dev, ctx, elems, host);
+    float *want = malloc(elems * 4), *got = malloc(elems * 4);
+    memcpy(want, host, elems * 4);
+    ref(want, &call);
+    call.out.buffer = buf;
+    call.out2.buffer = buf;
+    call.a.buffer = buf;
+    call.b.buffer = buf;
+    call.c.buffer = buf;
+    run_calls(dev, ctx, &call, 1);
+    download(dev, ctx, buf, got, elems);
+    if (bitwise)
+        expect_bitwise(got, want, elems, what);
+    else
+        expect_close(got, want, elems, what);
+    ops->buffer_destroy(dev, buf);
+    free(want);
+    free(got);
+}
+
+static void ref_fill(float *m, const td_kernel_call *c)
+{
+    td_reference_fill(m + c->out.offset, c->n, c->alpha);
+}
+static void ref_copy(float *m, const td_kernel_call *c)
+{
+    td_reference_copy(m + c->out.offset, m + c->a.offset, c->n);
+}
+static void ref_ew(float *m, const td_kernel_call *c)
+{
+    td_reference_elementwise(m + c->out.offset, m + c->a.offset, m + c->b.offset, &c->p.ew);
+}
+static void ref_reduce(float *m, const td_kernel_call *c)
+{
+    td_reference_reduce(m + c->out.offset, m + c->a.offset, &c->p.reduce);
+}
+static void ref_gemm(float *m, const td_kernel_call *c)
+{
+    td_reference_gemm(m + c->out.offset, m + c->a.offset, m + c->b.offset, &c->p.gemm);
+}
+static void ref_xent_fwd(float *m, const td_kernel_call *c)
+{
+    td_reference_xent_forward(m + c->out.offset, m + c->out2.offset, m + c->a.offset,
+                              (const int32_t *)(m + c->b.offset), &c->p.xent);
+}
+static void ref_xent_bwd(float *m, const td_kernel_call *c)
+{
+    td_reference_xent_backward(m + c->out.offset, m + c->a.offset, (const int32_t *)(m + c->b.offset),
+                               m + c->c.offset, &c->p.xent);
+}
+
+Test(opencl_kernels, fill_and_copy)
+{
+    harness h = start();
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        float *mem = rand_floats(3000);
+        td_kernel_call fill = {.kernel = TD_KERNEL_FILL, .n = 1001, .alpha = -2.5f, .out = {NULL, 37}};
+        check_call(dev, h.ctx, fill, mem, 3000, ref_fill, true, "fill");
+        td_kernel_call copy = {.kernel = TD_KERNEL_COPY, .n = 1234, .out = {NULL, 1500}, .a = {NULL, 3}};
+        check_call(dev, h.ctx, copy, mem, 3000, ref_copy, true, "copy");
+        td_kernel_call self = {.kernel = TD_KERNEL_COPY, .n = 100, .out = {NULL, 5}, .a = {NULL, 5}};
+        check_call(dev, h.ctx, self, mem, 3000, ref_copy, true, "copy onto itself");
+        td_kernel_call empty = {.kernel = TD_KERNEL_FILL, .n = 0, .out = {NULL, 0}};
+        check_call(dev, h.ctx, empty, mem, 3000, ref_fill, true, "empty fill");
+        free(mem);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+static void set4(int64_t *dst, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    dst[0] = a;
+    dst[1] = b;
+    dst[2] = c;
+    dst[3] = d;
+}
+
+Test(opencl_kernels, elementwise_every_op)
+{
+    harness h = start();
+    const size_t elems = 4096;
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        float *mem = rand_floats(elems);
+        /* Special values where ops disagree most easily. */
+        mem[10] = NAN;
+        mem[11] = INFINITY;
+        mem[12] = -INFINITY;
+        mem[13] = -0.0f;
+        mem[14] = 0.0f;
+        mem[15] = 1e-40f; /* subnormal */
+        mem[16] = 3.4e38f;
+        for (int op = 0; op < TD_EW_OP_COUNT; op++) {
+            char what[64];
+            /* Dense: out[2000..2000+2*3*5*7) = f(a[7..], b[300..]) */
+            td_kernel_call c = {.kernel = TD_KERNEL_ELEMENTWISE, .out = {NULL, 2000}, .a = {NULL, 7},
+                                .b = {NULL, 300}};
+            c.p.ew.op = op;
+            c.p.ew.alpha = 0.37f;
+            set4(c.p.ew.dims, 2, 3, 5, 7);
+            set4(c.p.ew.a_strides, 105, 35, 7, 1);
+            set4(c.p.ew.b_strides, 105, 35, 7, 1);
+            snprintf(what, sizeof what, "ew op %d dense", op);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            /* Broadcasting: b is a row vector [7] broadcast over rows, a
+             * a column [3] broadcast over the last axis, a transposed view. */
+            set4(c.p.ew.a_strides, 0, 1, 0, 0);
+            set4(c.p.ew.b_strides, 0, 0, 0, 1);
+            c.a.offset = 9;
+            snprintf(what, sizeof what, "ew op %d broadcast", op);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            set4(c.p.ew.a_strides, 1, 2, 6 * 7, 6);
+            set4(c.p.ew.b_strides, 0, 7, 0, 1);
+            snprintf(what, sizeof what, "ew op %d transposed", op);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            /* In place: out aliases a exactly. */
+            set4(c.p.ew.dims, 1, 1, 1, 999);
+            set4(c.p.ew.a_strides, 0, 0, 0, 1);
+            set4(c.p.ew.b_strides, 0, 0, 0, 1);
+            c.out.offset = 3000;
+            c.a.offset = 3000;
+            snprintf(what, sizeof what, "ew op %d in place", op);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+        }
+        free(mem);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+Test(opencl_kernels, reduce_axes)
+{
+    harness h = start();
+    const size_t elems = 70000;
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        float *mem = rand_floats(elems);
+        td_kernel_call c = {.kernel = TD_KERNEL_REDUCE, .out = {NULL, 60000}, .a = {NULL, 3}};
+        c.p.reduce.alpha = 0.5f;
+        /* a viewed as [4][6][10][25] at offset 3 (6000 elements). */
+        struct {
+            int64_t od[4], os[4], rd[4], rs[4];
+            const char *what;
+        } cases[] = {
+            {{4, 6, 10, 1}, {1500, 250, 25, 0}, {1, 1, 1, 25}, {0, 0, 0, 1}, "last axis"},
+            {{1, 6, 10, 25}, {0, 250, 25, 1}, {1, 1, 1, 4}, {0, 0, 0, 1500}, "first axis"},
+            {{1, 1, 6, 1}, {0, 0, 250, 0}, {4, 10, 25, 1}, {1500, 25, 1, 0}, "all but axis 1"},
+            {{1, 1, 1, 1}, {0, 0, 0, 0}, {4, 6, 10, 25}, {1500, 250, 25, 1}, "everything (small)"},
+            {{1, 1, 1, 1}, {0, 0, 0, 0}, {1, 1, 1, 0}, {0, 0, 0, 1}, "empty reduction"},
+            {{1, 1, 25, 10}, {0, 0, 1, 25}, {1, 4, 6, 1}, {0, 1500, 250, 0}, "transposed out"},
+            {{1, 1, 1, 1}, {0, 0, 0, 0}, {1, 1, 1, 50000}, {0, 0, 0, 1}, "long sum (two passes)"},
+            {{1, 1, 1, 3}, {0, 0, 0, 1}, {1, 1, 16000, 1}, {0, 0, 3, 0}, "long strided sums"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            memcpy(c.p.reduce.out_dims, cases[i].od, sizeof cases[i].od);
+            memcpy(c.p.reduce.out_strides, cases[i].os, sizeof cases[i].os);
+            memcpy(c.p.reduce.red_dims, cases[i].rd, sizeof cases[i].rd);
+            memcpy(c.p.reduce.red_strides, cases[i].rs, sizeof cases[i].rs);
+            check_call(dev, h.ctx, c, mem, elems, ref_reduce, false, cases[i].what);
+        }
+        free(mem);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* GEMM cases with awkward sizes; A at offset 5, B after it, C at the end
+ * with a padded ldc. C starts as NaN where beta == 0 (must not propagate). */
+static void gemm_cases(td_device *dev, td_context *ctx, const int64_t (*shapes)[3], size_t nshapes,
+                       bool all_transposes)
+{
+    for (size_t s = 0; s < nshapes; s++)
+        for (int t = 0; t < 4; t++) {
+            if (!all_transposes && t != (int)(s % 4))
+                continue;
+            for (int beta1 = 0; beta1 < 2; beta1++) {
+                int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                td_gemm_params p = {.trans_a = t >> 1, .trans_b = t & 1, .m = m, .n = n, .k = k,
+                                    .alpha = 1.25f, .beta = beta1 ? 1.0f : 0.0f};
+                p.lda = (p.trans_a ? m : k) + 1;
+                p.ldb = (p.trans_b ? k : n) + 2;
+                p.ldc = n + 3;
+                size_t asz = (size_t)((p.trans_a ? k : m) * p.lda), bsz = (size_t)((p.trans_b ? n : k) * p.ldb);
+                size_t csz = (size_t)(m * p.ldc);
+                size_t elems = 5 + asz + bsz + csz + 8;
+                float *mem = rand_floats(elems);
+                td_kernel_call c = {.kernel = TD_KERNEL_GEMM, .a = {NULL, 5}, .b = {NULL, 5 + asz},
+                                    .out = {NULL, 5 + asz + bsz}, .p.gemm = p};
+                if (!beta1)
+                    for (size_t i = 0; i < csz; i++)
+                        mem[5 + asz + bsz + i] = NAN;
+                char what[96];
+                snprintf(what, sizeof what, "gemm %lldx%lldx%lld trans %d%d beta %d", (long long)m,
+                         (long long)n, (long long)k, t >> 1, t & 1, beta1);
+                check_call(dev, ctx, c, mem, elems, ref_gemm, false, what);
+                free(mem);
+            }
+        }
+}
+
+Test(opencl_kernels, gemm_own_kernel)
+{
+    harness h = start();
+    setenv("TD_OPENCL_GEMM", "own", 1);
+    static const int64_t shapes[][3] = {{1, 1, 1}, {7, 1, 33}, {1, 130, 7}, {33, 7, 130},
+                                        {130, 33, 1}, {33, 130, 7}, {64, 64, 64}, {5, 6, 0}};
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        gemm_cases(dev, h.ctx, shapes, sizeof shapes / sizeof shapes[0], true);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* CLBlast compiles its kernels per program variant (~20 s each, cold): a
+ * few shapes on one device cover the direct path and the transposes. */
+Test(opencl_kernels, gemm_clblast)
+{
+    harness h = start();
+    setenv("TD_OPENCL_GEMM", "clblast", 1);
+    static const int64_t shapes[][3] = {{7, 33, 130}, {130, 7, 33}, {1, 1, 1}, {33, 130, 7}, {520, 260, 300}};
+    td_device *dev = open_dev(&h, 0);
+    gemm_cases(dev, h.ctx, shapes, sizeof shapes / sizeof shapes[0], false);
+    ops->close(dev);
+    td_context_destroy(h.ctx);
+}
+
+Test(opencl_kernels, xent_forward_backward)
+{
+    harness h = start();
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        const int64_t rows = 37, cols = 10;
+        const size_t elems = 4000;
+        float *mem = rand_floats(elems);
+        for (size_t i = 0; i < (size_t)(rows * cols); i++)
+            mem[11 + i] *= 8.0f; /* logits of some spread */
+        int32_t *labels = (int32_t *)(mem + 1000);
+        for (int64_t r = 0; r < rows; r++)
+            labels[r] = (int32_t)(r % cols);
+        labels[3] = (int32_t)cols; /* out of range: that row's loss is NaN */
+        labels[4] = -1;
+        td_kernel_call f = {.kernel = TD_KERNEL_XENT_FORWARD, .out = {NULL, 2000}, .out2 = {NULL, 2100},
+                            .a = {NULL, 11}, .b = {NULL, 1000}, .p.xent = {rows, cols}};
+        check_call(dev, h.ctx, f, mem, elems, ref_xent_fwd, false, "xent forward");
+        labels[3] = 2;
+        labels[4] = 9;
+        for (size_t i = 0; i < (size_t)(rows * cols); i++)
+            mem[2100 + i] = fabsf(mem[2100 + i]);
+        td_kernel_call b = {.kernel = TD_KERNEL_XENT_BACKWARD, .out = {NULL, 3000}, .a = {NULL, 2100},
+                            .b = {NULL, 1000}, .c = {NULL, 1100}, .p.xent = {rows, cols}};
+        check_call(dev, h.ctx, b, mem, elems, ref_xent_bwd, true, "xent backward");
+        free(mem);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* A segment of several calls, run twice: steady-state re-enqueue. */
+Test(opencl_kernels, segment_runs_repeatedly)
+{
+    harness h = start();
+    td_device *dev = open_dev(&h, h.count - 1);
+    const int64_t n = 1000;
+    td_buffer *x = make_buf(dev, h.ctx, (size_t)n, NULL), *y = make_buf(dev, h.ctx, (size_t)n, NULL);
+    td_kernel_call calls[2] = {
+        {.kernel = TD_KERNEL_FILL, .n = n, .alpha = 2.0f, .out = {x, 0}},
+        {.kernel = TD_KERNEL_ELEMENTWISE, .out = {y, 0}, .a = {y, 0}, .b = {x, 0},
+         .p.ew = {.op = TD_EW_AXPY, .alpha = 0.5f, .dims = {1, 1, 1, n}, .a_strides = {0, 0, 0, 1},
+                  .b_strides = {0, 0, 0, 1}}},
+    };
+    td_kernel_call zero = {.kernel = TD_KERNEL_FILL, .n = n, .alpha = 0.0f, .out = {y, 0}};
+    run_calls(dev, h.ctx, &zero, 1);
+    td_segment *seg;
+    cr_assert_eq(ops->segment_create(dev, calls, 2, &seg), TD_OK, "%s", td_last_error(h.ctx));
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(ops->segment_run(dev, seg), TD_OK);
+    float out[1000];
+    download(dev, h.ctx, y, out, (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(out[i], 3.0f);
+    ops->segment_destroy(dev, seg);
+    ops->buffer_destroy(dev, x);
+    ops->buffer_destroy(dev, y);
+    ops->close(dev);
+    td_context_destroy(h.ctx);
+}
