@@ -153,8 +153,15 @@ void td_vk_close(td_device *dev)
     td_context *ctx = dev->ctx;
     if (dev->device != VK_NULL_HANDLE) {
         /* Work still in flight must finish before its memory goes away; a
-         * lost device returns at once. */
-        vkDeviceWaitIdle(dev->device);
+         * lost device returns at once. The wait is bounded: a device still
+         * busy after the timeout is abandoned (logged), not waited on forever. */
+        if (dev->submitted > 0) {
+            td_status w = td_vk_wait(dev, dev->submitted, td_context_timeout_ms(ctx));
+            if (w != TD_OK && w != TD_ERR_DEVICE_LOST) {
+                td_log(ctx, TD_LOG_ERROR, "vulkan: device still busy after the timeout at close; abandoned");
+                return;
+            }
+        }
         while (dev->stagings != NULL)
             td_vk_staging_destroy(dev, dev->stagings);
         td_vk_transfer_release(dev);

@@ -587,7 +587,16 @@ void td_vk_segment_destroy(td_device *dev, td_segment *segment)
             td_vk_submit(dev, NULL);
             break;
         }
-    vkQueueWaitIdle(dev->queue);
+    /* Bounded, unlike vkQueueWaitIdle: a hung queue leaves the segment
+     * allocated (logged) instead of hanging the caller. A lost device has
+     * nothing in flight any more, so freeing is safe then. */
+    if (dev->submitted > 0) {
+        td_status w = td_vk_wait(dev, dev->submitted, td_context_timeout_ms(dev->ctx));
+        if (w != TD_OK && w != TD_ERR_DEVICE_LOST) {
+            td_log(dev->ctx, TD_LOG_ERROR, "vulkan: segment still executing after the timeout; abandoned");
+            return;
+        }
+    }
     if (segment->cmd != VK_NULL_HANDLE)
         vkFreeCommandBuffers(dev->device, dev->pool, 1, &segment->cmd);
     if (segment->pool != VK_NULL_HANDLE)
