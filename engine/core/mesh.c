@@ -213,10 +213,11 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
     td_mesh *mesh = td_alloc_zeroed(ctx, sizeof *mesh);
     td_mesh_device *devices = td_alloc_zeroed(ctx, sizeof *devices * list->count);
     if (!mesh || !devices) {
+        size_t bytes = sizeof *devices * list->count;
         td_free(ctx, mesh);
         td_free(ctx, devices);
         td_free(ctx, list);
-        return TD_OOM(ctx, "the mesh", sizeof *devices * list->count);
+        return TD_OOM(ctx, "the mesh", bytes);
     }
     mesh->ctx = ctx;
     mesh->devices = devices;

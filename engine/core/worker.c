@@ -174,7 +174,7 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     td_status result = pool->pending != 0 ? TD_ERR_TIMEOUT : pool->first_failure;
     uint32_t stuck = pool->pending;
     pthread_mutex_unlock(&pool->lock);
-    if (result == TD_ERR_TIMEOUT)
+    if (stuck != 0) /* a job's own timeout already said who waited for whom */
         return td_error_set(mesh->ctx, TD_ERR_TIMEOUT, "%u of %u workers did not finish within %llu ms", stuck,
                             mesh->count, (unsigned long long)limit_ms);
     return result;

@@ -146,6 +146,9 @@ td_status td_graph_infer(const td_graph *g, td_node id, td_shape *shapes, uint32
         int infer_at = -1;
         *out = n->requested;
         for (uint32_t i = 0; i < out->rank; i++) {
+            if (out->dims[i] == -1 && infer_at >= 0)
+                return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH,
+                                    "node %u: reshape may infer one dimension (-1), not several", id);
             if (out->dims[i] == -1)
                 infer_at = (int)i;
             else

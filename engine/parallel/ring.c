@@ -220,6 +220,7 @@ typedef struct ring_op {
     uint32_t shift; /* after the reduce-scatter, rank r owns chunk (r + shift) % N */
     td_ring_finalize_fn finalize;
     void *user;
+    int consume_input; /* the input's memory may serve as the reduction's scratch */
     td_buffer *in, *out;
     uint64_t in_offset, out_offset;
     size_t slices; /* per chunk */
@@ -304,7 +305,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     float *in_host = ops->buffer_host_pointer(dev, op->in);
     float *out_host = ops->buffer_host_pointer(dev, op->out);
     const int direct = in_host && out_host;
-    if (!direct && (bytes_needed > me->staging_bytes || !me->staging_host))
+    if (!direct && bytes_needed > 0 && (bytes_needed > me->staging_bytes || !me->staging_host))
         return fail(ring, r, td_error_set(ctx, TD_ERR_STATE,
                                          "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time",
                                          r, bytes_needed, me->staging_bytes));
@@ -327,9 +328,15 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             if (hi > lo)
                 memmove(out_host + op->out_offset + lo, in_host + op->in_offset, (hi - lo) * sizeof(float));
             work = gather = out_host + op->out_offset;
-        } else {
+        } else if (op->consume_input || (in_host == out_host && op->in_offset == op->out_offset)) {
             work = in_host + op->in_offset;
             gather = out_host + op->out_offset;
+        } else {
+            /* The operand must survive (psum(x) then x used again): work in
+             * the output, which every rank overwrites anyway. */
+            if (op->count)
+                memmove(out_host + op->out_offset, in_host + op->in_offset, op->count * sizeof(float));
+            work = gather = out_host + op->out_offset;
         }
     } else {
         work = gather = me->staging_host;
@@ -452,8 +459,8 @@ static td_status check_rank(td_ring *ring, uint32_t rank)
     return TD_OK;
 }
 
-td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                            uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                           uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user, int consume)
 {
     td_status s = check_rank(ring, rank);
     if (s != TD_OK)
@@ -464,6 +471,7 @@ td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_
         .shift = 1,
         .finalize = finalize,
         .user = user,
+        .consume_input = consume,
         .in = in,
         .out = out,
         .in_offset = in_offset,
@@ -471,6 +479,18 @@ td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_
         .slices = slices_for((count + ring->n - 1) / ring->n), /* the largest chunk */
     };
     return run_op(ring, rank, &op);
+}
+
+td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                            uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+{
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, finalize, user, 0);
+}
+
+td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+{
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, finalize, user, 1);
 }
 
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
@@ -515,7 +535,7 @@ td_status td_ring_broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buff
     float *in_host = ops->buffer_host_pointer(dev, in);
     float *out_host = ops->buffer_host_pointer(dev, out);
     const int direct = in_host && out_host;
-    if (!direct && count * sizeof(float) > me->staging_bytes)
+    if (!direct && count > 0 && (count * sizeof(float) > me->staging_bytes || !me->staging_host))
         return fail(ring, rank, td_error_set(ctx, TD_ERR_STATE,
                                             "ring rank %u: broadcast of %zu bytes exceeds the %zu reserved", rank,
                                             count * sizeof(float), me->staging_bytes));

@@ -13,7 +13,12 @@
  * every rank receives bitwise the same result, run after run.
  *
  * Every wait is bounded by the context timeout. A rank that fails calls
- * td_ring_abort; every peer waiting on the ring then returns TD_ERR_ABORTED. */
+ * td_ring_abort; every peer waiting on the ring then returns TD_ERR_ABORTED.
+ *
+ * On success, when a collective returns on rank r no other rank reads r's
+ * memory any more. After a failure that promise does not hold: a peer may
+ * still be reading, so memory used by a failed collective must stay alive
+ * until every rank has returned (the end of the mesh job). */
 #ifndef TD_RING_H
 #define TD_RING_H
 
@@ -41,6 +46,12 @@ typedef void (*td_ring_finalize_fn)(void *user, uint32_t rank, float *data, size
  * `out` may be `in` (in place). finalize may be NULL (plain sum). */
 td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                             uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user);
+
+/* The same, but the input's memory may be used as scratch and is undefined
+ * afterwards: saves a pass over the data when the input is dead anyway (the
+ * trainer's gradient bucket). */
+td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user);
 
 /* out (N*count floats) = concatenation over ranks of each rank's `count`
  * floats at in, in rank order. */

@@ -56,7 +56,7 @@ static td_status update_hook(void *user, uint32_t pos)
     td_trainer *t = user;
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
-    return td_ring_allreduce(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, sgd_finalize, t);
+    return td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, sgd_finalize, t);
 }
 
 static void trainer_destroy_owned(td_owned *self)

@@ -1,0 +1,158 @@
+/* Shared helpers of the engine tests; see engine_test_util.h. */
+#include "engine_test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t test_rng_next(test_rng *r)
+{
+    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unit_interval(test_rng *r)
+{
+    return ((double)(test_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+float test_rng_uniform(test_rng *r, float lo, float hi)
+{
+    return (float)((double)lo + ((double)hi - (double)lo) * unit_interval(r));
+}
+
+float test_rng_normal(test_rng *r)
+{
+    double u = unit_interval(r), v = unit_interval(r);
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+float test_rng_signed_away_from_zero(test_rng *r, float lo, float hi)
+{
+    float magnitude = test_rng_uniform(r, lo, hi);
+    return (test_rng_next(r) & 1) ? magnitude : -magnitude;
+}
+
+void test_fill_uniform(test_rng *r, float *data, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        data[i] = test_rng_uniform(r, lo, hi);
+}
+
+td_context *test_context(uint32_t timeout_ms)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.timeout_ms = timeout_ms;
+    td_context *ctx = NULL;
+    td_status s = td_context_create(&options, &ctx);
+    cr_assert_eq(s, TD_OK, "td_context_create: %s", td_status_name(s));
+    cr_assert_not_null(ctx);
+    return ctx;
+}
+
+const char *test_devices_spec(const char *fallback)
+{
+    const char *env = getenv("TD_TEST_DEVICES");
+    return env && *env ? env : fallback;
+}
+
+td_mesh *test_mesh_or_skip(td_context *ctx, const char *spec)
+{
+    td_mesh *mesh = NULL;
+    td_status s = td_mesh_create(ctx, spec, &mesh);
+    if (s == TD_ERR_BACKEND_UNAVAILABLE || s == TD_ERR_UNKNOWN_DEVICE) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "device spec '%s' is not available here: %s: %s", spec, td_status_name(s),
+                 td_last_error(ctx));
+        td_context_destroy(ctx);
+        cr_skip_test("%s", reason);
+    }
+    cr_assert_eq(s, TD_OK, "td_mesh_create('%s'): %s: %s", spec, td_status_name(s), td_last_error(ctx));
+    return mesh;
+}
+
+td_mesh *test_mesh(td_context *ctx, const char *spec)
+{
+    td_mesh *mesh = NULL;
+    td_status s = td_mesh_create(ctx, spec, &mesh);
+    cr_assert_eq(s, TD_OK, "td_mesh_create('%s'): %s: %s", spec, td_status_name(s), td_last_error(ctx));
+    cr_assert_not_null(mesh);
+    return mesh;
+}
+
+uint32_t test_mesh_size(td_mesh *mesh)
+{
+    uint32_t n = 0;
+    cr_assert_eq(td_mesh_size(mesh, &n), TD_OK);
+    return n;
+}
+
+td_tensor *test_tensor(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims)
+{
+    td_tensor *t = NULL;
+    td_status s = td_tensor_create(ctx, dtype, rank, dims, &t);
+    cr_assert_eq(s, TD_OK, "td_tensor_create: %s: %s", td_status_name(s), td_last_error(ctx));
+    return t;
+}
+
+td_tensor *test_tensor_f32(td_context *ctx, uint32_t rank, const int64_t *dims, const float *values)
+{
+    td_tensor *t = test_tensor(ctx, TD_F32, rank, dims);
+    if (values)
+        memcpy(test_f32(t), values, test_count(t) * sizeof(float));
+    return t;
+}
+
+float *test_f32(const td_tensor *t)
+{
+    void *data = NULL;
+    cr_assert_eq(td_tensor_data(t, &data), TD_OK);
+    return data;
+}
+
+int32_t *test_i32(const td_tensor *t)
+{
+    void *data = NULL;
+    cr_assert_eq(td_tensor_data(t, &data), TD_OK);
+    return data;
+}
+
+size_t test_count(const td_tensor *t)
+{
+    size_t n = 0;
+    cr_assert_eq(td_tensor_count(t, &n), TD_OK);
+    return n;
+}
+
+bool test_close(double a, double b, double rel_tol, double abs_tol)
+{
+    return fabs(a - b) <= abs_tol + rel_tol * fabs(b);
+}
+
+td_program *test_compile(td_context *ctx, td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs)
+{
+    td_program *p = NULL;
+    TEST_OK(ctx, td_pmap_compile(g, mesh, n_outputs, outputs, &p));
+    cr_assert_not_null(p);
+    return p;
+}
+
+td_tensor *test_read_output(td_context *ctx, td_program *p, uint32_t index, uint32_t device)
+{
+    uint32_t rank = 0;
+    int64_t dims[TD_MAX_RANK] = {0};
+    TEST_OK(ctx, td_program_output_shape(p, index, &rank, dims));
+    td_tensor *t = test_tensor(ctx, TD_F32, rank, dims);
+    TEST_OK(ctx, td_program_read_output(p, index, device, t));
+    return t;
+}
+
+bool test_message_mentions(const td_context *ctx, const char *needle)
+{
+    return needle == NULL || strstr(td_last_error(ctx), needle) != NULL;
+}

@@ -1,0 +1,82 @@
+/* Helpers shared by the engine tests: a deterministic generator, contexts,
+ * meshes from a spec (or from TD_TEST_DEVICES), host tensors, and one-call
+ * wrappers that fail the test with td_last_error's message. */
+#ifndef ENGINE_TEST_UTIL_H
+#define ENGINE_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/tandem.h"
+
+/* splitmix64: tiny, seedable, the same sequence on every machine. */
+typedef struct test_rng {
+    uint64_t state;
+} test_rng;
+
+uint64_t test_rng_next(test_rng *r);
+/* Uniform in [lo, hi). */
+float test_rng_uniform(test_rng *r, float lo, float hi);
+float test_rng_normal(test_rng *r);
+/* Uniform magnitude in [lo, hi) with a random sign: values kept away from 0
+ * (relu's kink) by lo. */
+float test_rng_signed_away_from_zero(test_rng *r, float lo, float hi);
+void test_fill_uniform(test_rng *r, float *data, size_t n, float lo, float hi);
+
+/* A context with the given timeout (0 = the default); fails the test when
+ * creation fails. */
+td_context *test_context(uint32_t timeout_ms);
+
+/* The device spec the backend-parameterised tests run on: the environment
+ * variable TD_TEST_DEVICES when set and not empty, else `fallback`. */
+const char *test_devices_spec(const char *fallback);
+
+/* Opens `spec` or skips the test (destroying ctx) when its backend is not
+ * available here (TD_ERR_BACKEND_UNAVAILABLE / TD_ERR_UNKNOWN_DEVICE). Any
+ * other failure fails the test. */
+td_mesh *test_mesh_or_skip(td_context *ctx, const char *spec);
+
+/* Opens `spec`, which must succeed. */
+td_mesh *test_mesh(td_context *ctx, const char *spec);
+uint32_t test_mesh_size(td_mesh *mesh);
+
+/* Host tensors; creation failure fails the test. */
+td_tensor *test_tensor(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims);
+td_tensor *test_tensor_f32(td_context *ctx, uint32_t rank, const int64_t *dims, const float *values);
+float *test_f32(const td_tensor *t);
+int32_t *test_i32(const td_tensor *t);
+size_t test_count(const td_tensor *t);
+
+/* Asserts status == TD_OK, printing the call and the context's message. */
+#define TEST_OK(ctx, call)                                                                              \
+    do {                                                                                                \
+        td_status test_ok_status_ = (call);                                                             \
+        cr_assert_eq(test_ok_status_, TD_OK, "%s returned %s: %s", #call, td_status_name(test_ok_status_), \
+                     td_last_error(ctx));                                                               \
+    } while (0)
+
+/* True when needle is NULL or td_last_error(ctx) contains it. */
+bool test_message_mentions(const td_context *ctx, const char *needle);
+
+/* Asserts call returns `expected` and, when `needle` is not NULL, that the
+ * context's message contains it. */
+#define TEST_FAILS(ctx, expected, needle, call)                                                          \
+    do {                                                                                                \
+        td_status test_fails_status_ = (call);                                                          \
+        cr_assert_eq(test_fails_status_, (expected), "%s returned %s, expected %s (message: %s)", #call, \
+                     td_status_name(test_fails_status_), td_status_name(expected), td_last_error(ctx));   \
+        cr_assert(test_message_mentions((ctx), (needle)), "%s: message '%s' does not mention '%s'", #call, \
+                  td_last_error(ctx), (needle) ? (const char *)(needle) : "");                          \
+    } while (0)
+
+/* Elementwise closeness: |a - b| <= abs_tol + rel_tol * |b|. */
+bool test_close(double a, double b, double rel_tol, double abs_tol);
+
+/* Compiles graph outputs for mesh and returns the program (fails the test). */
+td_program *test_compile(td_context *ctx, td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs);
+
+/* Reads output `index` of `device` into a new tensor of its per-device shape. */
+td_tensor *test_read_output(td_context *ctx, td_program *p, uint32_t index, uint32_t device);
+
+#endif
