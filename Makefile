@@ -30,14 +30,14 @@ test-unit: build
 $(BUILD_ASAN)/build.ninja:
 	meson setup $(BUILD_ASAN) -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 
-# AddressSanitizer + UBSan over the unit and slow suites (the CPU engine);
+# AddressSanitizer + UBSan over every suite (engine, OpenCL, Vulkan);
 # driver-internal leaks are suppressed by scripts/lsan.supp.
 test-asan: deps $(BUILD_ASAN)/build.ninja
 	ninja -C $(BUILD_ASAN) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
-	meson test -C $(BUILD_ASAN) --print-errorlogs --suite unit --suite slow --num-processes $(JOBS)
+	meson test -C $(BUILD_ASAN) --print-errorlogs --suite unit --suite slow --suite backend --num-processes $(JOBS)
 
 bench: build
 	$(BUILD)/bench/allreduce

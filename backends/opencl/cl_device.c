@@ -227,6 +227,9 @@ static td_status cl_open(td_context *ctx, uint32_t index, uint32_t instance, td_
         goto fail;
     }
     dev->max_alloc = max_alloc;
+    cl_bool unified = CL_FALSE;
+    if (clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) == CL_SUCCESS)
+        dev->unified = unified == CL_TRUE;
     /* Every instance gets its own context: buffers of two logical devices
      * on one physical device then cannot be mixed up, and each has its own
      * program and CLBlast cache entry. */
@@ -260,6 +263,8 @@ const td_backend_ops td_opencl_backend = {
     .buffer_create = td_opencl_buffer_create,
     .buffer_destroy = td_opencl_buffer_destroy,
     .buffer_host_pointer = td_opencl_buffer_host_pointer,
+    .map = td_opencl_map,
+    .unmap = td_opencl_unmap,
     .staging_create = td_opencl_staging_create,
     .staging_destroy = td_opencl_staging_destroy,
     .write = td_opencl_write,

@@ -14,16 +14,18 @@
 
 bool td_opencl_gemm_prefers_clblast(const td_device *dev, const td_gemm_params *p)
 {
-    /* Measured on PoCL 3.1 (pthread device, 2 shared cores; bench/gemm.c):
-     * the own kernel beat CLBlast 1.5.3 at every shape tried, 1.2-5x
-     * (e.g. 256^3: 15-21 vs 5-6 GFLOP/s; 128x256x784: 19 vs 7-8; 1024^3:
-     * 7 vs 3), so CPU-type devices never use CLBlast. On GPUs CLBlast's
-     * tuned kernels are expected to win except at tiny sizes, where its
-     * launch and pad/transpose passes dominate; 64^3 is the cut. The GPU
-     * half is not measured yet: re-measure on a GPU with bench/gemm.c. */
-    if (dev->type & CL_DEVICE_TYPE_CPU)
-        return false;
+    /* Measured on PoCL 3.1 (pthread device, 2 cores; bench/gemm.c, medians
+     * of 3-4 quiet runs, bench/RESULTS.md): the own kernel beats CLBlast
+     * 1.5.3 up to 512^3 (256^3: 21.2 vs 12.1 GFLOP/s; 512^3: 23.6 vs 13.0;
+     * 128x256x784: 19.1 vs 10.6) but has no k-tiling, and at 1024^3 CLBlast
+     * is ahead (8.2 vs 7.7). So CPU-type devices use CLBlast from 1024^3 of
+     * work up. On GPUs CLBlast's tuned kernels are expected to win except at
+     * tiny sizes, where its launch and pad/transpose passes dominate; 64^3 is
+     * the cut. The GPU half is not measured yet (no GPU was at hand):
+     * re-measure there with bench/gemm.c. */
     double work = (double)p->m * (double)p->n * (double)p->k;
+    if (dev->type & CL_DEVICE_TYPE_CPU)
+        return work >= 1024.0 * 1024.0 * 1024.0;
     return work >= 64.0 * 64.0 * 64.0;
 }
 

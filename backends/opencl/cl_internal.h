@@ -40,6 +40,7 @@ struct td_device {
     cl_program program;
     uint64_t max_alloc;
     bool lost;
+    bool unified; /* CL_DEVICE_HOST_UNIFIED_MEMORY: map() is zero-copy */
     /* submit()/wait() bookkeeping. */
     uint64_t submitted, completed;
     cl_event tickets[TD_CL_TICKET_RING];
@@ -114,6 +115,8 @@ bool td_opencl_gemm_prefers_clblast(const td_device *dev, const td_gemm_params *
 td_status td_opencl_buffer_create(td_device *dev, size_t bytes, td_buffer **out);
 void td_opencl_buffer_destroy(td_device *dev, td_buffer *buf);
 void *td_opencl_buffer_host_pointer(td_device *dev, td_buffer *buf);
+td_status td_opencl_map(td_device *dev, td_buffer *buf, size_t offset, size_t bytes, uint32_t timeout_ms, void **host);
+td_status td_opencl_unmap(td_device *dev, td_buffer *buf, void *host);
 td_status td_opencl_staging_create(td_device *dev, size_t bytes, td_staging **out, void **host);
 void td_opencl_staging_destroy(td_device *dev, td_staging *staging);
 td_status td_opencl_write(td_device *dev, td_buffer *dst, size_t offset, const void *host,

@@ -124,6 +124,43 @@ static td_status check_range(td_device *dev, const char *what, const td_buffer *
     return TD_OK;
 }
 
+/* On a unified-memory device (PoCL's CPU devices, integrated GPUs) a map
+ * hands out the buffer's own memory: the ring then reduces in place instead
+ * of copying every byte to staging and back. Other devices decline, and the
+ * ring uses staging. */
+td_status td_opencl_map(td_device *dev, td_buffer *buf, size_t offset, size_t bytes, uint32_t timeout_ms, void **host)
+{
+    if (!dev->unified || bytes == 0)
+        return TD_ERR_UNSUPPORTED;
+    if (dev->lost)
+        return lost(dev, "map");
+    td_status st = check_range(dev, "map", buf, offset, bytes);
+    if (st != TD_OK)
+        return st;
+    cl_int err;
+    void *p = clEnqueueMapBuffer(dev->queue, buf->mem, CL_FALSE, CL_MAP_READ | CL_MAP_WRITE, offset, bytes, 0, NULL,
+                                 NULL, &err);
+    if (err != CL_SUCCESS)
+        return td_opencl_device_fail(dev, err, "clEnqueueMapBuffer");
+    uint64_t ticket;
+    if ((st = td_opencl_submit(dev, &ticket)) == TD_OK)
+        st = td_opencl_wait(dev, ticket, timeout_ms);
+    if (st != TD_OK) {
+        clEnqueueUnmapMemObject(dev->queue, buf->mem, p, 0, NULL, NULL);
+        return st;
+    }
+    *host = p;
+    return TD_OK;
+}
+
+td_status td_opencl_unmap(td_device *dev, td_buffer *buf, void *host)
+{
+    if (dev->lost)
+        return lost(dev, "unmap");
+    TD_CL_TRY(dev, clEnqueueUnmapMemObject(dev->queue, buf->mem, host, 0, NULL, NULL), "clEnqueueUnmapMemObject");
+    return TD_OK;
+}
+
 td_status td_opencl_write(td_device *dev, td_buffer *dst, size_t offset, const void *host, size_t bytes)
 {
     if (dev->lost)

@@ -61,6 +61,16 @@ typedef struct td_backend_ops {
     td_status (*staging_create)(td_device *dev, size_t bytes, td_staging **out, void **host);
     void (*staging_destroy)(td_device *dev, td_staging *staging);
 
+    /* Optional zero-copy access for devices whose memory is host memory but
+     * reachable only through a mapping (OpenCL unified-memory devices).
+     * map() blocks, bounded by timeout_ms, until the work enqueued before it
+     * is done, then returns a host pointer to [offset, offset+bytes); the
+     * host may read and write it until unmap(), and the device must not
+     * touch that range meanwhile. NULL entries, or TD_ERR_UNSUPPORTED (with
+     * no error recorded), mean the ring goes through staging instead. */
+    td_status (*map)(td_device *dev, td_buffer *buf, size_t offset, size_t bytes, uint32_t timeout_ms, void **host);
+    td_status (*unmap)(td_device *dev, td_buffer *buf, void *host);
+
     /* Enqueue copies; offsets and sizes in bytes. `host` may be staging memory
      * (fast path) or any host memory. */
     td_status (*write)(td_device *dev, td_buffer *dst, size_t offset, const void *host, size_t bytes);
