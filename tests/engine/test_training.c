@@ -273,3 +273,71 @@ Test(training, sgd_step_is_exactly_p_minus_lr_times_mean_gradient)
     td_tensor_destroy(ty);
     td_context_destroy(ctx);
 }
+
+/* A steady-state step allocates nothing through tandem's allocator: the plan
+ * owns every buffer, staging area and scratch from compile time on. Counted
+ * with allocator hooks; the MLP exercises every kernel kind and the ring. */
+typedef struct step_alloc_counter {
+    size_t allocations;
+} step_alloc_counter;
+
+static void *step_counting_alloc(void *user, size_t bytes, size_t alignment)
+{
+    ((step_alloc_counter *)user)->allocations++;
+    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    return aligned_alloc(alignment, rounded ? rounded : alignment);
+}
+
+static void step_counting_free(void *user, void *ptr)
+{
+    (void)user;
+    free(ptr);
+}
+
+static void check_no_allocation_in_steady_state(const char *spec, bool skip_when_unavailable)
+{
+    step_alloc_counter counter = {0};
+    td_context_options o;
+    td_context_options_init(&o);
+    o.allocator.alloc = step_counting_alloc;
+    o.allocator.free = step_counting_free;
+    o.allocator.user = &counter;
+    o.timeout_ms = 30000;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&o, &ctx), TD_OK);
+    td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
+    model m;
+    int64_t batch = 24;
+    build(ctx, &m, MODEL_MLP, batch);
+    td_trainer_options opts;
+    td_trainer_options_init(&opts);
+    opts.learning_rate = 0.1f;
+    td_trainer *t = NULL;
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &opts, &t));
+    int64_t xd[2] = {batch, FEATURES};
+    td_tensor *x = test_tensor(ctx, TD_F32, 2, xd);
+    td_tensor *labels = test_tensor(ctx, TD_I32, 1, &batch);
+    td_binding b[2] = {{m.x, x}, {m.target, labels}};
+    float loss;
+    make_batch(&m, 0, x, labels);
+    TEST_OK(ctx, td_trainer_step(t, 2, b, &loss)); /* warm-up */
+    size_t before = counter.allocations;
+    for (int step = 1; step <= 10; step++) {
+        make_batch(&m, step, x, labels);
+        TEST_OK(ctx, td_trainer_step(t, 2, b, &loss));
+    }
+    cr_expect_eq(counter.allocations, before, "%s: %zu host allocations in 10 steady-state steps", spec,
+                 counter.allocations - before);
+    td_tensor_destroy(x);
+    td_tensor_destroy(labels);
+    for (uint32_t i = 0; i < m.n_params; i++)
+        td_tensor_destroy(m.init[i]);
+    td_context_destroy(ctx);
+}
+
+Test(training, no_allocation_in_a_steady_state_step) { check_no_allocation_in_steady_state("cpu:3", false); }
+
+Test(training_devices, no_allocation_in_a_steady_state_step_on_test_devices, .timeout = 300)
+{
+    check_no_allocation_in_steady_state(test_devices_spec("cpu:2"), true);
+}
