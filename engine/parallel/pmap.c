@@ -117,9 +117,7 @@ static void pmean_finalize(void *user, uint32_t rank, float *data, size_t offset
     const td_program *p = user;
     (void)rank;
     (void)offset;
-    float n = (float)p->n_dev;
-    for (size_t i = 0; i < count; i++)
-        data[i] = data[i] / n;
+    td_ring_divide(data, count, p->n_dev);
 }
 
 static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)

@@ -16,13 +16,14 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "td_ring.h"
 
-#define SLICE_ELEMENTS ((size_t)256 * 1024) /* 1 MiB of floats */
+#define SLICE_ELEMENTS ((size_t)64 * 1024) /* 256 KiB of floats: a slice stays in L2 from add to finalize */
 #define UNIT_DONE 0xFFFFFFFFu
 
 typedef struct ring_rank {
@@ -45,7 +46,23 @@ struct td_ring {
     uint32_t n;
     ring_rank *ranks;
     atomic_int abort_status;
+    uint32_t spin_iterations; /* 0 when ranks outnumber the cores */
 };
+
+void td_ring_divide(float *data, size_t count, uint32_t divisor)
+{
+    if (divisor == 1)
+        return;
+    if ((divisor & (divisor - 1)) == 0) {
+        const float inverse = 1.0f / (float)divisor;
+        for (size_t i = 0; i < count; i++)
+            data[i] = data[i] * inverse;
+        return;
+    }
+    const float d = (float)divisor;
+    for (size_t i = 0; i < count; i++)
+        data[i] = data[i] / d;
+}
 
 size_t td_ring_slice_elements(void)
 {
@@ -74,6 +91,8 @@ td_status td_ring_create(td_mesh *mesh, td_ring **out)
     ring->n = mesh->count;
     ring->ranks = ranks;
     atomic_init(&ring->abort_status, TD_OK);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ring->spin_iterations = cores > 0 && mesh->count <= (uint32_t)cores ? 4000 : 0;
     *out = ring;
     return TD_OK;
 }
@@ -163,7 +182,7 @@ void td_ring_reset(td_ring *ring)
 static void publish(ring_rank *rr, uint64_t value)
 {
     pthread_mutex_lock(&rr->lock);
-    rr->progress = value;
+    __atomic_store_n(&rr->progress, value, __ATOMIC_RELEASE); /* also read lock-free by spinning peers */
     pthread_cond_broadcast(&rr->cond);
     pthread_mutex_unlock(&rr->lock);
 }
@@ -189,6 +208,17 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
     if (deadline.tv_nsec >= 1000000000L) {
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
+    }
+    /* A peer a few microseconds behind is cheaper to spin on than to sleep
+     * on: a futex wake costs more than a slice hand-off should. Only when
+     * every rank has a core of its own, else spinning steals the core of
+     * the very rank being waited for. */
+    for (uint32_t i = 0; i < ring->spin_iterations; i++) {
+        if (__atomic_load_n(&p->progress, __ATOMIC_ACQUIRE) >= target)
+            return TD_OK;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
     }
     pthread_mutex_lock(&p->lock);
     while (p->progress < target) {

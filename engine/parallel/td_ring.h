@@ -72,6 +72,13 @@ void td_ring_reset(td_ring *ring);
 /* Nonzero once td_ring_abort was called since the last reset. */
 int td_ring_failed(td_ring *ring);
 
+/* data[i] = data[i] / divisor for i < count, as fast as exactness allows:
+ * for a power-of-two divisor, multiplying by its reciprocal gives bitwise
+ * the same results (both are the correctly rounded x * 2^-k), and a
+ * multiply streams far faster than a divide. The mean of pmean and of the
+ * trainer's gradients goes through here. */
+void td_ring_divide(float *data, size_t count, uint32_t divisor);
+
 /* Slice size in floats (the unit of pipelining); for tests and benches. */
 size_t td_ring_slice_elements(void);
 

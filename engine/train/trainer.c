@@ -41,10 +41,11 @@ static void sgd_finalize(void *user, uint32_t rank, float *data, size_t offset, 
 {
     td_trainer *t = user;
     (void)rank;
-    const float n = (float)t->mesh->count, lr = t->options.learning_rate;
+    const float lr = t->options.learning_rate;
     float *p = t->master + offset;
+    td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
     for (size_t i = 0; i < count; i++) {
-        float g = data[i] / n;
+        float g = data[i];
         float step = lr * g;
         p[i] = p[i] - step;
         data[i] = p[i];

@@ -317,7 +317,7 @@ Test(ring, allreduce_n8) { check_allreduce_sizes(8); }
 
 Test(ring, slice_size_is_what_the_tests_assume)
 {
-    cr_assert_eq(td_ring_slice_elements(), 262144, "update the counts of these tests to the new slice size");
+    cr_assert_eq(td_ring_slice_elements(), 65536, "update the counts of these tests to the new slice size");
 }
 
 Test(ring, allreduce_several_slices_per_chunk)
