@@ -40,6 +40,7 @@ test-asan: deps $(BUILD_ASAN)/build.ninja
 	meson test -C $(BUILD_ASAN) --print-errorlogs --suite unit --suite slow --suite backend --num-processes $(JOBS)
 
 bench: build
+	$(BUILD)/bench/membw
 	$(BUILD)/bench/allreduce
 	$(BUILD)/bench/gemm --devices cpu:1
 

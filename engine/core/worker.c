@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "td_clock.h"
 #include "td_mesh_internal.h"
 
 struct td_worker {
@@ -161,13 +162,7 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
      * a handful of them, so four timeouts is a generous but finite bound. */
     uint64_t limit_ms = 4ull * td_context_timeout_ms(mesh->ctx);
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(limit_ms / 1000);
-    deadline.tv_nsec += (long)(limit_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    td_deadline_after_ms(&deadline, limit_ms);
     int rc = 0;
     while (pool->pending != 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&pool->job_done, &pool->lock, &deadline);

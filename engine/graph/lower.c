@@ -36,6 +36,19 @@ void td_plan_free(td_context *ctx, td_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
+/* Counts one more kernel call, opening a new segment when the last step was
+ * a collective (or there was none). */
+static void count_call(td_plan *plan, td_step **cur, uint32_t *calls)
+{
+    if (!*cur) {
+        *cur = &plan->steps[plan->n_steps++];
+        (*cur)->kind = TD_STEP_SEGMENT;
+        (*cur)->first_call = *calls;
+    }
+    (*cur)->n_calls++;
+    (*calls)++;
+}
+
 td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
                         uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, td_plan *plan)
 {
@@ -131,13 +144,7 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
             cur = NULL;
             continue;
         }
-        if (!cur) {
-            cur = &plan->steps[plan->n_steps++];
-            cur->kind = TD_STEP_SEGMENT;
-            cur->first_call = calls;
-        }
-        cur->n_calls++;
-        calls++;
+        count_call(plan, &cur, &calls);
     }
     for (uint32_t i = 0; i < n_grads; i++) {
         if (plan->slots[grad_nodes[i]].buffer == TD_BUF_GRADS &&
@@ -145,13 +152,7 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
             continue;
         plan->grad_copy_src[plan->n_grad_copies] = grad_nodes[i];
         plan->grad_copy_dst[plan->n_grad_copies++] = plan->slots[param_nodes[i]].offset;
-        if (!cur) {
-            cur = &plan->steps[plan->n_steps++];
-            cur->kind = TD_STEP_SEGMENT;
-            cur->first_call = calls;
-        }
-        cur->n_calls++;
-        calls++;
+        count_call(plan, &cur, &calls);
     }
     plan->n_calls = calls;
     return TD_OK;

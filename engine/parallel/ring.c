@@ -21,6 +21,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "td_clock.h"
 #include "td_ring.h"
 
 #define SLICE_ELEMENTS ((size_t)64 * 1024) /* 256 KiB of floats: a slice stays in L2 from add to finalize */
@@ -201,14 +202,6 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
     ring_rank *p = &ring->ranks[peer];
     td_context *ctx = ring->mesh->ctx;
     uint32_t timeout_ms = td_context_timeout_ms(ctx);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(timeout_ms / 1000);
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
     /* A peer a few microseconds behind is cheaper to spin on than to sleep
      * on: a futex wake costs more than a slice hand-off should. Only when
      * every rank has a core of its own, else spinning steals the core of
@@ -220,6 +213,8 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
         __builtin_ia32_pause();
 #endif
     }
+    struct timespec deadline;
+    td_deadline_after_ms(&deadline, timeout_ms);
     pthread_mutex_lock(&p->lock);
     while (p->progress < target) {
         int aborted = atomic_load(&ring->abort_status);
