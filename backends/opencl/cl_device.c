@@ -184,8 +184,13 @@ static void cl_close(td_device *dev)
     if (!dev)
         return;
     td_context *ctx = dev->ctx;
-    if (dev->queue && !dev->lost)
-        clFinish(dev->queue);
+    /* Bounded, unlike clFinish: OpenCL defers every release below until the
+     * commands using the object are done, so after a timeout releasing is
+     * still safe; the wait only lets queued work finish in order. */
+    uint64_t ticket;
+    if (dev->queue && !dev->lost && td_opencl_submit(dev, &ticket) == TD_OK &&
+        td_opencl_wait(dev, ticket, td_context_timeout_ms(ctx)) != TD_OK)
+        td_log(ctx, TD_LOG_ERROR, "opencl device %u: queue still busy at close after the timeout", dev->index);
     for (int i = 0; i < TD_CL_TICKET_RING; i++)
         if (dev->tickets[i])
             clReleaseEvent(dev->tickets[i]);

@@ -84,12 +84,21 @@ td_status td_opencl_staging_create(td_device *dev, size_t bytes, td_staging **ou
     }
     /* Mapped once for the staging buffer's life: the pointer is what the
      * ring reads and writes, and what read/write take as host memory. */
-    s->host = clEnqueueMapBuffer(dev->queue, s->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, alloc, 0,
+    s->host = clEnqueueMapBuffer(dev->queue, s->mem, CL_FALSE, CL_MAP_READ | CL_MAP_WRITE, 0, alloc, 0,
                                  NULL, NULL, &err);
     if (err != CL_SUCCESS) {
         clReleaseMemObject(s->mem);
         td_free(dev->ctx, s);
         return td_opencl_device_fail(dev, err, "clEnqueueMapBuffer");
+    }
+    uint64_t ticket; /* a bounded wait for the map, unlike a blocking map */
+    td_status st = td_opencl_submit(dev, &ticket);
+    if (st == TD_OK)
+        st = td_opencl_wait(dev, ticket, td_context_timeout_ms(dev->ctx));
+    if (st != TD_OK) {
+        clReleaseMemObject(s->mem); /* released once the map completes */
+        td_free(dev->ctx, s);
+        return st;
     }
     s->bytes = bytes;
     *out = s;
@@ -101,13 +110,11 @@ void td_opencl_staging_destroy(td_device *dev, td_staging *s)
 {
     if (!s)
         return;
-    if (!dev->lost) {
-        cl_event ev = NULL;
-        if (clEnqueueUnmapMemObject(dev->queue, s->mem, s->host, 0, NULL, &ev) == CL_SUCCESS) {
-            clWaitForEvents(1, &ev);
-            clReleaseEvent(ev);
-        }
-    }
+    uint64_t ticket;
+    if (!dev->lost && clEnqueueUnmapMemObject(dev->queue, s->mem, s->host, 0, NULL, NULL) == CL_SUCCESS &&
+        td_opencl_submit(dev, &ticket) == TD_OK &&
+        td_opencl_wait(dev, ticket, td_context_timeout_ms(dev->ctx)) != TD_OK)
+        td_log(dev->ctx, TD_LOG_ERROR, "opencl device %u: staging unmap not done after the timeout", dev->index);
     clReleaseMemObject(s->mem);
     td_free(dev->ctx, s);
 }
