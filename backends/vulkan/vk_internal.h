@@ -27,11 +27,29 @@ typedef struct td_vk_instance {
     uint32_t api_version; /* what the instance was created with */
 } td_vk_instance;
 
+/* At most this many map()s of one buffer outstanding at once: the ring maps
+ * its input and output, which may be the same buffer. */
+#define TD_VK_MAX_MAPS 4
+
+/* One outstanding map(): unmap() finds it by its host pointer, to flush the
+ * range it covered when the memory is not host-coherent. */
+typedef struct td_vk_map_range {
+    void *host;
+    size_t offset, bytes;
+} td_vk_map_range;
+
 struct td_buffer {
     VkBuffer buffer;
     VkDeviceMemory memory;
     size_t bytes;      /* what the caller asked for */
     VkDeviceSize size; /* what the VkBuffer spans (>= bytes, > 0) */
+    /* The memory type's flags and the allocation's size (>= size), for
+     * map(): whether it can map at all, and whether it must flush. */
+    VkMemoryPropertyFlags mem_flags;
+    VkDeviceSize alloc_size;
+    uint8_t *mapped; /* the whole allocation, mapped at the first map(), or NULL */
+    td_vk_map_range maps[TD_VK_MAX_MAPS];
+    uint32_t map_count;
 };
 
 struct td_staging {
@@ -77,6 +95,10 @@ struct td_device {
     PFN_vkGetSemaphoreCounterValue get_counter;
     VkSemaphore timeline;
     uint64_t submitted; /* last value a submission signals */
+    /* A segment ran since the last host barrier (transfer command buffers
+     * end with one; segments do not): map() must record one before its
+     * wait, or the shader writes need not be visible to the host. */
+    bool host_dirty;
 
     VkCommandPool pool;
     td_vk_cmd *cmds; /* transfer command buffers, reused round-robin */
@@ -123,6 +145,16 @@ bool td_vk_compute_family(VkPhysicalDevice physical, uint32_t *family, uint32_t 
 /* vk_memory.c */
 td_status td_vk_alloc_buffer(td_device *dev, VkDeviceSize size, bool host, VkBuffer *buffer,
                              VkDeviceMemory *memory, void **mapped, bool *coherent);
+/* As td_vk_alloc_buffer for device memory (host == false), also reporting the
+ * chosen type's flags and the allocation's size. */
+td_status td_vk_alloc_device_buffer(td_device *dev, VkDeviceSize size, VkBuffer *buffer, VkDeviceMemory *memory,
+                                    VkMemoryPropertyFlags *flags, VkDeviceSize *alloc_size);
+/* The memory type for a buffer (see the rule in vk_memory.c), or -1. `host`:
+ * staging memory; otherwise tensor memory on a device of type `type`. */
+int td_vk_choose_memory_type(const VkPhysicalDeviceMemoryProperties *mem, VkPhysicalDeviceType type,
+                             uint32_t bits, bool host);
+/* Whether map() can hand out memory of a type with these flags. */
+bool td_vk_mappable(VkMemoryPropertyFlags flags);
 void td_vk_free_buffer(td_device *dev, VkBuffer buffer, VkDeviceMemory memory);
 
 /* vk_transfer.c */
@@ -132,6 +164,10 @@ td_status td_vk_close_transfer(td_device *dev);
 td_status td_vk_batch_push(td_device *dev, VkCommandBuffer cmd);
 /* A full memory barrier: orders cmd after everything submitted before it. */
 void td_vk_full_barrier(VkCommandBuffer cmd);
+/* Submits what is enqueued (with a host barrier after it when a segment ran)
+ * and waits, bounded by timeout_ms, until all of it is done and its writes
+ * are visible to the host. */
+td_status td_vk_sync_host(td_device *dev, uint32_t timeout_ms);
 
 /* vk_pipelines.c */
 td_status td_vk_pipelines_create(td_device *dev);
@@ -148,6 +184,8 @@ void td_vk_close(td_device *dev);
 td_status td_vk_buffer_create(td_device *dev, size_t bytes, td_buffer **out);
 void td_vk_buffer_destroy(td_device *dev, td_buffer *buf);
 void *td_vk_buffer_host_pointer(td_device *dev, td_buffer *buf);
+td_status td_vk_map(td_device *dev, td_buffer *buf, size_t offset, size_t bytes, uint32_t timeout_ms, void **host);
+td_status td_vk_unmap(td_device *dev, td_buffer *buf, void *host);
 td_status td_vk_staging_create(td_device *dev, size_t bytes, td_staging **out, void **host);
 void td_vk_staging_destroy(td_device *dev, td_staging *staging);
 td_status td_vk_write(td_device *dev, td_buffer *dst, size_t offset, const void *host, size_t bytes);

@@ -573,6 +573,8 @@ td_status td_vk_segment_run(td_device *dev, td_segment *segment)
     s = td_vk_close_transfer(dev);
     if (s == TD_OK)
         s = td_vk_batch_push(dev, segment->cmd);
+    if (s == TD_OK)
+        dev->host_dirty = true; /* see td_vk_sync_host */
     return s;
 }
 

@@ -126,6 +126,9 @@ td_status td_vk_close_transfer(td_device *dev)
     VkResult r = vkEndCommandBuffer(cmd);
     if (r != VK_SUCCESS)
         return td_vk_fail(dev->ctx, dev, "vkEndCommandBuffer", r);
+    /* The leading full barrier made earlier shader writes available, and a
+     * barrier into the host stage moves everything available to the host. */
+    dev->host_dirty = false;
     return td_vk_batch_push(dev, cmd);
 }
 
@@ -429,6 +432,32 @@ td_status td_vk_wait(td_device *dev, uint64_t ticket, uint32_t timeout_ms)
     if (all_idle(dev, done) && dev->pending_count == 0)
         dev->arena_used = 0;
     return TD_OK;
+}
+
+td_status td_vk_sync_host(td_device *dev, uint32_t timeout_ms)
+{
+    td_status s = td_vk_check_lost(dev);
+    if (s != TD_OK)
+        return s;
+    if (dev->host_dirty) {
+        /* Waiting on the timeline only orders execution; the shader writes
+         * of a segment reach the host domain through a barrier into the host
+         * stage, recorded after it. */
+        s = open_transfer(dev);
+        if (s != TD_OK)
+            return s;
+        VkMemoryBarrier to_host = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                   .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+                                   .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+        vkCmdPipelineBarrier(dev->open_cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                             &to_host, 0, NULL, 0, NULL);
+    }
+    uint64_t ticket = dev->submitted;
+    if (dev->open_cmd != NULL || dev->batch_count > 0)
+        s = td_vk_submit(dev, &ticket);
+    if (s == TD_OK && ticket > 0)
+        s = td_vk_wait(dev, ticket, timeout_ms);
+    return s;
 }
 
 void td_vk_transfer_release(td_device *dev)
