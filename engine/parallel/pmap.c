@@ -16,7 +16,7 @@ typedef struct program_device {
     td_segment **segments; /* per step; NULL for collective steps */
 } program_device;
 
-typedef enum job_kind { JOB_COMPILE, JOB_RUN, JOB_SET_PARAM, JOB_READ_PARAM, JOB_RELEASE } job_kind;
+typedef enum job_kind { JOB_COMPILE, JOB_RUN, JOB_SET_PARAM, JOB_READ_PARAM, JOB_WRITE_ALL_PARAMS, JOB_RELEASE } job_kind;
 
 struct td_program {
     td_owned owned;
@@ -186,7 +186,9 @@ static td_status param_job(td_program *p, uint32_t pos)
     size_t bytes = (size_t)td_shape_count(&p->plan.shapes[p->job_node]) * 4;
     td_buffer *buf = p->devs[pos].buffers[TD_BUF_PARAMS];
     td_status s;
-    if (p->job == JOB_SET_PARAM)
+    if (p->job == JOB_WRITE_ALL_PARAMS)
+        s = md->ops->write(md->dev, buf, 0, p->job_src, p->plan.size[TD_BUF_PARAMS] * 4);
+    else if (p->job == JOB_SET_PARAM)
         s = md->ops->write(md->dev, buf, sl->offset * 4, p->job_src, bytes);
     else if (pos == p->job_device)
         s = md->ops->read(md->dev, buf, sl->offset * 4, p->job_dst, bytes);
@@ -206,7 +208,8 @@ static td_status program_job(void *arg, uint32_t pos)
     case JOB_COMPILE: s = compile_device(p, pos); break;
     case JOB_RUN: s = run_device(p, pos); break;
     case JOB_SET_PARAM:
-    case JOB_READ_PARAM: s = param_job(p, pos); break;
+    case JOB_READ_PARAM:
+    case JOB_WRITE_ALL_PARAMS: s = param_job(p, pos); break;
     case JOB_RELEASE: release_device(p, pos); return TD_OK;
     default: s = TD_ERR_STATE; break;
     }
@@ -482,6 +485,12 @@ td_status td_program_read_param(td_program *p, td_node param, uint32_t device, t
     p->job_device = device;
     p->job_dst = data;
     return run_job(p, JOB_READ_PARAM);
+}
+
+td_status td_program_write_all_params(td_program *p, const float *params)
+{
+    p->job_src = params;
+    return run_job(p, JOB_WRITE_ALL_PARAMS);
 }
 
 void td_program_disown(td_program *p)

@@ -201,7 +201,11 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
 {
     ring_rank *p = &ring->ranks[peer];
     td_context *ctx = ring->mesh->ctx;
-    uint32_t timeout_ms = td_context_timeout_ms(ctx);
+    /* Twice the device timeout: a device that stalls reports its own
+     * timeout (and aborts the ring) before any peer gives up on it, so the
+     * message names the cause, not a bystander waiting in the chain. This
+     * deadline only fires for a rank that never returns at all. */
+    uint32_t timeout_ms = 2 * td_context_timeout_ms(ctx);
     /* A peer a few microseconds behind is cheaper to spin on than to sleep
      * on: a futex wake costs more than a slice hand-off should. Only when
      * every rank has a core of its own, else spinning steals the core of

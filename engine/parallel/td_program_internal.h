@@ -17,6 +17,9 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
 /* Makes the program owned by its caller (the trainer) rather than the context. */
 void td_program_disown(td_program *p);
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
+/* Writes `params` (the whole parameter buffer, plan->size[TD_BUF_PARAMS]
+ * floats) to every device. */
+td_status td_program_write_all_params(td_program *p, const float *params);
 const td_plan *td_program_plan(const td_program *p);
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
 td_mesh *td_program_mesh(const td_program *p);

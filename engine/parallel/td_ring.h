@@ -12,7 +12,8 @@
  * the ring), and its final value is computed once, by its owner, then copied:
  * every rank receives bitwise the same result, run after run.
  *
- * Every wait is bounded by the context timeout. A rank that fails calls
+ * Every wait is bounded: device waits by the context timeout, waits for a
+ * peer by twice that (so a stalled device reports itself first). A rank that fails calls
  * td_ring_abort; every peer waiting on the ring then returns TD_ERR_ABORTED.
  *
  * On success, when a collective returns on rank r no other rank reads r's

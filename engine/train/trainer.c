@@ -1,9 +1,15 @@
 /* The data-parallel trainer: pmap(value_and_grad) with the gradient
  * all-reduce fused with the optimizer. After the ring's reduce-scatter, the
- * owner of each chunk updates that chunk of a host master copy of the
- * parameters once, and the all-gather hands the new values to every device.
+ * owner of each chunk computes that chunk's new parameters once, from a host
+ * master copy, and the all-gather hands the new values to every device.
  * Every parameter is thus computed exactly once, in host code, and copied:
- * the replicas are bitwise identical on any mix of devices by construction. */
+ * the replicas are bitwise identical on any mix of devices by construction.
+ *
+ * A step is all or nothing. New values go to a second host copy, which
+ * becomes the master only when every device finished the step; if any
+ * device fails, every device's parameters are rewritten from the master, so
+ * a failed step leaves no replica half-updated. */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -19,7 +25,8 @@ struct td_trainer {
     td_trainer_options options;
     uint32_t n_params;
     td_node *params;
-    float *master; /* parameters, laid out as the device parameter buffer */
+    float *master;  /* parameters, laid out as the device parameter buffer */
+    float *pending; /* the step's new parameters; swapped in on success */
     size_t param_elems;
     double seconds;
     uint64_t steps;
@@ -42,13 +49,14 @@ static void sgd_finalize(void *user, uint32_t rank, float *data, size_t offset, 
     td_trainer *t = user;
     (void)rank;
     const float lr = t->options.learning_rate;
-    float *p = t->master + offset;
+    const float *p = t->master + offset;
+    float *next = t->pending + offset;
     td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
     for (size_t i = 0; i < count; i++) {
         float g = data[i];
         float step = lr * g;
-        p[i] = p[i] - step;
-        data[i] = p[i];
+        next[i] = p[i] - step;
+        data[i] = next[i];
     }
 }
 
@@ -73,6 +81,7 @@ void td_trainer_destroy(td_trainer *t)
     td_program_destroy(t->program);
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
+    td_free(t->ctx, t->pending);
     td_free(t->ctx, t);
 }
 
@@ -125,8 +134,9 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (s == TD_OK) {
         t->param_elems = td_program_plan(t->program)->size[TD_BUF_PARAMS];
         t->master = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
-        if (!t->master)
-            s = TD_OOM(ctx, "the master parameters", t->param_elems * sizeof(float));
+        t->pending = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
+        if (!t->master || !t->pending)
+            s = TD_OOM(ctx, "the master parameters", 2 * t->param_elems * sizeof(float));
     }
     if (s != TD_OK) {
         td_trainer_destroy(t);
@@ -167,8 +177,22 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     td_status s = td_program_run(t->program, n_bindings, bindings);
     clock_gettime(CLOCK_MONOTONIC, &b);
     t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-    if (s != TD_OK)
+    if (s != TD_OK) {
+        /* Some owners may have finalized and some devices received new
+         * values: put every replica back to the master. The step's own
+         * error is what the caller gets; a device that cannot be restored
+         * (lost) fails again on the next call. */
+        char cause[512];
+        snprintf(cause, sizeof cause, "%s", td_last_error(t->ctx));
+        td_status r = td_program_write_all_params(t->program, t->master);
+        td_error_set(t->ctx, s, "%s%s", cause,
+                     r == TD_OK ? " (parameters restored to their values before the step)"
+                                : " (and restoring the parameters failed too)");
         return s;
+    }
+    float *swap = t->master;
+    t->master = t->pending;
+    t->pending = swap;
     t->steps++;
     if (loss) {
         /* Each device's loss is the mean over its shard; equal shards make

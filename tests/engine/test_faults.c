@@ -1,0 +1,284 @@
+/* Invariant 3: a device that fails makes the step fail on every worker, with
+ * the failing device's own message, within a bounded time; and a failed
+ * training step is all or nothing: no replica is left half-updated, and
+ * training resumes exactly as if the step had not been attempted.
+ *
+ * Faults are injected by a wrapper backend installed on one device of a
+ * cpu mesh: it delegates to the CPU backend but can fail a segment (as a
+ * lost device would) or stall a wait until its timeout (as a hung one). */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_test_util.h"
+#include "td_mesh_internal.h"
+
+typedef struct fault_state {
+    td_context *ctx;
+    int fail_segment_in; /* fail the Nth segment_run from now (0 = never) */
+    int hang_waits;      /* stall this many waits until their timeout */
+    int fail_read_in;    /* fail the Nth read from now (0 = never) */
+} fault_state;
+
+static fault_state fault;
+static td_backend_ops faulty_ops;
+
+static td_status faulty_segment_run(td_device *dev, td_segment *seg)
+{
+    if (fault.fail_segment_in > 0 && --fault.fail_segment_in == 0)
+        return td_error_set(fault.ctx, TD_ERR_DEVICE_LOST, "injected device loss in segment_run");
+    return td_cpu_backend.segment_run(dev, seg);
+}
+
+/* A step reads its outputs after the all-reduce and the update: failing
+ * there leaves every device already holding the step's new parameters. */
+static td_status faulty_read(td_device *dev, td_buffer *src, size_t offset, void *host, size_t bytes)
+{
+    if (fault.fail_read_in > 0 && --fault.fail_read_in == 0)
+        return td_error_set(fault.ctx, TD_ERR_DEVICE_LOST, "injected device loss in read");
+    return td_cpu_backend.read(dev, src, offset, host, bytes);
+}
+
+static td_status faulty_wait(td_device *dev, uint64_t ticket, uint32_t timeout_ms)
+{
+    if (fault.hang_waits > 0) {
+        fault.hang_waits--;
+        struct timespec t = {(time_t)(timeout_ms / 1000), (long)(timeout_ms % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+        return td_error_set(fault.ctx, TD_ERR_TIMEOUT, "injected hang: ticket %llu not done after %u ms",
+                            (unsigned long long)ticket, timeout_ms);
+    }
+    return td_cpu_backend.wait(dev, ticket, timeout_ms);
+}
+
+static void install_fault_backend(td_context *ctx, td_mesh *mesh, uint32_t position)
+{
+    memset(&fault, 0, sizeof fault);
+    fault.ctx = ctx;
+    faulty_ops = td_cpu_backend;
+    faulty_ops.segment_run = faulty_segment_run;
+    faulty_ops.wait = faulty_wait;
+    faulty_ops.read = faulty_read;
+    mesh->devices[position].ops = &faulty_ops;
+}
+
+static double seconds_since(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) * 1e-9;
+}
+
+/* ---- a small linear regression: x [12, 3] sharded, w [3, 1], b [1] ---- */
+
+enum { BATCH = 12, FEATURES = 3, STEPS = 5, FAILED_STEP = 2 };
+
+typedef struct linreg {
+    td_graph *g;
+    td_node x, y, w, b, loss;
+    td_trainer *trainer;
+    td_tensor *xs, *ys;
+} linreg;
+
+static void linreg_init(td_context *ctx, td_mesh *mesh, linreg *m)
+{
+    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1};
+    td_node xw, pred;
+    TEST_OK(ctx, td_graph_create(ctx, &m->g));
+    TEST_OK(ctx, td_graph_input(m->g, "x", TD_F32, 2, xd, TD_SHARDED, &m->x));
+    TEST_OK(ctx, td_graph_input(m->g, "y", TD_F32, 2, yd, TD_SHARDED, &m->y));
+    TEST_OK(ctx, td_graph_param(m->g, "w", 2, wd, &m->w));
+    TEST_OK(ctx, td_graph_param(m->g, "b", 1, bd, &m->b));
+    TEST_OK(ctx, td_graph_matmul(m->g, m->x, m->w, &xw));
+    TEST_OK(ctx, td_graph_add(m->g, xw, m->b, &pred));
+    TEST_OK(ctx, td_graph_mse(m->g, pred, m->y, &m->loss));
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.learning_rate = 0.1f;
+    td_node params[2] = {m->w, m->b};
+    TEST_OK(ctx, td_trainer_create(m->g, mesh, m->loss, 2, params, &o, &m->trainer));
+    m->xs = test_tensor(ctx, TD_F32, 2, xd);
+    m->ys = test_tensor(ctx, TD_F32, 2, yd);
+}
+
+static void linreg_batch(linreg *m, int step)
+{
+    test_rng rng = {0xFA017ull + (uint64_t)step};
+    for (int i = 0; i < BATCH; i++) {
+        float y = 0.5f;
+        for (int j = 0; j < FEATURES; j++) {
+            float v = test_rng_uniform(&rng, -1.0f, 1.0f);
+            test_f32(m->xs)[i * FEATURES + j] = v;
+            y += (float)(j + 1) * v;
+        }
+        test_f32(m->ys)[i] = y;
+    }
+}
+
+static td_status linreg_step(linreg *m, int step)
+{
+    linreg_batch(m, step);
+    td_binding b[2] = {{m->x, m->xs}, {m->y, m->ys}};
+    float loss;
+    return td_trainer_step(m->trainer, 2, b, &loss);
+}
+
+/* w then b as held by `device`. */
+static void linreg_params(td_context *ctx, linreg *m, uint32_t device, float out[FEATURES + 1])
+{
+    int64_t wd[2] = {FEATURES, 1}, bd[1] = {1};
+    td_tensor *w = test_tensor(ctx, TD_F32, 2, wd), *b = test_tensor(ctx, TD_F32, 1, bd);
+    TEST_OK(ctx, td_trainer_read_param(m->trainer, m->w, device, w));
+    TEST_OK(ctx, td_trainer_read_param(m->trainer, m->b, device, b));
+    memcpy(out, test_f32(w), FEATURES * sizeof(float));
+    out[FEATURES] = test_f32(b)[0];
+    td_tensor_destroy(w);
+    td_tensor_destroy(b);
+}
+
+static void linreg_fini(linreg *m)
+{
+    td_tensor_destroy(m->xs);
+    td_tensor_destroy(m->ys);
+}
+
+static void assert_replicas_identical(td_context *ctx, linreg *m, const char *when)
+{
+    bool identical = false;
+    TEST_OK(ctx, td_trainer_replicas_identical(m->trainer, &identical));
+    cr_assert(identical, "replicas differ %s", when);
+}
+
+/* Parameters after training on every step but FAILED_STEP, undisturbed. */
+static void reference_params(float out[FEATURES + 1])
+{
+    td_context *ctx = test_context(30000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    for (int step = 0; step < STEPS; step++)
+        if (step != FAILED_STEP)
+            TEST_OK(ctx, linreg_step(&m, step));
+    linreg_params(ctx, &m, 0, out);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+typedef enum { FAIL_BEFORE_RING, FAIL_AFTER_UPDATE } fault_point;
+
+static void check_failed_step_is_all_or_nothing(fault_point point)
+{
+    float expected[FEATURES + 1];
+    reference_params(expected);
+
+    td_context *ctx = test_context(30000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    install_fault_backend(ctx, mesh, 1);
+    float before[FEATURES + 1], after[FEATURES + 1];
+    for (int step = 0; step < STEPS; step++) {
+        if (step != FAILED_STEP) {
+            TEST_OK(ctx, linreg_step(&m, step));
+            continue;
+        }
+        linreg_params(ctx, &m, 0, before);
+        if (point == FAIL_BEFORE_RING)
+            fault.fail_segment_in = 1;
+        else
+            fault.fail_read_in = 1;
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected device loss", linreg_step(&m, step));
+        cr_assert(test_message_mentions(ctx, "restored"), "message: %s", td_last_error(ctx));
+        /* Well inside the 30 s timeout: peers are woken by the abort, not
+         * by their own deadlines. */
+        cr_assert_lt(seconds_since(&t0), 5.0, "the failed step took %.1f s", seconds_since(&t0));
+        assert_replicas_identical(ctx, &m, "after the failed step");
+        for (uint32_t d = 0; d < 3; d++) {
+            linreg_params(ctx, &m, d, after);
+            cr_assert(memcmp(before, after, sizeof before) == 0, "device %u changed in a failed step", d);
+        }
+    }
+    assert_replicas_identical(ctx, &m, "after training resumed");
+    linreg_params(ctx, &m, 0, after);
+    cr_assert(memcmp(expected, after, sizeof after) == 0,
+              "training after a failed step differs from training without it (w0 %.9g vs %.9g)", (double)after[0],
+              (double)expected[0]);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+Test(faults, device_lost_before_the_ring_fails_the_step_and_changes_nothing)
+{
+    check_failed_step_is_all_or_nothing(FAIL_BEFORE_RING);
+}
+
+/* Here every device already holds the new parameters when the step fails:
+ * only the rollback to the master copy makes the step leave no trace. */
+Test(faults, device_lost_after_the_update_rolls_every_replica_back)
+{
+    check_failed_step_is_all_or_nothing(FAIL_AFTER_UPDATE);
+}
+
+Test(faults, hung_device_times_out_within_the_bound)
+{
+    const uint32_t timeout_ms = 300;
+    td_context *ctx = test_context(timeout_ms);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    install_fault_backend(ctx, mesh, 2);
+    TEST_OK(ctx, linreg_step(&m, 0));
+    float before[FEATURES + 1], after[FEATURES + 1];
+    linreg_params(ctx, &m, 0, before);
+
+    fault.hang_waits = 1;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    TEST_FAILS(ctx, TD_ERR_TIMEOUT, "injected hang", linreg_step(&m, 1));
+    double took = seconds_since(&t0);
+    /* One stalled wait (300 ms) plus peers noticing the abort: far below
+     * the mesh's own 4 x timeout bound. */
+    cr_assert_lt(took, 4.0 * timeout_ms / 1000.0, "the hung step took %.2f s", took);
+    assert_replicas_identical(ctx, &m, "after the timed-out step");
+    linreg_params(ctx, &m, 2, after);
+    cr_assert(memcmp(before, after, sizeof before) == 0, "the hung device's parameters changed");
+
+    TEST_OK(ctx, linreg_step(&m, 1)); /* the ring was reset: the mesh works again */
+    assert_replicas_identical(ctx, &m, "after recovery");
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+Test(faults, failure_inside_a_pmap_collective_program_is_reported_and_recovers)
+{
+    td_context *ctx = test_context(30000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:4");
+    install_fault_backend(ctx, mesh, 3);
+    td_graph *g;
+    int64_t d[1] = {8};
+    td_node x, s, twice;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 1, d, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_scale(g, x, 2.0f, &twice));
+    TEST_OK(ctx, td_graph_psum(g, twice, &s));
+    td_program *p = test_compile(ctx, g, mesh, 1, &s);
+    td_tensor *xs = test_tensor(ctx, TD_F32, 1, d);
+    for (int i = 0; i < 8; i++)
+        test_f32(xs)[i] = (float)i;
+    td_binding b = {x, xs};
+
+    fault.fail_segment_in = 1; /* the segment before the psum, on device 3 */
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected device loss", td_program_run(p, 1, &b));
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t dev = 0; dev < 4; dev++) {
+        td_tensor *out = test_read_output(ctx, p, 0, dev);
+        /* psum over devices of 2 * [2d, 2d+1]: element k sums 2*(2d + k). */
+        cr_assert_float_eq(test_f32(out)[0], 2.0f * (0 + 2 + 4 + 6), 0.0f);
+        cr_assert_float_eq(test_f32(out)[1], 2.0f * (1 + 3 + 5 + 7), 0.0f);
+        td_tensor_destroy(out);
+    }
+    td_tensor_destroy(xs);
+    td_context_destroy(ctx);
+}
