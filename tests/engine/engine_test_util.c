@@ -156,3 +156,59 @@ bool test_message_mentions(const td_context *ctx, const char *needle)
 {
     return needle == NULL || strstr(td_last_error(ctx), needle) != NULL;
 }
+
+void *test_counting_alloc(void *user, size_t bytes, size_t alignment)
+{
+    test_alloc_counter *c = user;
+    if (alignment < sizeof(void *))
+        alignment = sizeof(void *);
+    void *p = NULL;
+    if (posix_memalign(&p, alignment, bytes ? bytes : 1) != 0)
+        return NULL;
+    pthread_mutex_lock(&c->lock);
+    c->allocs++;
+    c->live++;
+    if (c->live > c->peak_live)
+        c->peak_live = c->live;
+    if (((uintptr_t)p & (alignment - 1)) != 0)
+        c->bad_alignment++;
+    pthread_mutex_unlock(&c->lock);
+    return p;
+}
+
+void test_counting_free(void *user, void *ptr)
+{
+    test_alloc_counter *c = user;
+    pthread_mutex_lock(&c->lock);
+    c->frees++;
+    c->live--;
+    pthread_mutex_unlock(&c->lock);
+    free(ptr);
+}
+
+td_context *test_counting_context(test_alloc_counter *counter, uint32_t timeout_ms)
+{
+    memset(counter, 0, sizeof *counter);
+    pthread_mutex_init(&counter->lock, NULL);
+    td_context_options o;
+    td_context_options_init(&o);
+    o.allocator.alloc = test_counting_alloc;
+    o.allocator.free = test_counting_free;
+    o.allocator.user = counter;
+    o.timeout_ms = timeout_ms;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&o, &ctx), TD_OK);
+    return ctx;
+}
+
+void test_linreg_graph(td_context *ctx, td_graph *g, int64_t batch, int64_t features, td_node *x, td_node *y,
+                       td_node *w, td_node *loss)
+{
+    int64_t xd[2] = {batch, features}, yd[2] = {batch, 1}, wd[2] = {features, 1};
+    td_node xw;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, x));
+    TEST_OK(ctx, td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, y));
+    TEST_OK(ctx, td_graph_param(g, "w", 2, wd, w));
+    TEST_OK(ctx, td_graph_matmul(g, *x, *w, &xw));
+    TEST_OK(ctx, td_graph_mse(g, xw, *y, loss));
+}

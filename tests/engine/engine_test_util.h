@@ -4,6 +4,7 @@
 #ifndef ENGINE_TEST_UTIL_H
 #define ENGINE_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,23 @@ float test_rng_normal(test_rng *r);
  * (relu's kink) by lo. */
 float test_rng_signed_away_from_zero(test_rng *r, float lo, float hi);
 void test_fill_uniform(test_rng *r, float *data, size_t n, float lo, float hi);
+
+/* Allocator hooks that count: every allocation and free, the live count and
+ * its peak, and results that miss the requested alignment. Thread-safe. */
+typedef struct test_alloc_counter {
+    pthread_mutex_t lock;
+    size_t allocs, frees, live, peak_live, bad_alignment;
+} test_alloc_counter;
+
+void *test_counting_alloc(void *user, size_t bytes, size_t alignment);
+void test_counting_free(void *user, void *ptr);
+/* A context whose allocations all go through `counter` (reset here). */
+td_context *test_counting_context(test_alloc_counter *counter, uint32_t timeout_ms);
+
+/* x [batch, features] and y [batch, 1] sharded, w [features, 1],
+ * loss = mse(x w, y): the smallest trainable graph, built into g. */
+void test_linreg_graph(td_context *ctx, td_graph *g, int64_t batch, int64_t features, td_node *x, td_node *y,
+                       td_node *w, td_node *loss);
 
 /* A context with the given timeout (0 = the default); fails the test when
  * creation fails. */

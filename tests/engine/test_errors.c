@@ -46,13 +46,8 @@ Test(errors, pmap_batch_not_divisible_names_size_and_devices)
 Test(errors, trainer_batch_not_divisible)
 {
     td_mesh *mesh = test_mesh(ctx, "cpu:4");
-    int64_t xd[2] = {10, 3}, wd[2] = {3, 1}, yd[2] = {10, 1};
-    td_node x, y, w, xw, loss;
-    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x));
-    TEST_OK(ctx, td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &y));
-    TEST_OK(ctx, td_graph_param(g, "w", 2, wd, &w));
-    TEST_OK(ctx, td_graph_matmul(g, x, w, &xw));
-    TEST_OK(ctx, td_graph_mse(g, xw, y, &loss));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 10, 3, &x, &y, &w, &loss);
     td_trainer *t = (td_trainer *)&t;
     TEST_FAILS(ctx, TD_ERR_NOT_DIVISIBLE, "10", td_trainer_create(g, mesh, loss, 1, &w, NULL, &t));
     cr_assert(strstr(td_last_error(ctx), "4") != NULL, "%s", td_last_error(ctx));

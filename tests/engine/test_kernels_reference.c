@@ -2,6 +2,7 @@
  * segments of kernel calls, checked against hand-computed values, double
  * precision computations and the reference kernels (td_reference_*). */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,26 @@ static void download(td_buffer *b, size_t offset, void *host, size_t floats)
 {
     TEST_OK(ctx, ops->read(dev, b, offset * sizeof(float), host, floats * sizeof(float)));
     finish();
+}
+
+/* Reads n floats of b and asserts each equals want exactly. */
+static void expect_floats(td_buffer *b, const float *want, size_t n, const char *what)
+{
+    float *got = malloc(n * sizeof *got);
+    cr_assert_not_null(got);
+    download(b, 0, got, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "%s[%zu] = %g, want %g", what, i, (double)got[i], (double)want[i]);
+    free(got);
+}
+
+static void release_buffers(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        ops->buffer_destroy(dev, va_arg(ap, td_buffer *));
+    va_end(ap);
 }
 
 /* Runs the calls as one segment and waits. */
@@ -123,8 +144,7 @@ Test(cpu_backend, write_read_copy_ranges)
     /* Zero-byte operations are valid at any in-range offset. */
     TEST_OK(ctx, ops->write(dev, a, 64 * 4, src, 0));
     TEST_OK(ctx, ops->read(dev, a, 64 * 4, out, 0));
-    ops->buffer_destroy(dev, a);
-    ops->buffer_destroy(dev, b);
+    release_buffers(2, a, b);
 }
 
 Test(cpu_backend, out_of_range_transfers_are_invalid_arguments)
@@ -139,8 +159,7 @@ Test(cpu_backend, out_of_range_transfers_are_invalid_arguments)
     cr_assert_eq(ops->read(dev, b, 4, host, 8 * 4), TD_ERR_INVALID_ARGUMENT);
     cr_assert_eq(ops->copy(dev, a, 0, b, 0, 9 * 4), TD_ERR_INVALID_ARGUMENT, "destination too small");
     cr_assert_eq(ops->copy(dev, b, 4, a, 0, 8 * 4), TD_ERR_INVALID_ARGUMENT, "source too small");
-    ops->buffer_destroy(dev, a);
-    ops->buffer_destroy(dev, b);
+    release_buffers(2, a, b);
 }
 
 Test(cpu_backend, empty_buffer_and_staging)
@@ -276,9 +295,7 @@ Test(cpu_backend, elementwise_binary_ops_with_broadcasting)
                                  (double)out[i], (double)want);
                 }
     }
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bb);
-    ops->buffer_destroy(dev, bo);
+    release_buffers(3, ba, bb, bo);
 }
 
 Test(cpu_backend, elementwise_transposed_and_row_broadcast)
@@ -291,14 +308,9 @@ Test(cpu_backend, elementwise_transposed_and_row_broadcast)
     const int64_t dims[4] = {1, 1, 3, 2}, sa[4] = {0, 0, 1, 3}, sb[4] = {0, 0, 0, 1};
     td_kernel_call c = ew_call(TD_EW_ADD, 0.0f, bo, ba, bb, dims, sa, sb);
     run_calls(&c, 1);
-    float out[6];
-    download(bo, 0, out, 6);
     const float want[6] = {101, 204, 102, 205, 103, 206};
-    for (int i = 0; i < 6; i++)
-        cr_assert_eq(out[i], want[i], "out[%d] = %g", i, (double)out[i]);
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bb);
-    ops->buffer_destroy(dev, bo);
+    expect_floats(bo, want, 6, "out");
+    release_buffers(3, ba, bb, bo);
 }
 
 Test(cpu_backend, elementwise_unary_ops_and_in_place)
@@ -324,8 +336,7 @@ Test(cpu_backend, elementwise_unary_ops_and_in_place)
     cr_assert_eq(out[0], 8.0f);
     cr_assert_eq(out[3], -6.0f);
     cr_assert_eq(out[5], -12.0f);
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bo);
+    release_buffers(2, ba, bo);
 }
 
 /* ---- reduce ---- */
@@ -382,8 +393,7 @@ Test(cpu_backend, reduce_over_chosen_axes)
     run_calls(&c, 1);
     download(bo, 0, out, 1);
     cr_assert_eq(out[0], 0.0f);
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bo);
+    release_buffers(2, ba, bo);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -517,9 +527,7 @@ static void check_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
             cr_assert(memcmp(&cout[i * p.ldc + j], &c0[i * p.ldc + j], 4) == 0, "pad column %lld of row %lld written",
                       (long long)j, (long long)i);
     }
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bb);
-    ops->buffer_destroy(dev, bc);
+    release_buffers(3, ba, bb, bc);
     free(a);
     free(b);
     free(c0);
@@ -561,14 +569,9 @@ Test(cpu_backend, gemm_small_exact_values)
     call.out = arg(bc, 0);
     call.p.gemm = (td_gemm_params){.m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2, .alpha = 2.0f, .beta = 0.5f};
     run_calls(&call, 1);
-    float out[4];
-    download(bc, 0, out, 4);
     const float want[4] = {43, 49, 91, 105};
-    for (int i = 0; i < 4; i++)
-        cr_assert_eq(out[i], want[i], "C[%d] = %g", i, (double)out[i]);
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bb);
-    ops->buffer_destroy(dev, bc);
+    expect_floats(bc, want, 4, "C");
+    release_buffers(3, ba, bb, bc);
 }
 
 Test(cpu_backend, gemm_with_k_zero_scales_or_clears_c)
@@ -587,14 +590,9 @@ Test(cpu_backend, gemm_with_k_zero_scales_or_clears_c)
     call.out = arg(bc, 3);
     call.p.gemm.beta = 2.0f;
     run_calls(&call, 1); /* row 1: scaled by beta */
-    float out[6];
-    download(bc, 0, out, 6);
     const float want[6] = {0, 0, 0, 2, 4, 6};
-    for (int i = 0; i < 6; i++)
-        cr_assert_eq(out[i], want[i], "C[%d] = %g", i, (double)out[i]);
-    ops->buffer_destroy(dev, ba);
-    ops->buffer_destroy(dev, bb);
-    ops->buffer_destroy(dev, bc);
+    expect_floats(bc, want, 6, "C");
+    release_buffers(3, ba, bb, bc);
 }
 
 Test(cpu_backend, gemm_at_element_offsets)

@@ -104,58 +104,10 @@ Test(context, null_arguments_are_statuses)
 
 /* ---- allocator hooks ---- */
 
-typedef struct alloc_counter {
-    pthread_mutex_t lock;
-    size_t allocs, frees, live, peak_live, bad_alignment;
-} alloc_counter;
-
-static void *counting_alloc(void *user, size_t bytes, size_t alignment)
-{
-    alloc_counter *c = user;
-    if (alignment < sizeof(void *))
-        alignment = sizeof(void *);
-    void *p = NULL;
-    if (posix_memalign(&p, alignment, bytes ? bytes : 1) != 0)
-        return NULL;
-    pthread_mutex_lock(&c->lock);
-    c->allocs++;
-    c->live++;
-    if (c->live > c->peak_live)
-        c->peak_live = c->live;
-    if (((uintptr_t)p & (alignment - 1)) != 0)
-        c->bad_alignment++;
-    pthread_mutex_unlock(&c->lock);
-    return p;
-}
-
-static void counting_free(void *user, void *ptr)
-{
-    alloc_counter *c = user;
-    pthread_mutex_lock(&c->lock);
-    c->frees++;
-    c->live--;
-    pthread_mutex_unlock(&c->lock);
-    free(ptr);
-}
-
-static td_context *counting_context(alloc_counter *counter)
-{
-    memset(counter, 0, sizeof *counter);
-    pthread_mutex_init(&counter->lock, NULL);
-    td_context_options o;
-    td_context_options_init(&o);
-    o.allocator.alloc = counting_alloc;
-    o.allocator.free = counting_free;
-    o.allocator.user = counter;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&o, &ctx), TD_OK);
-    return ctx;
-}
-
 Test(context, allocator_hooks_carry_every_allocation_and_all_are_freed)
 {
-    alloc_counter counter;
-    td_context *ctx = counting_context(&counter);
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, 0);
     cr_assert_eq(counter.allocs, 1, "the context itself comes from the hook");
 
     /* Exercise every object kind: mesh (workers, ring), graph, program,
@@ -163,13 +115,9 @@ Test(context, allocator_hooks_carry_every_allocation_and_all_are_freed)
     td_mesh *mesh = test_mesh(ctx, "cpu:2");
     td_graph *g = NULL;
     TEST_OK(ctx, td_graph_create(ctx, &g));
-    int64_t xd[2] = {4, 3}, wd[2] = {3, 1}, yd[2] = {4, 1};
-    td_node x, y, w, xw, loss;
-    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x));
-    TEST_OK(ctx, td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &y));
-    TEST_OK(ctx, td_graph_param(g, "w", 2, wd, &w));
-    TEST_OK(ctx, td_graph_matmul(g, x, w, &xw));
-    TEST_OK(ctx, td_graph_mse(g, xw, y, &loss));
+    int64_t xd[2] = {4, 3}, yd[2] = {4, 1};
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
     td_trainer *trainer = NULL;
     TEST_OK(ctx, td_trainer_create(g, mesh, loss, 1, &w, NULL, &trainer));
     td_tensor *tx = test_tensor(ctx, TD_F32, 2, xd), *ty = test_tensor(ctx, TD_F32, 2, yd);
@@ -194,8 +142,8 @@ Test(context, allocator_hooks_carry_every_allocation_and_all_are_freed)
 
 Test(context, destroy_releases_what_the_caller_forgot)
 {
-    alloc_counter counter;
-    td_context *ctx = counting_context(&counter);
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, 0);
     td_mesh *mesh = test_mesh(ctx, "cpu:3");
     td_graph *g = NULL;
     TEST_OK(ctx, td_graph_create(ctx, &g));
@@ -213,11 +161,11 @@ Test(context, destroy_releases_what_the_caller_forgot)
 
 Test(context, half_an_allocator_is_rejected)
 {
-    alloc_counter counter;
+    test_alloc_counter counter;
     memset(&counter, 0, sizeof counter);
     td_context_options o;
     td_context_options_init(&o);
-    o.allocator.alloc = counting_alloc;
+    o.allocator.alloc = test_counting_alloc;
     o.allocator.user = &counter;
     td_context *ctx = (td_context *)&counter; /* must be reset to NULL */
     cr_assert_eq(td_context_create(&o, &ctx), TD_ERR_INVALID_ARGUMENT);
@@ -254,7 +202,7 @@ Test(context, allocator_failure_is_out_of_memory)
  * creation path must report TD_ERR_OUT_OF_MEMORY (or clean up) without
  * crashing or leaking, whatever allocation fails. */
 typedef struct budget_alloc {
-    alloc_counter counter;
+    test_alloc_counter counter;
     long budget;
 } budget_alloc;
 
@@ -264,12 +212,12 @@ static void *budget_alloc_fn(void *user, size_t bytes, size_t alignment)
     pthread_mutex_lock(&b->counter.lock);
     long left = b->budget--;
     pthread_mutex_unlock(&b->counter.lock);
-    return left > 0 ? counting_alloc(&b->counter, bytes, alignment) : NULL;
+    return left > 0 ? test_counting_alloc(&b->counter, bytes, alignment) : NULL;
 }
 
 static void budget_free_fn(void *user, void *ptr)
 {
-    counting_free(&((budget_alloc *)user)->counter, ptr);
+    test_counting_free(&((budget_alloc *)user)->counter, ptr);
 }
 
 /* Creates a mesh, compiles and runs a pmean program, then creates and steps

@@ -246,12 +246,8 @@ Test(training, sgd_step_is_exactly_p_minus_lr_times_mean_gradient)
     td_graph *g = NULL;
     TEST_OK(ctx, td_graph_create(ctx, &g));
     int64_t xd[2] = {4, 1}, wd[2] = {1, 1};
-    td_node x, y, w, xw, loss;
-    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x));
-    TEST_OK(ctx, td_graph_input(g, "y", TD_F32, 2, xd, TD_SHARDED, &y));
-    TEST_OK(ctx, td_graph_param(g, "w", 2, wd, &w));
-    TEST_OK(ctx, td_graph_matmul(g, x, w, &xw));
-    TEST_OK(ctx, td_graph_mse(g, xw, y, &loss));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 1, &x, &y, &w, &loss);
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.learning_rate = 0.25f;
@@ -277,34 +273,10 @@ Test(training, sgd_step_is_exactly_p_minus_lr_times_mean_gradient)
 /* A steady-state step allocates nothing through tandem's allocator: the plan
  * owns every buffer, staging area and scratch from compile time on. Counted
  * with allocator hooks; the MLP exercises every kernel kind and the ring. */
-typedef struct step_alloc_counter {
-    size_t allocations;
-} step_alloc_counter;
-
-static void *step_counting_alloc(void *user, size_t bytes, size_t alignment)
-{
-    ((step_alloc_counter *)user)->allocations++;
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    return aligned_alloc(alignment, rounded ? rounded : alignment);
-}
-
-static void step_counting_free(void *user, void *ptr)
-{
-    (void)user;
-    free(ptr);
-}
-
 static void check_no_allocation_in_steady_state(const char *spec, bool skip_when_unavailable)
 {
-    step_alloc_counter counter = {0};
-    td_context_options o;
-    td_context_options_init(&o);
-    o.allocator.alloc = step_counting_alloc;
-    o.allocator.free = step_counting_free;
-    o.allocator.user = &counter;
-    o.timeout_ms = 30000;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&o, &ctx), TD_OK);
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, 30000);
     td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
     model m;
     int64_t batch = 24;
@@ -321,13 +293,13 @@ static void check_no_allocation_in_steady_state(const char *spec, bool skip_when
     float loss;
     make_batch(&m, 0, x, labels);
     TEST_OK(ctx, td_trainer_step(t, 2, b, &loss)); /* warm-up */
-    size_t before = counter.allocations;
+    size_t before = counter.allocs;
     for (int step = 1; step <= 10; step++) {
         make_batch(&m, step, x, labels);
         TEST_OK(ctx, td_trainer_step(t, 2, b, &loss));
     }
-    cr_expect_eq(counter.allocations, before, "%s: %zu host allocations in 10 steady-state steps", spec,
-                 counter.allocations - before);
+    cr_expect_eq(counter.allocs, before, "%s: %zu host allocations in 10 steady-state steps", spec,
+                 counter.allocs - before);
     td_tensor_destroy(x);
     td_tensor_destroy(labels);
     for (uint32_t i = 0; i < m.n_params; i++)
