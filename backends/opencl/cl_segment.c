@@ -116,14 +116,11 @@ static td_status add_launch(td_device *dev, td_cl_step *step, const char *name, 
 
 static td_status prepare_elementwise(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
 {
-    static const char *const names[TD_EW_OP_COUNT] = {"scale", "add", "sub", "mul", "axpy", "relu",
-                                                      "relu_grad"};
     const td_ew_params *p = &c->p.ew;
     if (p->op < 0 || p->op >= TD_EW_OP_COUNT || !dims_valid(p->dims))
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
                             "opencl segment call %zu (elementwise): bad op %d or negative dims", i, (int)p->op);
-    bool binary = p->op == TD_EW_ADD || p->op == TD_EW_SUB || p->op == TD_EW_MUL || p->op == TD_EW_AXPY ||
-                  p->op == TD_EW_RELU_GRAD;
+    bool binary = td_ew_arity(p->op) == 2;
     int64_t n = td_ew_count(p), lo, hi;
     td_status st = check_arg(dev, i, "elementwise", "out", &c->out, 0, n);
     strided_extent(p->dims, p->a_strides, &lo, &hi);
@@ -139,7 +136,7 @@ static td_status prepare_elementwise(td_device *dev, size_t i, const td_kernel_c
     const int64_t *sb = binary ? p->b_strides : p->a_strides;
     bool dense = is_dense(p->dims, p->a_strides) && is_dense(p->dims, sb);
     char name[48];
-    snprintf(name, sizeof name, "td_ew_%s_%s", names[p->op], dense ? "dense" : "strided");
+    snprintf(name, sizeof name, "td_ew_%s_%s", td_ew_name(p->op), dense ? "dense" : "strided");
     cl_ulong out_off = c->out.offset, a_off = c->a.offset, b_off = b->offset, count = (cl_ulong)n;
     cl_float alpha = p->alpha;
     cl_long4 dims = long4_of(p->dims), sa = long4_of(p->a_strides), sbv = long4_of(sb);

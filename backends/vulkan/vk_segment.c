@@ -177,7 +177,7 @@ static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, pl
         view_extent(p->dims, p->a_strides, 4, &lo, &hi);
         if (s == TD_OK)
             s = use_slot(dev, i, k, pl, SLOT_A, c->a, lo, hi, false);
-        bool binary = p->op != TD_EW_SCALE && p->op != TD_EW_RELU;
+        bool binary = td_ew_arity(p->op) == 2;
         view_extent(p->dims, p->b_strides, 4, &lo, &hi);
         if (s == TD_OK && binary)
             s = use_slot(dev, i, k, pl, SLOT_B, c->b, lo, hi, false);

@@ -20,6 +20,8 @@
 
 #include <stdint.h>
 
+#include "td_ew_ops.h"
+
 #define TD_KERNEL_RANK 4 /* elementwise and reduce view tensors as rank 4 */
 
 typedef struct td_buffer td_buffer; /* backend-defined device buffer */
@@ -37,25 +39,40 @@ typedef enum td_kernel_id {
     TD_KERNEL_GEMM,            /* C = alpha op(A) op(B) + beta C */
     TD_KERNEL_XENT_FORWARD,    /* softmax cross-entropy, per row */
     TD_KERNEL_XENT_BACKWARD,   /* its gradient with respect to the logits */
+    TD_KERNEL_IM2COL,          /* NHWC image -> convolution patches (td_conv_params) */
+    TD_KERNEL_COL2IM,          /* its adjoint: patches summed back into the image */
+    TD_KERNEL_POOL,            /* max / average pooling, NHWC (td_pool_params) */
+    TD_KERNEL_POOL_BACKWARD,   /* its gradient with respect to the input */
+    TD_KERNEL_SOFTMAX,         /* softmax / log-softmax per row (td_rows_params) */
+    TD_KERNEL_ARGMAX,          /* index of the first maximum per row, as a float */
+    TD_KERNEL_CAST,            /* u8 or i32 -> f32 (td_cast_params) */
+    TD_KERNEL_DROPOUT_MASK,    /* counter-based keep mask (td_dropout_params) */
+    TD_KERNEL_GATHER_ROWS,     /* out rows = table rows picked by i32 ids */
+    TD_KERNEL_SCATTER_ADD_ROWS,/* its adjoint: rows summed into the table, in id order */
     TD_KERNEL_COUNT
 } td_kernel_id;
 
 /* ELEMENTWISE: for every out index (i0,i1,i2,i3) < dims,
  *   x = a[a.offset + sum_k i_k * a_strides[k]]
- *   y = b[b.offset + sum_k i_k * b_strides[k]]   (binary ops only)
+ *   y = b[b.offset + sum_k i_k * b_strides[k]]   (ops of arity 2 only)
  *   out[out.offset + row-major index] = f(x, y)
+ * where f is the op's expression in kernels/common/td_ew_ops.h, the one
+ * list every backend expands.
  * Strides are in elements; a stride of 0 broadcasts that axis. `out` may
  * alias `a` or `b` exactly (same buffer and offset, dense strides). */
 typedef enum td_ew_op {
-    TD_EW_SCALE = 0,   /* alpha * x */
-    TD_EW_ADD,         /* x + y */
-    TD_EW_SUB,         /* x - y */
-    TD_EW_MUL,         /* x * y */
-    TD_EW_AXPY,        /* x + alpha * y   (two roundings, no fma) */
-    TD_EW_RELU,        /* x > 0 ? x : 0   (NaN stays NaN: written as x > 0 ? x : (x != x ? x : 0)) */
-    TD_EW_RELU_GRAD,   /* x > 0 ? y : 0   (x is the forward input, y the incoming gradient) */
-    TD_EW_OP_COUNT
+#define TD_EW_ENUM_ENTRY(id, NAME, arity, exact, expr) TD_EW_##NAME = id,
+    TD_EW_OPS(TD_EW_ENUM_ENTRY)
+#undef TD_EW_ENUM_ENTRY
+    TD_EW_OP_COUNT = TD_EW_OPS_COUNT
 } td_ew_op;
+
+/* From the same list: 1 or 2 for a known op, 0 otherwise; whether the op
+ * must match the reference bitwise; and its name ("GELU_TANH"), "unknown"
+ * otherwise. */
+int td_ew_arity(int32_t op);
+int td_ew_exact(int32_t op);
+const char *td_ew_name(int32_t op);
 
 typedef struct td_ew_params {
     int32_t op; /* td_ew_op */
@@ -101,6 +118,108 @@ typedef struct td_xent_params {
     int64_t rows, cols;
 } td_xent_params;
 
+/* ---- convolution and pooling (NHWC images, row-major) ----
+ *
+ * The geometry both share: an input image [n, h, w, c]; a window of kh x kw
+ * taps, tap (i, j) of output pixel (oy, ox) reading input pixel
+ *   iy = oy * stride_h - pad_top + i * dil_h,  ix = ox * stride_w - pad_left + j * dil_w
+ * (outside 0 <= iy < h, 0 <= ix < w it is padding); the output is
+ * [n, oh, ow, c_out]. Padding on the bottom/right is implied by oh/ow. */
+typedef struct td_conv_params {
+    int64_t n, h, w, c;     /* input image */
+    int64_t kh, kw;         /* window */
+    int64_t oh, ow;         /* output spatial size */
+    int64_t stride_h, stride_w, pad_top, pad_left, dil_h, dil_w;
+} td_conv_params;
+
+/* IM2COL: a = image [n, h, w, c]; out = patches [n*oh*ow, kh*kw*c]:
+ *   out[((b*oh + oy)*ow + ox) * (kh*kw*c) + (i*kw + j)*c + ch]
+ *     = a[((b*h + iy)*w + ix)*c + ch], or 0 for padding.
+ * With an HWIO kernel reshaped to [kh*kw*c, c_out], patches x kernel is the
+ * NHWC convolution output (flax's layout).
+ * COL2IM: a = patches [n*oh*ow, kh*kw*c]; out = image [n, h, w, c], every
+ * element written: out[b, iy, ix, ch] = the sum of the patch entries that
+ * IM2COL copied from (b, iy, ix, ch), added in increasing (oy, ox, i, j)
+ * order starting from 0.0f — a fixed order, so results are reproducible;
+ * pixels no tap reads get 0. (GPU backends may add in another order; the
+ * tests bound the difference.) */
+
+/* POOL: a = x [n, h, w, c], out = [n, oh, ow, c] (the geometry above with
+ * c_out = c, no dilation: dil_h = dil_w = 1).
+ *   max: the maximum over the window's taps that are inside the image,
+ *        scanned in (i, j) order: m = first tap, then m = v when v > m or v
+ *        is NaN (a NaN is kept). A window with no tap inside gives -inf.
+ *   avg: the sum over taps inside the image, in (i, j) order from 0.0f,
+ *        divided by kh*kw when count_include_pad, else by the number of taps
+ *        inside (flax's avg_pool counts the padding: count_include_pad = 1).
+ * POOL_BACKWARD: a = x, b = y (POOL's output; read for max only),
+ *   c = gy [n, oh, ow, c]; out = gx [n, h, w, c], every element written:
+ *   gx[p] = sum over windows W containing tap p, in increasing (oy, ox)
+ *   order from 0.0f, of
+ *     max: gy[W] if p is W's first tap (in (i, j) order, inside the image)
+ *          whose value equals y[W] (or is NaN when y[W] is NaN), else 0 —
+ *          the gradient goes to the first maximum of each window;
+ *     avg: gy[W] / (the divisor POOL used for W). */
+typedef enum td_pool_mode { TD_POOL_MAX = 0, TD_POOL_AVG = 1 } td_pool_mode;
+
+typedef struct td_pool_params {
+    td_conv_params geo;
+    int32_t mode; /* td_pool_mode */
+    int32_t count_include_pad;
+} td_pool_params;
+
+/* ---- row kernels: a [rows, cols] row-major ----
+ * SOFTMAX: out [rows, cols]; per row m = max (as XENT_FORWARD: a NaN
+ *   propagates), e[c] = exp(a[c] - m), s = sum of e in column order from
+ *   0.0f;  mode 0 (softmax): out[c] = e[c] * (1.0f / s);
+ *          mode 1 (log-softmax): out[c] = (a[c] - m) - log(s).
+ * ARGMAX: out [rows] (f32): the column index of the first maximum (a > m
+ *   replaces; the first NaN wins over everything), as a float — exact for
+ *   cols <= 2^24. */
+typedef struct td_rows_params {
+    int64_t rows, cols;
+    int32_t mode; /* SOFTMAX: 0 softmax, 1 log-softmax */
+} td_rows_params;
+
+/* CAST: out[i] = (float) value i of a, i < n, where a holds `from`:
+ *   TD_CAST_U8:  bytes; value i is byte (a.offset * 4 + i) of a's buffer
+ *                (u8 tensors are packed 4 per element slot);
+ *   TD_CAST_I32: int32 words; value i is word a.offset + i, rounded to
+ *                nearest float. */
+typedef enum td_cast_from { TD_CAST_U8 = 0, TD_CAST_I32 = 1 } td_cast_from;
+
+typedef struct td_cast_params {
+    int64_t n;
+    int32_t from; /* td_cast_from */
+} td_cast_params;
+
+/* DROPOUT_MASK: out [rows, cols], one row per example. b points at two
+ * uint32 words written by the engine before each run (so recorded command
+ * buffers need not change): b[0] = step, b[1] = global index of row 0's
+ * example. For row r, column j, with example e = b[1] + r:
+ *   word = Philox4x32-10(counter = {j / 4, e, b[0], 0x64726f70 ("drop")},
+ *                        key = {seed_lo, seed_hi})[j % 4]
+ *   out[r*cols + j] = word < keep_threshold ? scale : 0.0f
+ * (engine/core/td_random.h is the host version; the mask of an example is
+ * thus the same on every mesh). keep_threshold = keep_prob * 2^32 rounded
+ * down, scale = 1 / keep_prob, 0 < keep_prob < 1. */
+typedef struct td_dropout_params {
+    int64_t rows, cols;
+    uint32_t seed_lo, seed_hi;
+    uint32_t keep_threshold;
+    float scale;
+} td_dropout_params;
+
+/* GATHER_ROWS: a = table [vocab, dim], b = ids (int32) [n];
+ *   out[i, :] = a[ids[i], :], and a row of NaN when ids[i] is outside
+ *   [0, vocab) (never an out-of-bounds read).
+ * SCATTER_ADD_ROWS: a = g [n, dim], b = ids [n]; out = [vocab, dim], every
+ *   element written: out[v, :] = sum over i with ids[i] == v, in increasing
+ *   i from 0.0f, of g[i, :]; ids outside [0, vocab) are ignored. */
+typedef struct td_gather_params {
+    int64_t n, vocab, dim;
+} td_gather_params;
+
 typedef struct td_kernel_call {
     int32_t kernel; /* td_kernel_id */
     int64_t n;      /* FILL/COPY element count; others derive sizes from params */
@@ -111,6 +230,12 @@ typedef struct td_kernel_call {
         td_reduce_params reduce;
         td_gemm_params gemm;
         td_xent_params xent;
+        td_conv_params conv;   /* IM2COL, COL2IM */
+        td_pool_params pool;   /* POOL, POOL_BACKWARD */
+        td_rows_params rows;   /* SOFTMAX, ARGMAX */
+        td_cast_params cast;
+        td_dropout_params dropout;
+        td_gather_params gather; /* GATHER_ROWS, SCATTER_ADD_ROWS */
     } p;
 } td_kernel_call;
 

@@ -33,34 +33,30 @@ void td_reference_copy(float *out, const float *a, int64_t n)
         memmove(out, a, (size_t)n * sizeof(float));
 }
 
+/* The elementwise list (td_ew_ops.h) in C's single-precision functions. */
+#define TD_EXP expf
+#define TD_LOG logf
+#define TD_SQRT sqrtf
+#define TD_TANH tanhf
+#define TD_ERF erff
+#define TD_ISNAN isnan
+
 static float ew_apply(int32_t op, float alpha, float x, float y)
 {
     switch (op) {
-    case TD_EW_SCALE: return alpha * x;
-    case TD_EW_ADD: return x + y;
-    case TD_EW_SUB: return x - y;
-    case TD_EW_MUL: return x * y;
-    case TD_EW_AXPY: {
-        float t = alpha * y;
-        return x + t;
-    }
-    case TD_EW_RELU: return x > 0.0f ? x : (x != x ? x : 0.0f);
-    case TD_EW_RELU_GRAD: return x > 0.0f ? y : 0.0f;
+#define TD_EW_APPLY_CASE(id, NAME, arity, exact, expr) \
+    case id: return (expr);
+        TD_EW_OPS(TD_EW_APPLY_CASE)
+#undef TD_EW_APPLY_CASE
     default: return NAN;
     }
-}
-
-static int ew_is_binary(int32_t op)
-{
-    return op == TD_EW_ADD || op == TD_EW_SUB || op == TD_EW_MUL || op == TD_EW_AXPY ||
-           op == TD_EW_RELU_GRAD;
 }
 
 void td_reference_elementwise(float *out, const float *a, const float *b, const td_ew_params *p)
 {
     const int64_t *d = p->dims;
     const int64_t *sa = p->a_strides, *sb = p->b_strides;
-    int binary = ew_is_binary(p->op);
+    int binary = td_ew_arity(p->op) == 2;
     int64_t o = 0;
     for (int64_t i0 = 0; i0 < d[0]; i0++)
         for (int64_t i1 = 0; i1 < d[1]; i1++)

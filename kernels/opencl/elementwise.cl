@@ -1,27 +1,23 @@
-/* ELEMENTWISE (td_kernel.h): one kernel per op, so that no work-item branches
- * on the op, in two layouts: "dense" when a and b (if used) are laid out like
- * out (row-major, no broadcasting) and "strided" for everything else.
+/* ELEMENTWISE (td_kernel.h): one kernel per op of td_ew_ops.h, named
+ * td_ew_<NAME>_dense / _strided, so that no work-item branches on the op,
+ * in two layouts: "dense" when a and b (if used) are laid out like out
+ * (row-major, no broadcasting) and "strided" for everything else.
  * FP_CONTRACT OFF keeps AXPY two roundings, as in the reference. */
 #pragma OPENCL FP_CONTRACT OFF
 
-#define TD_EW_SCALE(x, y, alpha) ((alpha) * (x))
-#define TD_EW_ADD(x, y, alpha) ((x) + (y))
-#define TD_EW_SUB(x, y, alpha) ((x) - (y))
-#define TD_EW_MUL(x, y, alpha) ((x) * (y))
-#define TD_EW_RELU(x, y, alpha) ((x) > 0.0f ? (x) : ((x) != (x) ? (x) : 0.0f))
-#define TD_EW_RELU_GRAD(x, y, alpha) ((x) > 0.0f ? (y) : 0.0f)
-
-float td_ew_axpy(float x, float y, float alpha)
-{
-    float t = alpha * y;
-    return x + t;
-}
-#define TD_EW_AXPY(x, y, alpha) td_ew_axpy((x), (y), (alpha))
+/* The op list (kernels/common/td_ew_ops.h, prepended to this program) in
+ * OpenCL C's single-precision built-ins. */
+#define TD_EXP exp
+#define TD_LOG log
+#define TD_SQRT sqrt
+#define TD_TANH tanh
+#define TD_ERF erf
+#define TD_ISNAN isnan
 
 /* Strides of the dims that matter, so the index is a few multiply-adds
  * after decomposing the linear out index. */
-#define TD_EW_KERNELS(name, OP)                                                                  \
-    __kernel void td_ew_##name##_dense(__global float *out, ulong out_off,                       \
+#define TD_EW_KERNELS(id, NAME, arity, exact, expr)                                                                  \
+    __kernel void td_ew_##NAME##_dense(__global float *out, ulong out_off,                       \
                                        __global const float *a, ulong a_off,                     \
                                        __global const float *b, ulong b_off, float alpha,        \
                                        ulong n)                                                  \
@@ -31,9 +27,9 @@ float td_ew_axpy(float x, float y, float alpha)
             return;                                                                              \
         float x = a[a_off + i];                                                                  \
         float y = b[b_off + i];                                                                  \
-        out[out_off + i] = OP(x, y, alpha);                                                      \
+        out[out_off + i] = (expr);                                                      \
     }                                                                                            \
-    __kernel void td_ew_##name##_strided(__global float *out, ulong out_off,                     \
+    __kernel void td_ew_##NAME##_strided(__global float *out, ulong out_off,                     \
                                          __global const float *a, ulong a_off,                   \
                                          __global const float *b, ulong b_off, float alpha,      \
                                          ulong n, long4 dims, long4 sa, long4 sb)                \
@@ -52,13 +48,7 @@ float td_ew_axpy(float x, float y, float alpha)
         long ib = i0 * sb.s0 + i1 * sb.s1 + i2 * sb.s2 + i3 * sb.s3;                             \
         float x = a[a_off + ia];                                                                 \
         float y = b[b_off + ib];                                                                 \
-        out[out_off + i] = OP(x, y, alpha);                                                      \
+        out[out_off + i] = (expr);                                                      \
     }
 
-TD_EW_KERNELS(scale, TD_EW_SCALE)
-TD_EW_KERNELS(add, TD_EW_ADD)
-TD_EW_KERNELS(sub, TD_EW_SUB)
-TD_EW_KERNELS(mul, TD_EW_MUL)
-TD_EW_KERNELS(axpy, TD_EW_AXPY)
-TD_EW_KERNELS(relu, TD_EW_RELU)
-TD_EW_KERNELS(relu_grad, TD_EW_RELU_GRAD)
+TD_EW_OPS(TD_EW_KERNELS)

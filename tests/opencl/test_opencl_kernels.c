@@ -1,13 +1,17 @@
 /* Every td_kernel_call on every OpenCL device, against the CPU reference. */
 #include "cl_harness.h"
+#include "td_test_compare.h"
 
 /* Runs one call whose tensors all live in one buffer holding `host` (elems
  * floats), and compares the whole buffer with the reference applied to a
  * host copy, so that writes outside the outputs are caught too. */
 typedef void (*reference_fn)(float *mem, const td_kernel_call *call);
 
+/* CMP_ELEMENTWISE: the contract of the call's elementwise op (td_test_compare.h). */
+typedef enum compare_mode { CMP_CLOSE = 0, CMP_BITWISE = 1, CMP_ELEMENTWISE = 2 } compare_mode;
+
 static void check_call(td_device *dev, td_context *ctx, td_kernel_call call, float *host, size_t elems,
-                       reference_fn ref, bool bitwise, const char *what)
+                       reference_fn ref, compare_mode mode, const char *what)
 {
     td_buffer *buf = make_buf(dev, ctx, elems, host);
     float *want = malloc(elems * 4), *got = malloc(elems * 4);
@@ -20,10 +24,15 @@ static void check_call(td_device *dev, td_context *ctx, td_kernel_call call, flo
     call.c.buffer = buf;
     run_calls(dev, ctx, &call, 1);
     download(dev, ctx, buf, got, elems);
-    if (bitwise)
+    if (mode == CMP_ELEMENTWISE) {
+        int64_t bad = td_test_ew_first_mismatch(call.p.ew.op, got, want, elems);
+        cr_assert(bad < 0, "%s (%s): element %lld: got %a want %a", what, td_ew_name(call.p.ew.op), (long long)bad,
+                  bad < 0 ? 0.0 : (double)got[bad], bad < 0 ? 0.0 : (double)want[bad]);
+    } else if (mode == CMP_BITWISE) {
         expect_bitwise(got, want, elems, what);
-    else
+    } else {
         expect_close(got, want, elems, what);
+    }
     ops->buffer_destroy(dev, buf);
     free(want);
     free(got);
@@ -67,13 +76,13 @@ Test(opencl_kernels, fill_and_copy)
         td_device *dev = open_dev(&h, d);
         float *mem = rand_floats(3000);
         td_kernel_call fill = {.kernel = TD_KERNEL_FILL, .n = 1001, .alpha = -2.5f, .out = {NULL, 37}};
-        check_call(dev, h.ctx, fill, mem, 3000, ref_fill, true, "fill");
+        check_call(dev, h.ctx, fill, mem, 3000, ref_fill, CMP_BITWISE, "fill");
         td_kernel_call copy = {.kernel = TD_KERNEL_COPY, .n = 1234, .out = {NULL, 1500}, .a = {NULL, 3}};
-        check_call(dev, h.ctx, copy, mem, 3000, ref_copy, true, "copy");
+        check_call(dev, h.ctx, copy, mem, 3000, ref_copy, CMP_BITWISE, "copy");
         td_kernel_call self = {.kernel = TD_KERNEL_COPY, .n = 100, .out = {NULL, 5}, .a = {NULL, 5}};
-        check_call(dev, h.ctx, self, mem, 3000, ref_copy, true, "copy onto itself");
+        check_call(dev, h.ctx, self, mem, 3000, ref_copy, CMP_BITWISE, "copy onto itself");
         td_kernel_call empty = {.kernel = TD_KERNEL_FILL, .n = 0, .out = {NULL, 0}};
-        check_call(dev, h.ctx, empty, mem, 3000, ref_fill, true, "empty fill");
+        check_call(dev, h.ctx, empty, mem, 3000, ref_fill, CMP_BITWISE, "empty fill");
         free(mem);
         ops->close(dev);
     }
@@ -114,18 +123,18 @@ Test(opencl_kernels, elementwise_every_op)
             set4(c.p.ew.a_strides, 105, 35, 7, 1);
             set4(c.p.ew.b_strides, 105, 35, 7, 1);
             snprintf(what, sizeof what, "ew op %d dense", op);
-            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, CMP_ELEMENTWISE, what);
             /* Broadcasting: b is a row vector [7] broadcast over rows, a
              * a column [3] broadcast over the last axis, a transposed view. */
             set4(c.p.ew.a_strides, 0, 1, 0, 0);
             set4(c.p.ew.b_strides, 0, 0, 0, 1);
             c.a.offset = 9;
             snprintf(what, sizeof what, "ew op %d broadcast", op);
-            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, CMP_ELEMENTWISE, what);
             set4(c.p.ew.a_strides, 1, 2, 6 * 7, 6);
             set4(c.p.ew.b_strides, 0, 7, 0, 1);
             snprintf(what, sizeof what, "ew op %d transposed", op);
-            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, CMP_ELEMENTWISE, what);
             /* In place: out aliases a exactly. */
             set4(c.p.ew.dims, 1, 1, 1, 999);
             set4(c.p.ew.a_strides, 0, 0, 0, 1);
@@ -133,7 +142,7 @@ Test(opencl_kernels, elementwise_every_op)
             c.out.offset = 3000;
             c.a.offset = 3000;
             snprintf(what, sizeof what, "ew op %d in place", op);
-            check_call(dev, h.ctx, c, mem, elems, ref_ew, true, what);
+            check_call(dev, h.ctx, c, mem, elems, ref_ew, CMP_ELEMENTWISE, what);
         }
         free(mem);
         ops->close(dev);
@@ -169,7 +178,7 @@ Test(opencl_kernels, reduce_axes)
             memcpy(c.p.reduce.out_strides, cases[i].os, sizeof cases[i].os);
             memcpy(c.p.reduce.red_dims, cases[i].rd, sizeof cases[i].rd);
             memcpy(c.p.reduce.red_strides, cases[i].rs, sizeof cases[i].rs);
-            check_call(dev, h.ctx, c, mem, elems, ref_reduce, false, cases[i].what);
+            check_call(dev, h.ctx, c, mem, elems, ref_reduce, CMP_CLOSE, cases[i].what);
         }
         free(mem);
         ops->close(dev);
@@ -205,7 +214,7 @@ static void gemm_cases(td_device *dev, td_context *ctx, const int64_t (*shapes)[
                 char what[96];
                 snprintf(what, sizeof what, "gemm %lldx%lldx%lld trans %d%d beta %d", (long long)m,
                          (long long)n, (long long)k, t >> 1, t & 1, beta1);
-                check_call(dev, ctx, c, mem, elems, ref_gemm, false, what);
+                check_call(dev, ctx, c, mem, elems, ref_gemm, CMP_CLOSE, what);
                 free(mem);
             }
         }
@@ -255,14 +264,14 @@ Test(opencl_kernels, xent_forward_backward)
         labels[4] = -1;
         td_kernel_call f = {.kernel = TD_KERNEL_XENT_FORWARD, .out = {NULL, 2000}, .out2 = {NULL, 2100},
                             .a = {NULL, 11}, .b = {NULL, 1000}, .p.xent = {rows, cols}};
-        check_call(dev, h.ctx, f, mem, elems, ref_xent_fwd, false, "xent forward");
+        check_call(dev, h.ctx, f, mem, elems, ref_xent_fwd, CMP_CLOSE, "xent forward");
         labels[3] = 2;
         labels[4] = 9;
         for (size_t i = 0; i < (size_t)(rows * cols); i++)
             mem[2100 + i] = fabsf(mem[2100 + i]);
         td_kernel_call b = {.kernel = TD_KERNEL_XENT_BACKWARD, .out = {NULL, 3000}, .a = {NULL, 2100},
                             .b = {NULL, 1000}, .c = {NULL, 1100}, .p.xent = {rows, cols}};
-        check_call(dev, h.ctx, b, mem, elems, ref_xent_bwd, true, "xent backward");
+        check_call(dev, h.ctx, b, mem, elems, ref_xent_bwd, CMP_BITWISE, "xent backward");
         free(mem);
         ops->close(dev);
     }

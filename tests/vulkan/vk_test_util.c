@@ -1,5 +1,6 @@
 /* Shared helpers of the Vulkan backend tests (see vk_test_util.h). */
 #include "vk_test_util.h"
+#include "td_test_compare.h"
 
 #include "td_vulkan.h"
 
@@ -168,9 +169,9 @@ void vt_check_all_kernels(vt *t)
         cr_assert_eq(vt_run(t, &ew, 1), TD_OK, "%s", td_last_error(t->ctx));
         vt_download(t, bo, OFF, got, N);
         td_reference_elementwise(want, a + OFF, b + 1, &ew.p.ew);
-        char what[32];
-        snprintf(what, sizeof what, "elementwise op %d", op);
-        vt_expect_bitwise(got, want, N, what);
+        int64_t bad = td_test_ew_first_mismatch(op, got, want, N);
+        cr_assert(bad < 0, "elementwise %s: element %lld is %.9g, reference %.9g", td_ew_name(op), (long long)bad,
+                  bad < 0 ? 0.0 : (double)got[bad], bad < 0 ? 0.0 : (double)want[bad]);
     }
 
     td_kernel_call red = {.kernel = TD_KERNEL_REDUCE, .out = {bo, OFF}, .a = {ba, OFF},
