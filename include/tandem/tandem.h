@@ -11,5 +11,6 @@
 #include "tandem/graph.h"
 #include "tandem/pmap.h"
 #include "tandem/train.h"
+#include "tandem/data.h"
 
 #endif
