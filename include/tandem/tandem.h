@@ -8,7 +8,9 @@
 #include "tandem/context.h"
 #include "tandem/device.h"
 #include "tandem/tensor.h"
+#include "tandem/init.h"
 #include "tandem/graph.h"
+#include "tandem/layers.h"
 #include "tandem/pmap.h"
 #include "tandem/train.h"
 
