@@ -21,10 +21,10 @@ static int fail(td_context *ctx, td_status s, const char *what)
 }
 
 /* Error exit: report, then free what exists (tensors before their context). */
-static int cleanup_fail(td_context *ctx, td_status s, const char *what, td_tensor *tensors[6])
+static int cleanup_fail(td_context *ctx, td_status s, const char *what, td_tensor *tensors[4])
 {
     fail(ctx, s, what);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 4; i++)
         td_tensor_destroy(tensors[i]);
     td_context_destroy(ctx);
     return 1;
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
     td_mesh *mesh = NULL;
     td_graph *g = NULL;
     td_trainer *trainer = NULL;
-    td_tensor *x = NULL, *y = NULL, *w0 = NULL, *b0 = NULL, *w = NULL, *b = NULL;
+    td_tensor *x = NULL, *y = NULL, *w = NULL, *b = NULL;
     td_status s = td_context_create(NULL, &ctx);
     if (s != TD_OK)
         return fail(NULL, s, "td_context_create");
@@ -86,9 +86,8 @@ int main(int argc, char **argv)
     int64_t xd[2] = {batch, FEATURES}, yd[2] = {batch, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1};
     float *xs, *ys;
     if ((s = td_tensor_create(ctx, TD_F32, 2, xd, &x)) != TD_OK || (s = td_tensor_create(ctx, TD_F32, 2, yd, &y)) != TD_OK ||
-        (s = td_tensor_create(ctx, TD_F32, 2, wd, &w0)) != TD_OK || (s = td_tensor_create(ctx, TD_F32, 1, bd, &b0)) != TD_OK ||
         (s = td_tensor_create(ctx, TD_F32, 2, wd, &w)) != TD_OK || (s = td_tensor_create(ctx, TD_F32, 1, bd, &b)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_tensor_create", (td_tensor *[]){x, y, w0, b0, w, b});
+        return cleanup_fail(ctx, s, "td_tensor_create", (td_tensor *[]){x, y, w, b});
     td_tensor_data(x, (void **)&xs);
     td_tensor_data(y, (void **)&ys);
     for (int64_t i = 0; i < batch; i++) {
@@ -100,39 +99,38 @@ int main(int argc, char **argv)
         ys[i] = t + NOISE * td_demo_rng_normal(&rng);
     }
 
-    /* Model: pred = x w + b; loss = mean((pred - y)^2). */
+    /* Model: pred = x w + b; loss = mean((pred - y)^2). w and b start at zero
+     * (td_graph_param), as the seed exercise does. */
     td_node nx, ny, nw, nb, xw, pred, loss;
     if ((s = td_graph_create(ctx, &g)) != TD_OK || (s = td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &nx)) != TD_OK ||
         (s = td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &ny)) != TD_OK ||
         (s = td_graph_param(g, "w", 2, wd, &nw)) != TD_OK || (s = td_graph_param(g, "b", 1, bd, &nb)) != TD_OK ||
         (s = td_graph_matmul(g, nx, nw, &xw)) != TD_OK || (s = td_graph_add(g, xw, nb, &pred)) != TD_OK ||
         (s = td_graph_mse(g, pred, ny, &loss)) != TD_OK)
-        return cleanup_fail(ctx, s, "building the graph", (td_tensor *[]){x, y, w0, b0, w, b});
+        return cleanup_fail(ctx, s, "building the graph", (td_tensor *[]){x, y, w, b});
 
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.learning_rate = LEARNING_RATE;
     td_node params[2] = {nw, nb};
     if ((s = td_trainer_create(g, mesh, loss, 2, params, &opts, &trainer)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_create", (td_tensor *[]){x, y, w0, b0, w, b});
-    if ((s = td_trainer_set_param(trainer, nw, w0)) != TD_OK || (s = td_trainer_set_param(trainer, nb, b0)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_set_param", (td_tensor *[]){x, y, w0, b0, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_create", (td_tensor *[]){x, y, w, b});
 
     td_binding bind[2] = {{nx, x}, {ny, y}};
     float l = 0.0f;
     bool identical = true;
     for (int epoch = 1; epoch <= EPOCHS; epoch++) {
         if ((s = td_trainer_step(trainer, 2, bind, &l)) != TD_OK)
-            return cleanup_fail(ctx, s, "td_trainer_step", (td_tensor *[]){x, y, w0, b0, w, b});
+            return cleanup_fail(ctx, s, "td_trainer_step", (td_tensor *[]){x, y, w, b});
         if (epoch % 10 == 0 || epoch == 1)
             printf("epoch %3d  loss %.6f\n", epoch, (double)l);
     }
     /* The invariant is checked after the last step for the JSON line; the
      * tests check it after every step. */
     if ((s = td_trainer_replicas_identical(trainer, &identical)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_replicas_identical", (td_tensor *[]){x, y, w0, b0, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_replicas_identical", (td_tensor *[]){x, y, w, b});
     if ((s = td_trainer_read_param(trainer, nw, 0, w)) != TD_OK || (s = td_trainer_read_param(trainer, nb, 0, b)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_read_param", (td_tensor *[]){x, y, w0, b0, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_read_param", (td_tensor *[]){x, y, w, b});
     float *ws, *bs;
     td_tensor_data(w, (void **)&ws);
     td_tensor_data(b, (void **)&bs);
@@ -153,7 +151,7 @@ int main(int argc, char **argv)
     printf("{\"demo\":\"linreg\",\"devices\":%u,\"final_loss\":%.6g,\"max_abs_err_w\":%.6g,\"abs_err_b\":%.6g,"
            "\"replicas_bitwise_identical\":%s}\n",
            n, (double)l, max_err_w, err_b, identical ? "true" : "false");
-    td_tensor *all[] = {x, y, w0, b0, w, b};
+    td_tensor *all[] = {x, y, w, b};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         td_tensor_destroy(all[i]);
     td_context_destroy(ctx); /* also releases the trainer, graph and mesh */

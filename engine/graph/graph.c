@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "td_graph_internal.h"
+#include "td_init_internal.h"
 
 static void graph_destroy_owned(td_owned *self)
 {
@@ -102,6 +103,43 @@ static td_status check_dims(td_graph *g, uint32_t rank, const int64_t *dims, con
     return TD_OK;
 }
 
+td_node td_graph_find_named(const td_graph *g, const char *name)
+{
+    for (uint32_t id = 0; id < g->count; id++) {
+        td_op op = g->nodes[id].op;
+        if ((op == TD_OP_INPUT || op == TD_OP_PARAM) && strcmp(g->nodes[id].name, name) == 0)
+            return id;
+    }
+    return UINT32_MAX;
+}
+
+/* Checkpoints and bindings by name key on inputs' and parameters' names, so
+ * each must be unique and fit the node's name field whole: a truncated name
+ * could silently collide with another. A NULL name gets "<kind>_<node id>",
+ * which is unique unless the caller chose that very name. */
+static td_status node_name(td_graph *g, const char *name, const char *fn, const char *kind, char out[64])
+{
+    if (!name) {
+        snprintf(out, 64, "%s_%u", kind, g->count);
+    } else {
+        size_t len = strlen(name);
+        if (len == 0)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: the %s name is empty, expected 1 to 63 bytes", fn,
+                                kind);
+        if (len >= 64)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "%s: %s name '%.63s...' is %zu bytes long, expected at most 63", fn, kind, name, len);
+        memcpy(out, name, len + 1);
+    }
+    td_node other = td_graph_find_named(g, out);
+    if (other != UINT32_MAX)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "%s: name '%s' is already used by %s node %u, expected a name unique among the graph's inputs "
+                            "and parameters",
+                            fn, out, g->nodes[other].op == TD_OP_PARAM ? "parameter" : "input", other);
+    return TD_OK;
+}
+
 static td_node_def def_of(td_op op, td_dtype dtype)
 {
     td_node_def d;
@@ -128,22 +166,64 @@ td_status td_graph_input(td_graph *g, const char *name, td_dtype dtype, uint32_t
     d.requested.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
         d.requested.dims[i] = dims[i];
-    snprintf(d.name, sizeof d.name, "%s", name ? name : "input");
+    if ((s = node_name(g, name, "td_graph_input", "input", d.name)) != TD_OK)
+        return s;
     return td_graph_append(g, &d, out);
 }
 
-td_status td_graph_param(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, td_node *out)
+static td_status param(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, const td_initializer *init,
+                       td_node *out, const char *fn)
 {
-    td_status s = check_graph(g, out, "td_graph_param");
-    if (s != TD_OK || (s = check_dims(g, rank, dims, "td_graph_param", 0)) != TD_OK)
+    td_status s = check_graph(g, out, fn);
+    if (s != TD_OK || (s = check_dims(g, rank, dims, fn, 0)) != TD_OK)
         return s;
     td_node_def d = def_of(TD_OP_PARAM, TD_F32);
     d.placement = TD_REPLICATED;
     d.requested.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
         d.requested.dims[i] = dims[i];
-    snprintf(d.name, sizeof d.name, "%s", name ? name : "param");
+    if ((s = node_name(g, name, fn, "param", d.name)) != TD_OK)
+        return s;
+    if (init) {
+        if ((s = td_init_check(g->ctx, init, fn, d.name)) != TD_OK)
+            return s;
+        d.init = *init;
+    }
     return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_param(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, td_node *out)
+{
+    return param(g, name, rank, dims, NULL, out, "td_graph_param");
+}
+
+td_status td_graph_param_init(td_graph *g, const char *name, uint32_t rank, const int64_t *dims,
+                              const td_initializer *init, td_node *out)
+{
+    if (g && !init)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_param_init: init is NULL");
+    return param(g, name, rank, dims, init, out, "td_graph_param_init");
+}
+
+td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, uint32_t *count)
+{
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!count || (capacity && !nodes))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_graph_params: count is NULL, or nodes is NULL for capacity %u", capacity);
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < g->count; id++)
+        if (g->nodes[id].op == TD_OP_PARAM) {
+            if (nodes && n < capacity)
+                nodes[n] = id;
+            n++;
+        }
+    *count = n;
+    if (nodes && n > capacity)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_graph_params: capacity %u is less than the graph's %u parameters", capacity, n);
+    return TD_OK;
 }
 
 td_status td_graph_constant(td_graph *g, float value, td_node *out)

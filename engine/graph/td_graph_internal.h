@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "tandem/graph.h"
+#include "tandem/init.h"
 #include "td_context_internal.h"
 
 typedef enum td_op {
@@ -52,7 +53,8 @@ typedef struct td_node_def {
     uint32_t root;
     td_placement placement;
     td_shape requested; /* RESHAPE request, CONSTANT shape */
-    char name[64];
+    char name[64];      /* INPUT, PARAM: unique among them, 1 to 63 bytes */
+    td_initializer init; /* PARAM: its first values (zeros unless given) */
 } td_node_def;
 
 struct td_graph {
@@ -72,5 +74,8 @@ td_status td_graph_infer(const td_graph *g, td_node id, td_shape *shapes, uint32
 td_status td_graph_append(td_graph *g, const td_node_def *def, td_node *out);
 
 int64_t td_shape_count(const td_shape *s);
+
+/* The input or parameter called `name`, or UINT32_MAX when there is none. */
+td_node td_graph_find_named(const td_graph *g, const char *name);
 
 #endif

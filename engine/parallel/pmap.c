@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "td_init_internal.h"
 #include "td_program_internal.h"
 #include "td_ring.h"
 
@@ -29,6 +30,7 @@ struct td_program {
     td_node *outputs;
     size_t *output_offset; /* into out_host, per output; each holds n_dev copies */
     float *out_host;
+    float *param_init; /* every parameter's initial values, laid out as the parameter buffer */
     program_device *devs;
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
@@ -55,19 +57,21 @@ static td_status compile_device(td_program *p, uint32_t pos)
     if (s != TD_OK)
         return s;
 
-    /* Parameters start at zero; the gradient bucket's gaps must stay zero. */
-    td_kernel_call zero[2];
-    memset(zero, 0, sizeof zero);
-    for (int i = 0; i < 2; i++) {
-        zero[i].kernel = TD_KERNEL_FILL;
-        zero[i].out.buffer = pd->buffers[i == 0 ? TD_BUF_PARAMS : TD_BUF_GRADS];
-        zero[i].n = (int64_t)p->plan.size[i == 0 ? TD_BUF_PARAMS : TD_BUF_GRADS];
-    }
+    /* Parameters start from their initializers, computed once on the host
+     * so every device gets bitwise the same values; the gradient bucket's
+     * gaps must stay zero. */
+    td_kernel_call zero;
+    memset(&zero, 0, sizeof zero);
+    zero.kernel = TD_KERNEL_FILL;
+    zero.out.buffer = pd->buffers[TD_BUF_GRADS];
+    zero.n = (int64_t)p->plan.size[TD_BUF_GRADS];
     td_segment *init = NULL;
     uint64_t ticket;
-    if ((s = md->ops->segment_create(md->dev, zero, 2, &init)) != TD_OK)
+    if ((s = md->ops->segment_create(md->dev, &zero, 1, &init)) != TD_OK)
         return s;
     s = md->ops->segment_run(md->dev, init);
+    if (s == TD_OK && p->plan.size[TD_BUF_PARAMS])
+        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, p->plan.size[TD_BUF_PARAMS] * 4);
     if (s == TD_OK)
         s = md->ops->submit(md->dev, &ticket);
     if (s == TD_OK)
@@ -245,6 +249,7 @@ void td_program_destroy(td_program *p)
     td_free(ctx, p->outputs);
     td_free(ctx, p->output_offset);
     td_free(ctx, p->out_host);
+    td_free(ctx, p->param_init);
     td_free(ctx, p->bound);
     td_free(ctx, p);
 }
@@ -308,6 +313,17 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
     if (!p->out_host) {
         td_program_destroy(p);
         return TD_OOM(ctx, "program outputs", total * sizeof(float));
+    }
+    p->param_init = td_alloc_zeroed(ctx, (p->plan.size[TD_BUF_PARAMS] + 1) * sizeof(float));
+    if (!p->param_init) {
+        td_program_destroy(p);
+        return TD_OOM(ctx, "initial parameters", p->plan.size[TD_BUF_PARAMS] * sizeof(float));
+    }
+    for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+        const td_node_def *nd = &p->graph.nodes[id];
+        if (nd->op == TD_OP_PARAM && nd->init.kind != TD_INIT_ZEROS)
+            td_init_fill(&nd->init, nd->name, p->plan.shapes[id].rank, p->plan.shapes[id].dims,
+                         p->param_init + p->plan.slots[id].offset);
     }
     for (uint32_t i = 0; i < p->plan.n_steps; i++) {
         const td_step *st = &p->plan.steps[i];
@@ -491,6 +507,11 @@ td_status td_program_write_all_params(td_program *p, const float *params)
 {
     p->job_src = params;
     return run_job(p, JOB_WRITE_ALL_PARAMS);
+}
+
+const float *td_program_initial_params(const td_program *p)
+{
+    return p->param_init;
 }
 
 void td_program_disown(td_program *p)

@@ -20,6 +20,9 @@ void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
 /* Writes `params` (the whole parameter buffer, plan->size[TD_BUF_PARAMS]
  * floats) to every device. */
 td_status td_program_write_all_params(td_program *p, const float *params);
+/* The parameters' initial values, laid out as the parameter buffer
+ * (plan->size[TD_BUF_PARAMS] floats), as written to every device at compile. */
+const float *td_program_initial_params(const td_program *p);
 const td_plan *td_program_plan(const td_program *p);
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
 td_mesh *td_program_mesh(const td_program *p);

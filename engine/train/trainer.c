@@ -137,6 +137,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
         t->pending = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
         if (!t->master || !t->pending)
             s = TD_OOM(ctx, "the master parameters", 2 * t->param_elems * sizeof(float));
+        else /* the master starts where the devices start */
+            memcpy(t->master, td_program_initial_params(t->program), t->param_elems * sizeof(float));
     }
     if (s != TD_OK) {
         td_trainer_destroy(t);

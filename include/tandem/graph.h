@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tandem/init.h"
 #include "tandem/tensor.h"
 
 #ifdef __cplusplus
@@ -33,13 +34,32 @@ typedef enum td_placement {
 TD_API td_status td_graph_create(td_context *ctx, td_graph **out);
 TD_API void td_graph_destroy(td_graph *graph);
 
-/* An input fed at every run (a batch, a label vector). `dims` are global. */
+/* An input fed at every run (a batch, a label vector). `dims` are global.
+ * Inputs and parameters share one namespace: a name must be 1 to 63 bytes
+ * and unique among them (checkpoints key on it), else
+ * TD_ERR_INVALID_ARGUMENT. A NULL name becomes "input_<node>". */
 TD_API td_status td_graph_input(td_graph *g, const char *name, td_dtype dtype, uint32_t rank, const int64_t *dims,
                                 td_placement placement, td_node *out);
 
 /* A parameter: f32 state that lives on every device between runs, always
- * replicated. Values are set and read through the program or trainer. */
+ * replicated, starting at zero. Values are set and read through the program
+ * or trainer. Named as inputs are; a NULL name becomes "param_<node>". */
 TD_API td_status td_graph_param(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, td_node *out);
+
+/* A parameter whose first values are drawn by `init` (see tandem/init.h)
+ * from its seed and the parameter's name: every program compiled from the
+ * graph, on any mesh, starts from the same values, and a trainer's starting
+ * point is the same. td_program_set_param / td_trainer_set_param still
+ * override them. A bad initializer (negative stddev, a > b, NaN, scale <= 0,
+ * an unknown kind or mode) is TD_ERR_INVALID_ARGUMENT naming the field. */
+TD_API td_status td_graph_param_init(td_graph *g, const char *name, uint32_t rank, const int64_t *dims,
+                                     const td_initializer *init, td_node *out);
+
+/* The graph's parameters in creation order: *count receives how many there
+ * are and nodes[0..min(count, capacity)-1] the nodes. nodes may be NULL with
+ * capacity 0 to ask for the count; a capacity below the count is
+ * TD_ERR_INVALID_ARGUMENT (with *count set, so the caller can retry). */
+TD_API td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, uint32_t *count);
 
 /* A scalar f32 constant. */
 TD_API td_status td_graph_constant(td_graph *g, float value, td_node *out);

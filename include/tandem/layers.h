@@ -1,0 +1,34 @@
+/* tandem — layers: graph builders for the common building blocks.
+ *
+ * A layer is a function of the graph that creates its parameters and the
+ * nodes computing its output, the way a flax.linen module's __call__ does.
+ * Every layer takes a `name` and calls its parameters "<name>/<param>" with
+ * flax's parameter names ("kernel", "bias", later "scale", "embedding"...),
+ * and flax's default initializers drawn from `seed`; each parameter's values
+ * also depend on its full name, so layers may share one seed. Parameter
+ * names are unique within a graph, so a name can be used once. Layers only
+ * compose the public graph builders: what they build can be written by hand. */
+#ifndef TANDEM_LAYERS_H
+#define TANDEM_LAYERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* flax.linen.Dense: y = x @ kernel + bias over the last axis of x [..., in],
+ * giving [..., features]. Parameters "<name>/kernel" [in, features],
+ * lecun_normal(seed), and with use_bias "<name>/bias" [features], zeros.
+ * `name` must leave room for the suffixes (at most 56 bytes); nothing is
+ * added to the graph when an argument is refused. */
+TD_API td_status td_layer_dense(td_graph *g, const char *name, td_node x, int64_t features, bool use_bias,
+                                uint64_t seed, td_node *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
