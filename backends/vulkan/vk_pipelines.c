@@ -35,6 +35,12 @@ td_status td_vk_pipelines_create(td_device *dev)
     for (int32_t k = 0; k < TD_KERNEL_COUNT; k++) {
         size_t bytes;
         const uint32_t *code = td_vk_shader_code(k, &bytes);
+        if (!code || bytes == 0) {
+            /* A kernel this build has no shader for: segments using it are
+             * refused at creation (the default case there). */
+            dev->pipelines[k] = VK_NULL_HANDLE;
+            continue;
+        }
         VkShaderModuleCreateInfo module_info = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                                 .codeSize = bytes,
                                                 .pCode = code};

@@ -3,7 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "td_graph_internal.h"
+#include "td_op.h"
+#include "td_kernel.h"
 #include "td_init_internal.h"
 
 static void graph_destroy_owned(td_owned *self)
@@ -37,8 +38,14 @@ void td_graph_destroy(td_graph *g)
 
 td_status td_graph_append(td_graph *g, const td_node_def *def, td_node *out)
 {
+    for (uint32_t k = 0; k < def->n_in; k++)
+        if (def->in[k] >= g->count)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input %u is node %u, which does not exist",
+                                td_op_def_of(def->op)->name, k, def->in[k]);
+    if (g->count == UINT32_MAX - 1)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "the graph already has %u nodes", g->count);
     if (g->count == g->capacity) {
-        uint32_t cap = g->capacity ? g->capacity * 2 : 32;
+        uint32_t cap = g->capacity ? (g->capacity < UINT32_MAX / 2 ? g->capacity * 2 : UINT32_MAX) : 32;
         td_node_def *nodes = td_alloc(g->ctx, sizeof *nodes * cap);
         if (!nodes)
             return TD_OOM(g->ctx, "graph nodes", sizeof *nodes * cap);
@@ -50,23 +57,41 @@ td_status td_graph_append(td_graph *g, const td_node_def *def, td_node *out)
     }
     td_node id = g->count;
     g->nodes[id] = *def;
-    /* Inference reads only earlier nodes' shapes, which live in the nodes. */
-    td_shape shapes_tmp;
-    td_shape *shapes = td_alloc(g->ctx, sizeof *shapes * (id + 1));
-    if (!shapes)
-        return TD_OOM(g->ctx, "shape inference", sizeof *shapes * (id + 1));
-    for (uint32_t i = 0; i < id; i++)
-        shapes[i] = g->nodes[i].shape;
-    td_status s = td_graph_infer(g, id, shapes, 1);
-    shapes_tmp = shapes[id];
-    td_free(g->ctx, shapes);
+    /* Inference reads the inputs' shapes, which live in the nodes. */
+    const td_shape *in[3] = {NULL, NULL, NULL};
+    for (uint32_t k = 0; k < def->n_in; k++)
+        in[k] = &g->nodes[def->in[k]].shape;
+    td_shape shape;
+    td_status s = td_graph_infer_node(g, id, in, &shape, 1);
     if (s != TD_OK)
         return s;
-    g->nodes[id].shape = shapes_tmp;
+    g->nodes[id].shape = shape;
     g->count++;
     if (out)
         *out = id;
     return TD_OK;
+}
+
+td_node_def td_node_make(td_op op, uint32_t n_in, td_node a, td_node b, td_node c)
+{
+    td_node_def d;
+    memset(&d, 0, sizeof d);
+    d.op = op;
+    d.dtype = TD_F32;
+    d.n_in = n_in;
+    d.in[0] = a;
+    d.in[1] = b;
+    d.in[2] = c;
+    return d;
+}
+
+td_status td_graph_emit_ew(td_graph *g, int32_t ew_op, float alpha, td_node a, td_node b, td_node *out)
+{
+    int arity = td_ew_arity(ew_op);
+    td_node_def d = td_node_make(TD_OP_ELEMENTWISE, arity == 2 ? 2 : 1, a, b, 0);
+    d.attr.ew.op = ew_op;
+    d.attr.ew.alpha = alpha;
+    return td_graph_append(g, &d, out);
 }
 
 static td_status check_graph(td_graph *g, td_node *out, const char *fn)
@@ -163,9 +188,9 @@ td_status td_graph_input(td_graph *g, const char *name, td_dtype dtype, uint32_t
                             (int)placement);
     td_node_def d = def_of(TD_OP_INPUT, dtype);
     d.placement = placement;
-    d.requested.rank = rank;
+    d.attr.dims.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
-        d.requested.dims[i] = dims[i];
+        d.attr.dims.dims[i] = dims[i];
     if ((s = node_name(g, name, "td_graph_input", "input", d.name)) != TD_OK)
         return s;
     return td_graph_append(g, &d, out);
@@ -179,9 +204,9 @@ static td_status param(td_graph *g, const char *name, uint32_t rank, const int64
         return s;
     td_node_def d = def_of(TD_OP_PARAM, TD_F32);
     d.placement = TD_REPLICATED;
-    d.requested.rank = rank;
+    d.attr.dims.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
-        d.requested.dims[i] = dims[i];
+        d.attr.dims.dims[i] = dims[i];
     if ((s = node_name(g, name, fn, "param", d.name)) != TD_OK)
         return s;
     if (init) {
@@ -232,62 +257,90 @@ td_status td_graph_constant(td_graph *g, float value, td_node *out)
     if (s != TD_OK)
         return s;
     td_node_def d = def_of(TD_OP_CONSTANT, TD_F32);
-    d.alpha = value;
+    d.attr.value = value;
     return td_graph_append(g, &d, out);
 }
 
-static td_status unary(td_graph *g, td_op op, td_node a, float alpha, td_node *out, const char *fn)
+static td_status elementwise(td_graph *g, int32_t ew_op, float alpha, td_node a, td_node b, td_node *out,
+                             const char *fn)
 {
     td_status s = check_graph(g, out, fn);
     if (s != TD_OK || (s = check_node(g, a, fn, TD_F32)) != TD_OK)
         return s;
-    td_node_def d = def_of(op, TD_F32);
-    d.in[0] = a;
-    d.n_in = 1;
-    d.alpha = alpha;
-    return td_graph_append(g, &d, out);
-}
-
-static td_status binary(td_graph *g, td_op op, td_node a, td_node b, td_node *out, const char *fn)
-{
-    td_status s = check_graph(g, out, fn);
-    if (s != TD_OK || (s = check_node(g, a, fn, TD_F32)) != TD_OK || (s = check_node(g, b, fn, TD_F32)) != TD_OK)
+    if (td_ew_arity(ew_op) == 2 && (s = check_node(g, b, fn, TD_F32)) != TD_OK)
         return s;
-    td_node_def d = def_of(op, TD_F32);
-    d.in[0] = a;
-    d.in[1] = b;
-    d.n_in = 2;
-    return td_graph_append(g, &d, out);
+    return td_graph_emit_ew(g, ew_op, alpha, a, b, out);
 }
 
-td_status td_graph_matmul(td_graph *g, td_node a, td_node b, td_node *out)
-{
-    return binary(g, TD_OP_MATMUL, a, b, out, "td_graph_matmul");
-}
+#define TD_UNARY_BUILDER(fn_name, EW)                                    \
+    td_status fn_name(td_graph *g, td_node a, td_node *out)              \
+    {                                                                    \
+        return elementwise(g, TD_EW_##EW, 0.0f, a, a, out, #fn_name);    \
+    }
+#define TD_BINARY_BUILDER(fn_name, EW)                                          \
+    td_status fn_name(td_graph *g, td_node a, td_node b, td_node *out)          \
+    {                                                                           \
+        return elementwise(g, TD_EW_##EW, 1.0f, a, b, out, #fn_name);           \
+    }
 
-td_status td_graph_add(td_graph *g, td_node a, td_node b, td_node *out)
-{
-    return binary(g, TD_OP_ADD, a, b, out, "td_graph_add");
-}
+TD_BINARY_BUILDER(td_graph_add, ADD)
+TD_BINARY_BUILDER(td_graph_sub, SUB)
+TD_BINARY_BUILDER(td_graph_mul, MUL)
+TD_BINARY_BUILDER(td_graph_div, DIV)
+TD_BINARY_BUILDER(td_graph_maximum, MAXIMUM)
+TD_BINARY_BUILDER(td_graph_minimum, MINIMUM)
+TD_UNARY_BUILDER(td_graph_relu, RELU)
+TD_UNARY_BUILDER(td_graph_neg, NEG)
+TD_UNARY_BUILDER(td_graph_exp, EXP)
+TD_UNARY_BUILDER(td_graph_log, LOG)
+TD_UNARY_BUILDER(td_graph_sqrt, SQRT)
+TD_UNARY_BUILDER(td_graph_tanh, TANH)
+TD_UNARY_BUILDER(td_graph_sigmoid, SIGMOID)
+TD_UNARY_BUILDER(td_graph_silu, SILU)
 
-td_status td_graph_sub(td_graph *g, td_node a, td_node b, td_node *out)
+td_status td_graph_gelu(td_graph *g, td_node a, bool approximate, td_node *out)
 {
-    return binary(g, TD_OP_SUB, a, b, out, "td_graph_sub");
-}
-
-td_status td_graph_mul(td_graph *g, td_node a, td_node b, td_node *out)
-{
-    return binary(g, TD_OP_MUL, a, b, out, "td_graph_mul");
+    return elementwise(g, approximate ? TD_EW_GELU_TANH : TD_EW_GELU_ERF, 0.0f, a, a, out, "td_graph_gelu");
 }
 
 td_status td_graph_scale(td_graph *g, td_node a, float factor, td_node *out)
 {
-    return unary(g, TD_OP_SCALE, a, factor, out, "td_graph_scale");
+    if (g && !(factor == factor && factor - factor == 0.0f))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_scale: factor %g is not finite", (double)factor);
+    return elementwise(g, TD_EW_SCALE, factor, a, a, out, "td_graph_scale");
 }
 
-td_status td_graph_relu(td_graph *g, td_node a, td_node *out)
+td_status td_graph_matmul(td_graph *g, td_node a, td_node b, td_node *out)
 {
-    return unary(g, TD_OP_RELU, a, 0.0f, out, "td_graph_relu");
+    const char *fn = "td_graph_matmul";
+    td_status s = check_graph(g, out, fn);
+    if (s != TD_OK || (s = check_node(g, a, fn, TD_F32)) != TD_OK || (s = check_node(g, b, fn, TD_F32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(TD_OP_MATMUL, 2, a, b, 0);
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_transpose(td_graph *g, td_node a, uint32_t rank, const int32_t *perm, td_node *out)
+{
+    const char *fn = "td_graph_transpose";
+    td_status s = check_graph(g, out, fn);
+    if (s != TD_OK || (s = check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    uint32_t r = g->nodes[a].shape.rank;
+    if (rank != r || (r && !perm))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "%s: the permutation has %u entries (perm %s), expected the operand's rank %u", fn, rank,
+                            perm ? "given" : "NULL", r);
+    td_node_def d = td_node_make(TD_OP_TRANSPOSE, 1, a, 0, 0);
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < r; i++) {
+        if (perm[i] < 0 || perm[i] >= (int32_t)r || (seen & (1u << perm[i])))
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "%s: perm[%u] = %d, expected each of 0..%u exactly once", fn, i, perm[i], r - 1);
+        seen |= 1u << perm[i];
+        d.attr.transpose.perm[i] = perm[i];
+    }
+    return td_graph_append(g, &d, out);
 }
 
 static td_status reduce(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims, bool mean,
@@ -311,13 +364,10 @@ static td_status reduce(td_graph *g, td_node a, uint32_t n_axes, const int32_t *
             mask |= 1u << ax;
         }
     }
-    td_node_def d = def_of(TD_OP_SUM, TD_F32);
-    d.in[0] = a;
-    d.n_in = 1;
-    d.axes_mask = mask;
-    d.keepdims = keepdims;
-    d.mean = mean;
-    d.alpha = 1.0f;
+    td_node_def d = td_node_make(TD_OP_SUM, 1, a, 0, 0);
+    d.attr.reduce.axes_mask = mask;
+    d.attr.reduce.keepdims = keepdims;
+    d.attr.reduce.mean = mean;
     return td_graph_append(g, &d, out);
 }
 
@@ -338,12 +388,11 @@ td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t 
         return s;
     if (a >= g->count)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_reshape: node %u does not exist", a);
-    td_node_def d = def_of(TD_OP_RESHAPE, g->nodes[a].dtype);
-    d.in[0] = a;
-    d.n_in = 1;
-    d.requested.rank = rank;
+    td_node_def d = td_node_make(TD_OP_RESHAPE, 1, a, 0, 0);
+    d.dtype = g->nodes[a].dtype;
+    d.attr.dims.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
-        d.requested.dims[i] = dims[i];
+        d.attr.dims.dims[i] = dims[i];
     return td_graph_append(g, &d, out);
 }
 
@@ -367,41 +416,41 @@ td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node la
     if (s != TD_OK || (s = check_node(g, logits, fn, TD_F32)) != TD_OK ||
         (s = check_node(g, labels, fn, TD_I32)) != TD_OK)
         return s;
-    td_node_def d = def_of(TD_OP_XENT, TD_F32);
-    d.in[0] = logits;
-    d.in[1] = labels;
-    d.n_in = 2;
+    td_node_def d = td_node_make(TD_OP_XENT, 2, logits, labels, 0);
     td_node rows;
     if ((s = td_graph_append(g, &d, &rows)) != TD_OK)
         return s;
     return td_graph_mean(g, rows, 0, NULL, false, out);
 }
 
+static td_status collective(td_graph *g, td_op op, td_node a, uint32_t root, td_node *out, const char *fn)
+{
+    td_status s = check_graph(g, out, fn);
+    if (s != TD_OK || (s = check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(op, 1, a, 0, 0);
+    d.attr.broadcast.root = root; /* checked against the mesh size at compile time */
+    return td_graph_append(g, &d, out);
+}
+
 td_status td_graph_psum(td_graph *g, td_node a, td_node *out)
 {
-    return unary(g, TD_OP_PSUM, a, 1.0f, out, "td_graph_psum");
+    return collective(g, TD_OP_PSUM, a, 0, out, "td_graph_psum");
 }
 
 td_status td_graph_pmean(td_graph *g, td_node a, td_node *out)
 {
-    return unary(g, TD_OP_PMEAN, a, 1.0f, out, "td_graph_pmean");
+    return collective(g, TD_OP_PMEAN, a, 0, out, "td_graph_pmean");
 }
 
 td_status td_graph_all_gather(td_graph *g, td_node a, td_node *out)
 {
-    return unary(g, TD_OP_ALL_GATHER, a, 1.0f, out, "td_graph_all_gather");
+    return collective(g, TD_OP_ALL_GATHER, a, 0, out, "td_graph_all_gather");
 }
 
 td_status td_graph_broadcast(td_graph *g, td_node a, uint32_t root, td_node *out)
 {
-    td_status s = check_graph(g, out, "td_graph_broadcast");
-    if (s != TD_OK || (s = check_node(g, a, "td_graph_broadcast", TD_F32)) != TD_OK)
-        return s;
-    td_node_def d = def_of(TD_OP_BROADCAST, TD_F32);
-    d.in[0] = a;
-    d.n_in = 1;
-    d.root = root; /* checked against the mesh size at compile time */
-    return td_graph_append(g, &d, out);
+    return collective(g, TD_OP_BROADCAST, a, root, out, "td_graph_broadcast");
 }
 
 td_status td_graph_axis_index(td_graph *g, td_node *out)

@@ -1,28 +1,31 @@
 /* Lowering: per-device shapes, memory slots, and the kernel calls of every
- * node. Nodes are laid out in one arena buffer (64-byte aligned slots),
- * parameters in their own buffer so the trainer can all-reduce gradients laid
- * out the same way. There is no liveness-based reuse yet: every node keeps
- * its slot, which is also what lets outputs be read after a run. */
+ * node, asked of each node's op (td_op.h).
+ *
+ * Memory: parameters live in their own buffer, and gradients go straight
+ * into a bucket laid out like it, so the trainer all-reduces one buffer.
+ * Everything else lives in one arena buffer, placed by liveness: a node's
+ * slot (its output plus the op's extra memory) is taken when the node runs
+ * and given back after its last reader ran, so a deep network needs about
+ * its widest point in memory, not the sum of all its layers. Inputs are
+ * placed before anything else (they are uploaded before the first kernel),
+ * and outputs are never given back (they are read after the run). A slot
+ * is taken before its node's inputs are given back, so no kernel writes
+ * memory it also reads. */
 #include <string.h>
 
-#include "td_plan.h"
+#include "td_op.h"
 
-#define ALIGN_ELEMS 16
+#define ALIGN_ELEMS 16 /* 64 bytes */
+#define LIVE_FOREVER UINT32_MAX
 
 static uint64_t align_up(uint64_t v)
 {
     return (v + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
 }
 
-static int is_collective(td_op op)
+static uint32_t flags_of(const td_graph *g, td_node id)
 {
-    return op == TD_OP_PSUM || op == TD_OP_PMEAN || op == TD_OP_ALL_GATHER || op == TD_OP_BROADCAST;
-}
-
-/* Ops whose kernel writes the node's own slot (so it may be placed anywhere). */
-static int writes_own_slot(td_op op)
-{
-    return op != TD_OP_INPUT && op != TD_OP_PARAM && op != TD_OP_RESHAPE && !is_collective(op);
+    return td_op_def_of(g->nodes[id].op)->flags;
 }
 
 void td_plan_free(td_context *ctx, td_plan *plan)
@@ -36,17 +39,169 @@ void td_plan_free(td_context *ctx, td_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
-/* Counts one more kernel call, opening a new segment when the last step was
- * a collective (or there was none). */
-static void count_call(td_plan *plan, td_step **cur, uint32_t *calls)
+/* ---- the arena: first fit over a sorted list of free ranges ---- */
+
+typedef struct arena {
+    uint64_t *start, *size; /* free ranges, sorted by start, never adjacent */
+    uint32_t n;
+    uint64_t top; /* the arena's size so far */
+} arena;
+
+static uint64_t arena_take(arena *a, uint64_t size)
 {
+    if (size == 0)
+        return a->top;
+    for (uint32_t i = 0; i < a->n; i++) {
+        if (a->size[i] < size)
+            continue;
+        uint64_t at = a->start[i];
+        a->start[i] += size;
+        a->size[i] -= size;
+        if (a->size[i] == 0) {
+            memmove(a->start + i, a->start + i + 1, sizeof *a->start * (a->n - i - 1));
+            memmove(a->size + i, a->size + i + 1, sizeof *a->size * (a->n - i - 1));
+            a->n--;
+        }
+        return at;
+    }
+    /* Grow, reusing a free range that ends at the top. */
+    uint64_t at = a->top;
+    if (a->n && a->start[a->n - 1] + a->size[a->n - 1] == a->top) {
+        at = a->start[a->n - 1];
+        a->n--;
+    }
+    a->top = at + size;
+    return at;
+}
+
+static void arena_give(arena *a, uint64_t start, uint64_t size)
+{
+    if (size == 0)
+        return;
+    uint32_t i = 0;
+    while (i < a->n && a->start[i] < start)
+        i++;
+    bool join_prev = i > 0 && a->start[i - 1] + a->size[i - 1] == start;
+    bool join_next = i < a->n && start + size == a->start[i];
+    if (join_prev && join_next) {
+        a->size[i - 1] += size + a->size[i];
+        memmove(a->start + i, a->start + i + 1, sizeof *a->start * (a->n - i - 1));
+        memmove(a->size + i, a->size + i + 1, sizeof *a->size * (a->n - i - 1));
+        a->n--;
+    } else if (join_prev) {
+        a->size[i - 1] += size;
+    } else if (join_next) {
+        a->start[i] = start;
+        a->size[i] += size;
+    } else {
+        memmove(a->start + i + 1, a->start + i, sizeof *a->start * (a->n - i));
+        memmove(a->size + i + 1, a->size + i, sizeof *a->size * (a->n - i));
+        a->start[i] = start;
+        a->size[i] = size;
+        a->n++;
+    }
+}
+
+/* The node whose memory `id` uses (through reshapes). */
+static td_node memory_root(const td_graph *g, td_node id)
+{
+    while (flags_of(g, id) & TD_OPF_ALIAS)
+        id = g->nodes[id].in[0];
+    return id;
+}
+
+static uint64_t slot_elems(const td_graph *g, const td_plan *plan, td_node id)
+{
+    const td_op_def *op = td_op_def_of(g->nodes[id].op);
+    uint64_t own = align_up((uint64_t)td_shape_count(&plan->shapes[id]));
+    return own + (op->extra ? align_up(op->extra(g, plan, id)) : 0);
+}
+
+static uint32_t calls_of(const td_graph *g, const td_plan *plan, td_node id)
+{
+    const td_op_def *op = td_op_def_of(g->nodes[id].op);
+    if (op->flags & (TD_OPF_SOURCE | TD_OPF_ALIAS | TD_OPF_COLLECTIVE))
+        return 0;
+    return op->n_calls ? op->n_calls(g, plan, id) : 1;
+}
+
+/* Arena slots by liveness (see the top of the file). */
+static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in_bucket, uint32_t n_outputs,
+                             const td_node *outputs)
+{
+    td_context *ctx = g->ctx;
+    uint32_t n = plan->n_nodes;
+    uint32_t *last_use = td_alloc(ctx, sizeof *last_use * (n + 1));
+    uint8_t *placed = td_alloc_zeroed(ctx, n + 1);
+    arena a = {td_alloc(ctx, sizeof(uint64_t) * (n + 1)), td_alloc(ctx, sizeof(uint64_t) * (n + 1)), 0, 0};
+    if (!last_use || !placed || !a.start || !a.size) {
+        td_free(ctx, last_use);
+        td_free(ctx, placed);
+        td_free(ctx, a.start);
+        td_free(ctx, a.size);
+        return TD_OOM(ctx, "plan liveness", sizeof *last_use * n);
+    }
+    for (uint32_t id = 0; id < n; id++)
+        last_use[id] = id;
+    for (uint32_t id = 0; id < n; id++) {
+        if (!plan->needed[id])
+            continue;
+        for (uint32_t k = 0; k < g->nodes[id].n_in; k++) {
+            td_node r = memory_root(g, g->nodes[id].in[k]);
+            if (last_use[r] != LIVE_FOREVER && last_use[r] < id)
+                last_use[r] = id;
+        }
+    }
+    for (uint32_t i = 0; i < n_outputs; i++)
+        last_use[memory_root(g, outputs[i])] = LIVE_FOREVER;
+    for (uint32_t i = 0; i < plan->n_grad_copies; i++)
+        last_use[memory_root(g, plan->grad_copy_src[i])] = LIVE_FOREVER;
+
+    /* Inputs first: they are written before any kernel runs. */
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        for (uint32_t id = 0; id < n; id++) {
+            bool is_input = g->nodes[id].op == TD_OP_INPUT;
+            if (!plan->needed[id] || is_input != (pass == 0))
+                continue;
+            uint32_t flags = flags_of(g, id);
+            bool own_slot = !in_bucket[id] && !(flags & TD_OPF_ALIAS) && (is_input || !(flags & TD_OPF_SOURCE));
+            if (own_slot) {
+                td_slot *sl = &plan->slots[id];
+                sl->buffer = TD_BUF_ARENA;
+                sl->offset = arena_take(&a, slot_elems(g, plan, id));
+                sl->extra = sl->offset + align_up((uint64_t)td_shape_count(&plan->shapes[id]));
+                placed[id] = 1;
+            }
+            for (uint32_t k = 0; pass == 1 && k < g->nodes[id].n_in; k++) {
+                td_node r = memory_root(g, g->nodes[id].in[k]);
+                if (placed[r] == 1 && last_use[r] == id) {
+                    arena_give(&a, plan->slots[r].offset, slot_elems(g, plan, r));
+                    placed[r] = 2;
+                }
+            }
+        }
+    }
+    plan->size[TD_BUF_ARENA] = a.top;
+    td_free(ctx, last_use);
+    td_free(ctx, placed);
+    td_free(ctx, a.start);
+    td_free(ctx, a.size);
+    return TD_OK;
+}
+
+/* Counts one node's calls, opening a new segment when the last step was a
+ * collective (or there was none). */
+static void count_calls(td_plan *plan, td_step **cur, uint32_t *calls, uint32_t count)
+{
+    if (count == 0)
+        return;
     if (!*cur) {
         *cur = &plan->steps[plan->n_steps++];
         (*cur)->kind = TD_STEP_SEGMENT;
         (*cur)->first_call = *calls;
     }
-    (*cur)->n_calls++;
-    (*calls)++;
+    (*cur)->n_calls += count;
+    *calls += count;
 }
 
 td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
@@ -56,14 +211,16 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
     memset(plan, 0, sizeof *plan);
     uint32_t n = g->count;
     plan->n_nodes = n;
-    plan->shapes = td_alloc_zeroed(ctx, sizeof *plan->shapes * n);
-    plan->slots = td_alloc_zeroed(ctx, sizeof *plan->slots * n);
-    plan->needed = td_alloc_zeroed(ctx, n);
+    plan->shapes = td_alloc_zeroed(ctx, sizeof *plan->shapes * (n + 1));
+    plan->slots = td_alloc_zeroed(ctx, sizeof *plan->slots * (n + 1));
+    plan->needed = td_alloc_zeroed(ctx, n + 1);
     plan->steps = td_alloc_zeroed(ctx, sizeof *plan->steps * (2 * (size_t)n + 2));
     plan->grad_copy_src = td_alloc_zeroed(ctx, sizeof *plan->grad_copy_src * (n_grads + 1));
     plan->grad_copy_dst = td_alloc_zeroed(ctx, sizeof *plan->grad_copy_dst * (n_grads + 1));
+    uint8_t *in_bucket = td_alloc_zeroed(ctx, n + 1);
     if (!plan->shapes || !plan->slots || !plan->needed || !plan->steps || !plan->grad_copy_src ||
-        !plan->grad_copy_dst) {
+        !plan->grad_copy_dst || !in_bucket) {
+        td_free(ctx, in_bucket);
         td_plan_free(ctx, plan);
         return TD_OOM(ctx, "a plan", sizeof *plan->slots * n);
     }
@@ -71,10 +228,11 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
     for (uint32_t id = 0; id < n && s == TD_OK; id++)
         s = td_graph_infer(g, id, plan->shapes, devices);
     for (uint32_t id = 0; id < n && s == TD_OK; id++)
-        if (g->nodes[id].op == TD_OP_BROADCAST && g->nodes[id].root >= devices)
+        if (g->nodes[id].op == TD_OP_BROADCAST && g->nodes[id].attr.broadcast.root >= devices)
             s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "broadcast node %u: root %u is not a device of a %u-device mesh",
-                             id, g->nodes[id].root, devices);
+                             id, g->nodes[id].attr.broadcast.root, devices);
     if (s != TD_OK) {
+        td_free(ctx, in_bucket);
         td_plan_free(ctx, plan);
         return s;
     }
@@ -97,54 +255,19 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
             plan->size[TD_BUF_PARAMS] = align_up(plan->size[TD_BUF_PARAMS] + (uint64_t)td_shape_count(&plan->shapes[id]));
         }
     }
+    /* Gradients computed straight into the bucket, at their parameter's
+     * offset, when their node writes its own memory; the others are copied
+     * there by the plan's last calls. */
     if (n_grads)
         plan->size[TD_BUF_GRADS] = plan->size[TD_BUF_PARAMS];
-    uint8_t *placed = plan->needed; /* bit 1: placed in the gradient bucket */
     for (uint32_t i = 0; i < n_grads; i++) {
         td_node gn = grad_nodes[i];
-        if (writes_own_slot(g->nodes[gn].op) && !(placed[gn] & 2)) {
+        if (!(flags_of(g, gn) & (TD_OPF_SOURCE | TD_OPF_ALIAS | TD_OPF_COLLECTIVE)) && !in_bucket[gn] &&
+            !td_op_def_of(g->nodes[gn].op)->extra) {
             plan->slots[gn].buffer = TD_BUF_GRADS;
             plan->slots[gn].offset = plan->slots[param_nodes[i]].offset;
-            placed[gn] |= 2;
+            in_bucket[gn] = 1;
         }
-    }
-    for (uint32_t id = 0; id < n; id++) {
-        td_slot *sl = &plan->slots[id];
-        if (!plan->needed[id] || sl->buffer >= 0)
-            continue;
-        if (g->nodes[id].op == TD_OP_RESHAPE) {
-            *sl = plan->slots[g->nodes[id].in[0]];
-            continue;
-        }
-        sl->buffer = TD_BUF_ARENA;
-        sl->offset = plan->size[TD_BUF_ARENA];
-        plan->size[TD_BUF_ARENA] = align_up(sl->offset + (uint64_t)td_shape_count(&plan->shapes[id]));
-        if (g->nodes[id].op == TD_OP_XENT) {
-            const td_shape *logits = &plan->shapes[g->nodes[id].in[0]];
-            sl->aux = plan->size[TD_BUF_ARENA];
-            plan->size[TD_BUF_ARENA] = align_up(sl->aux + (uint64_t)td_shape_count(logits));
-        }
-    }
-
-    /* Steps: segments of kernel calls, cut at every collective. A gradient
-     * that could not be placed is copied into the bucket at the end. */
-    td_step *cur = NULL;
-    uint32_t calls = 0;
-    for (uint32_t id = 0; id < n; id++) {
-        if (!plan->needed[id] || g->nodes[id].op == TD_OP_INPUT || g->nodes[id].op == TD_OP_PARAM ||
-            g->nodes[id].op == TD_OP_RESHAPE)
-            continue;
-        if (is_collective(g->nodes[id].op)) {
-            td_step *st = &plan->steps[plan->n_steps++];
-            st->kind = g->nodes[id].op == TD_OP_ALL_GATHER  ? TD_STEP_ALL_GATHER
-                       : g->nodes[id].op == TD_OP_BROADCAST ? TD_STEP_BROADCAST
-                                                            : TD_STEP_ALLREDUCE;
-            st->node = id;
-            st->mean = g->nodes[id].op == TD_OP_PMEAN;
-            cur = NULL;
-            continue;
-        }
-        count_call(plan, &cur, &calls);
     }
     for (uint32_t i = 0; i < n_grads; i++) {
         if (plan->slots[grad_nodes[i]].buffer == TD_BUF_GRADS &&
@@ -152,29 +275,52 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
             continue;
         plan->grad_copy_src[plan->n_grad_copies] = grad_nodes[i];
         plan->grad_copy_dst[plan->n_grad_copies++] = plan->slots[param_nodes[i]].offset;
-        count_call(plan, &cur, &calls);
     }
+    s = place_arena(g, plan, in_bucket, n_outputs, outputs);
+    td_free(ctx, in_bucket);
+    if (s != TD_OK) {
+        td_plan_free(ctx, plan);
+        return s;
+    }
+    for (uint32_t id = 0; id < n; id++)
+        if ((flags_of(g, id) & TD_OPF_ALIAS) && plan->needed[id])
+            plan->slots[id] = plan->slots[memory_root(g, id)];
+
+    /* Steps: segments of kernel calls, cut at every collective. */
+    td_step *cur = NULL;
+    uint32_t calls = 0;
+    for (uint32_t id = 0; id < n; id++) {
+        if (!plan->needed[id])
+            continue;
+        if (flags_of(g, id) & TD_OPF_COLLECTIVE) {
+            td_step *st = &plan->steps[plan->n_steps++];
+            td_op op = g->nodes[id].op;
+            st->kind = op == TD_OP_ALL_GATHER ? TD_STEP_ALL_GATHER
+                       : op == TD_OP_BROADCAST ? TD_STEP_BROADCAST
+                                               : TD_STEP_ALLREDUCE;
+            st->node = id;
+            st->mean = op == TD_OP_PMEAN;
+            cur = NULL;
+            continue;
+        }
+        count_calls(plan, &cur, &calls, calls_of(g, plan, id));
+    }
+    for (uint32_t i = 0; i < plan->n_grad_copies; i++)
+        count_calls(plan, &cur, &calls, 1);
     plan->n_calls = calls;
     return TD_OK;
 }
 
 /* ---- emitting kernel calls ---- */
 
-typedef struct emit_ctx {
-    const td_graph *g;
-    const td_plan *plan;
-    td_buffer *const *buffers;
-} emit_ctx;
-
-static td_arg arg_of(const emit_ctx *e, td_node id)
+td_arg td_emit_arg(const td_emit_ctx *e, td_node id)
 {
     const td_slot *sl = &e->plan->slots[id];
     td_arg a = {sl->buffer >= 0 ? e->buffers[sl->buffer] : NULL, sl->offset};
     return a;
 }
 
-/* Dense row-major strides of a shape. */
-static void dense_strides(const td_shape *s, int64_t *strides)
+void td_dense_strides(const td_shape *s, int64_t *strides)
 {
     int64_t st = 1;
     for (int i = (int)s->rank - 1; i >= 0; i--) {
@@ -183,8 +329,7 @@ static void dense_strides(const td_shape *s, int64_t *strides)
     }
 }
 
-/* Pads a rank-r view to the kernels' rank 4 (leading 1s, stride 0). */
-static void pad4(uint32_t rank, const int64_t *dims, const int64_t *strides, int64_t *d4, int64_t *s4)
+void td_pad4(uint32_t rank, const int64_t *dims, const int64_t *strides, int64_t *d4, int64_t *s4)
 {
     uint32_t lead = TD_KERNEL_RANK - rank;
     for (uint32_t i = 0; i < TD_KERNEL_RANK; i++) {
@@ -197,7 +342,7 @@ static void pad4(uint32_t rank, const int64_t *dims, const int64_t *strides, int
 static void broadcast_strides(const td_shape *in, const td_shape *out, int64_t *strides)
 {
     int64_t dense[TD_MAX_RANK];
-    dense_strides(in, dense);
+    td_dense_strides(in, dense);
     uint32_t lead = out->rank - in->rank;
     for (uint32_t i = 0; i < out->rank; i++) {
         if (i < lead)
@@ -207,28 +352,28 @@ static void broadcast_strides(const td_shape *in, const td_shape *out, int64_t *
     }
 }
 
-static void emit_elementwise(const emit_ctx *e, td_kernel_call *c, td_ew_op op, float alpha, td_node out, td_node a,
-                             int has_b, td_node b)
+void td_emit_elementwise(const td_emit_ctx *e, td_kernel_call *c, int32_t ew_op, float alpha, td_node out, td_node a,
+                         td_node b)
 {
     const td_shape *so = &e->plan->shapes[out];
+    bool has_b = td_ew_arity(ew_op) == 2;
     int64_t sa[TD_MAX_RANK], sb[TD_MAX_RANK] = {0}, dummy[TD_KERNEL_RANK];
     broadcast_strides(&e->plan->shapes[a], so, sa);
     if (has_b)
         broadcast_strides(&e->plan->shapes[b], so, sb);
     c->kernel = TD_KERNEL_ELEMENTWISE;
-    c->out = arg_of(e, out);
-    c->a = arg_of(e, a);
+    c->out = td_emit_arg(e, out);
+    c->a = td_emit_arg(e, a);
     if (has_b)
-        c->b = arg_of(e, b);
-    c->p.ew.op = op;
+        c->b = td_emit_arg(e, b);
+    c->p.ew.op = ew_op;
     c->p.ew.alpha = alpha;
-    pad4(so->rank, so->dims, sa, c->p.ew.dims, c->p.ew.a_strides);
-    pad4(so->rank, so->dims, sb, dummy, c->p.ew.b_strides);
+    td_pad4(so->rank, so->dims, sa, c->p.ew.dims, c->p.ew.a_strides);
+    td_pad4(so->rank, so->dims, sb, dummy, c->p.ew.b_strides);
 }
 
-/* REDUCE of `in` (dims/strides) keeping the axes not in `reduced`. */
-static void emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, const int64_t *strides,
-                        uint32_t reduced, float alpha, int mean)
+void td_emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, const int64_t *strides, uint32_t reduced,
+                    float alpha, bool mean)
 {
     int64_t od[TD_MAX_RANK], os[TD_MAX_RANK], rd[TD_MAX_RANK], rs[TD_MAX_RANK];
     uint32_t no = 0, nr = 0;
@@ -244,153 +389,32 @@ static void emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, c
         }
     }
     c->kernel = TD_KERNEL_REDUCE;
-    pad4(no, od, os, c->p.reduce.out_dims, c->p.reduce.out_strides);
-    pad4(nr, rd, rs, c->p.reduce.red_dims, c->p.reduce.red_strides);
+    td_pad4(no, od, os, c->p.reduce.out_dims, c->p.reduce.out_strides);
+    td_pad4(nr, rd, rs, c->p.reduce.red_dims, c->p.reduce.red_strides);
     c->p.reduce.alpha = mean ? (count ? alpha / (float)count : alpha) : alpha;
-}
-
-static void emit_node(const emit_ctx *e, td_node id, uint32_t position, td_kernel_call *c)
-{
-    const td_node_def *nd = &e->g->nodes[id];
-    const td_shape *so = &e->plan->shapes[id];
-    memset(c, 0, sizeof *c);
-    switch (nd->op) {
-    case TD_OP_CONSTANT:
-    case TD_OP_AXIS_INDEX:
-        c->kernel = TD_KERNEL_FILL;
-        c->out = arg_of(e, id);
-        c->n = td_shape_count(so);
-        c->alpha = nd->op == TD_OP_CONSTANT ? nd->alpha : (float)position;
-        break;
-    case TD_OP_MATMUL: {
-        const td_shape *a = &e->plan->shapes[nd->in[0]], *b = &e->plan->shapes[nd->in[1]];
-        td_gemm_params *p = &c->p.gemm;
-        c->kernel = TD_KERNEL_GEMM;
-        c->out = arg_of(e, id);
-        c->a = arg_of(e, nd->in[0]);
-        c->b = arg_of(e, nd->in[1]);
-        p->alpha = 1.0f;
-        p->beta = 0.0f;
-        p->trans_a = nd->trans_a;
-        p->trans_b = nd->trans_b;
-        if (!nd->trans_a) {
-            p->k = a->dims[a->rank - 1];
-            p->m = p->k ? td_shape_count(a) / p->k : td_shape_count(so) / (so->dims[so->rank - 1] ? so->dims[so->rank - 1] : 1);
-            p->n = so->dims[so->rank - 1];
-            p->lda = p->k;
-            p->ldb = nd->trans_b ? p->k : p->n;
-        } else {
-            p->m = a->dims[a->rank - 1];
-            p->n = b->dims[b->rank - 1];
-            p->k = p->m ? td_shape_count(a) / p->m : 0;
-            p->lda = p->m;
-            p->ldb = p->n;
-        }
-        p->ldc = p->n;
-        if (p->lda == 0) p->lda = 1;
-        if (p->ldb == 0) p->ldb = 1;
-        if (p->ldc == 0) p->ldc = 1;
-        break;
-    }
-    case TD_OP_ADD: emit_elementwise(e, c, TD_EW_ADD, 1.0f, id, nd->in[0], 1, nd->in[1]); break;
-    case TD_OP_SUB: emit_elementwise(e, c, TD_EW_SUB, 1.0f, id, nd->in[0], 1, nd->in[1]); break;
-    case TD_OP_MUL: emit_elementwise(e, c, TD_EW_MUL, 1.0f, id, nd->in[0], 1, nd->in[1]); break;
-    case TD_OP_SCALE: emit_elementwise(e, c, TD_EW_SCALE, nd->alpha, id, nd->in[0], 0, 0); break;
-    case TD_OP_RELU: emit_elementwise(e, c, TD_EW_RELU, 0.0f, id, nd->in[0], 0, 0); break;
-    case TD_OP_RELU_GRAD: emit_elementwise(e, c, TD_EW_RELU_GRAD, 0.0f, id, nd->in[0], 1, nd->in[1]); break;
-    case TD_OP_SUM: {
-        const td_shape *a = &e->plan->shapes[nd->in[0]];
-        int64_t st[TD_MAX_RANK];
-        dense_strides(a, st);
-        emit_reduce(c, a->rank, a->dims, st, nd->axes_mask, 1.0f, nd->mean);
-        c->out = arg_of(e, id);
-        c->a = arg_of(e, nd->in[0]);
-        break;
-    }
-    case TD_OP_SUM_TO: {
-        /* g (shape G) summed down to like's shape L: reduce the axes that L
-         * broadcasts (missing leading axes, or 1 where G is larger). */
-        const td_shape *gs = &e->plan->shapes[nd->in[0]], *ls = so;
-        int64_t st[TD_MAX_RANK];
-        dense_strides(gs, st);
-        uint32_t lead = gs->rank - ls->rank, mask = 0;
-        for (uint32_t i = 0; i < gs->rank; i++)
-            if (i < lead || (ls->dims[i - lead] == 1 && gs->dims[i] != 1))
-                mask |= 1u << i;
-        emit_reduce(c, gs->rank, gs->dims, st, mask, 1.0f, 0);
-        c->out = arg_of(e, id);
-        c->a = arg_of(e, nd->in[0]);
-        break;
-    }
-    case TD_OP_BROADCAST_TO: {
-        /* g holds like's non-reduced axes densely; stretch over the reduced. */
-        const td_shape *ls = so;
-        int64_t st[TD_MAX_RANK], s = 1, count = 1;
-        for (int i = (int)ls->rank - 1; i >= 0; i--) {
-            if (nd->axes_mask & (1u << i)) {
-                st[i] = 0;
-                count *= ls->dims[i];
-            } else {
-                st[i] = s;
-                s *= ls->dims[i];
-            }
-        }
-        c->kernel = TD_KERNEL_ELEMENTWISE;
-        c->out = arg_of(e, id);
-        c->a = arg_of(e, nd->in[0]);
-        c->p.ew.op = TD_EW_SCALE;
-        c->p.ew.alpha = nd->mean ? (count ? 1.0f / (float)count : 1.0f) : 1.0f;
-        int64_t zero[TD_KERNEL_RANK] = {0}, dummy[TD_KERNEL_RANK];
-        pad4(ls->rank, ls->dims, st, c->p.ew.dims, c->p.ew.a_strides);
-        pad4(ls->rank, ls->dims, zero, dummy, c->p.ew.b_strides);
-        break;
-    }
-    case TD_OP_XENT: {
-        const td_shape *l = &e->plan->shapes[nd->in[0]];
-        c->kernel = TD_KERNEL_XENT_FORWARD;
-        c->out = arg_of(e, id);
-        c->out2 = c->out;
-        c->out2.offset = e->plan->slots[id].aux;
-        c->a = arg_of(e, nd->in[0]);
-        c->b = arg_of(e, nd->in[1]);
-        c->p.xent.rows = l->dims[0];
-        c->p.xent.cols = l->dims[1];
-        break;
-    }
-    case TD_OP_XENT_GRAD: {
-        td_node x = nd->in[0];
-        const td_shape *l = &e->plan->shapes[e->g->nodes[x].in[0]];
-        c->kernel = TD_KERNEL_XENT_BACKWARD;
-        c->out = arg_of(e, id);
-        c->a = arg_of(e, x);
-        c->a.offset = e->plan->slots[x].aux;
-        c->b = arg_of(e, nd->in[1]);
-        c->c = arg_of(e, nd->in[2]);
-        c->p.xent.rows = l->dims[0];
-        c->p.xent.cols = l->dims[1];
-        break;
-    }
-    default: break; /* inputs, params, reshapes, collectives emit no call */
-    }
 }
 
 td_status td_plan_emit(const td_graph *g, const td_plan *plan, td_buffer *const buffers[TD_BUF_COUNT],
                        uint32_t position, td_kernel_call *calls)
 {
-    emit_ctx e = {g, plan, buffers};
+    td_emit_ctx e = {g, plan, buffers, position};
     uint32_t k = 0;
     for (uint32_t id = 0; id < plan->n_nodes; id++) {
-        td_op op = g->nodes[id].op;
-        if (!plan->needed[id] || op == TD_OP_INPUT || op == TD_OP_PARAM || op == TD_OP_RESHAPE || is_collective(op))
+        if (!plan->needed[id])
             continue;
-        emit_node(&e, id, position, &calls[k++]);
+        uint32_t count = calls_of(g, plan, id);
+        if (count == 0)
+            continue;
+        memset(calls + k, 0, sizeof *calls * count);
+        td_op_def_of(g->nodes[id].op)->emit(&e, id, calls + k);
+        k += count;
     }
     for (uint32_t i = 0; i < plan->n_grad_copies; i++) {
         td_kernel_call *c = &calls[k++];
         memset(c, 0, sizeof *c);
         c->kernel = TD_KERNEL_COPY;
         c->n = td_shape_count(&plan->shapes[plan->grad_copy_src[i]]);
-        c->a = arg_of(&e, plan->grad_copy_src[i]);
+        c->a = td_emit_arg(&e, plan->grad_copy_src[i]);
         c->out.buffer = buffers[TD_BUF_GRADS];
         c->out.offset = plan->grad_copy_dst[i];
     }

@@ -1,6 +1,7 @@
 /* The graph's insides: nodes in creation order (which is a topological
- * order), shapes, and the passes over them (shape inference, autodiff,
- * lowering to kernel calls). */
+ * order) and their shapes. What each op means — its shape rule, its
+ * gradient, its lowering to kernel calls — lives in the op table
+ * (td_op.h), one entry per op, defined in the ops_*.c files. */
 #ifndef TD_GRAPH_INTERNAL_H
 #define TD_GRAPH_INTERNAL_H
 
@@ -11,27 +12,24 @@
 #include "td_context_internal.h"
 
 typedef enum td_op {
-    TD_OP_INPUT,
-    TD_OP_PARAM,
-    TD_OP_CONSTANT,    /* fill: shape dims, value alpha */
-    TD_OP_MATMUL,      /* attrs trans_a, trans_b */
-    TD_OP_ADD,
-    TD_OP_SUB,
-    TD_OP_MUL,
-    TD_OP_SCALE,       /* alpha */
-    TD_OP_RELU,
-    TD_OP_RELU_GRAD,   /* (x, g) */
-    TD_OP_SUM,         /* axes mask, keepdims, mean flag */
-    TD_OP_SUM_TO,      /* (g, like): sum g down to like's (broadcast) shape */
-    TD_OP_BROADCAST_TO,/* (g, like, alpha): g with reduced axes (mask) stretched to like's shape */
-    TD_OP_RESHAPE,     /* requested dims in attr dims (may hold -1) */
-    TD_OP_XENT,        /* (logits, labels) -> per-row loss [B] */
-    TD_OP_XENT_GRAD,   /* (xent node, labels, g [B]) -> [B, C] */
+    TD_OP_INPUT,        /* fed at every run */
+    TD_OP_PARAM,        /* f32 state kept on every device */
+    TD_OP_CONSTANT,     /* fill */
+    TD_OP_AXIS_INDEX,   /* the device's mesh position */
+    TD_OP_ELEMENTWISE,  /* one td_ew_op of kernels/common/td_ew_ops.h, with broadcasting */
+    TD_OP_MATMUL,
+    TD_OP_SUM,          /* over axes; mean = divide by the count */
+    TD_OP_SUM_TO,       /* (g, like): g summed down to like's (broadcast) shape */
+    TD_OP_BROADCAST_TO, /* (g, like): g with reduced axes stretched to like's shape */
+    TD_OP_RESHAPE,      /* no kernel: aliases its input */
+    TD_OP_TRANSPOSE,
+    TD_OP_XENT,         /* (logits, labels) -> per-row loss [B], keeps the probabilities */
+    TD_OP_XENT_GRAD,    /* (xent node, labels, g [B]) -> [B, C] */
     TD_OP_PSUM,
     TD_OP_PMEAN,
     TD_OP_ALL_GATHER,
-    TD_OP_BROADCAST,   /* root */
-    TD_OP_AXIS_INDEX,
+    TD_OP_BROADCAST,
+    TD_OP_COUNT
 } td_op;
 
 typedef struct td_shape {
@@ -39,22 +37,27 @@ typedef struct td_shape {
     int64_t dims[TD_MAX_RANK];
 } td_shape;
 
+/* Attributes, one member per op family (the op says which). */
+typedef union td_node_attr {
+    td_shape dims;                         /* INPUT, PARAM: requested shape; RESHAPE: request (may hold -1) */
+    float value;                           /* CONSTANT */
+    struct { int32_t op; float alpha; } ew; /* ELEMENTWISE */
+    struct { int32_t trans_a, trans_b; } matmul;
+    struct { uint32_t axes_mask; bool keepdims, mean; } reduce; /* SUM, BROADCAST_TO (axes of `like`) */
+    struct { int32_t perm[TD_MAX_RANK]; } transpose;
+    struct { uint32_t root; } broadcast;
+} td_node_attr;
+
 typedef struct td_node_def {
     td_op op;
     td_dtype dtype;
     td_node in[3];
     uint32_t n_in;
     td_shape shape; /* global shape, from inference at build time */
-    /* attributes */
-    float alpha;
-    uint32_t axes_mask; /* SUM / BROADCAST_TO: reduced axes of the input */
-    bool keepdims, mean;
-    int32_t trans_a, trans_b;
-    uint32_t root;
-    td_placement placement;
-    td_shape requested; /* RESHAPE request, CONSTANT shape */
-    char name[64];      /* INPUT, PARAM: unique among them, 1 to 63 bytes */
-    td_initializer init; /* PARAM: its first values (zeros unless given) */
+    td_node_attr attr;
+    td_placement placement; /* INPUT */
+    char name[64];          /* INPUT, PARAM: unique among them, 1 to 63 bytes */
+    td_initializer init;    /* PARAM: its first values (zeros unless given) */
 } td_node_def;
 
 struct td_graph {
@@ -69,13 +72,41 @@ struct td_graph {
  * sharded inputs divided over `devices` (1 = global shapes). On failure sets
  * the context error and returns the status. */
 td_status td_graph_infer(const td_graph *g, td_node id, td_shape *shapes, uint32_t devices);
+/* The same for a node whose input shapes are given directly. */
+td_status td_graph_infer_node(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out,
+                              uint32_t devices);
 
-/* Appends a node (used by the builders and by autodiff). */
+/* Appends a node (used by the builders and by autodiff): checks its inputs
+ * exist, infers its shape (refusing element counts whose byte size does not
+ * fit), and returns its id. */
 td_status td_graph_append(td_graph *g, const td_node_def *def, td_node *out);
 
+/* A node of op `op` with inputs, zeroed attributes, dtype f32. */
+td_node_def td_node_make(td_op op, uint32_t n_in, td_node a, td_node b, td_node c);
+
+/* An ELEMENTWISE node: ew_op over a (and b for arity 2), broadcast. */
+td_status td_graph_emit_ew(td_graph *g, int32_t ew_op, float alpha, td_node a, td_node b, td_node *out);
+
+/* Element count; the product saturates at INT64_MAX (callers that size
+ * memory check td_shape_bytes instead). */
 int64_t td_shape_count(const td_shape *s);
+
+/* Bytes of a shape of 4-byte elements, or 0 with *ok = false when the count
+ * or the byte size overflows (or exceeds what one buffer may hold). */
+uint64_t td_shape_bytes(const td_shape *s, bool *ok);
+
+/* "[2, 3, 4]" into buf. */
+void td_shape_format(const td_shape *s, char *buf, size_t size);
+
+/* NumPy broadcasting of a and b into out; false when they do not fit. */
+bool td_shape_broadcast(const td_shape *a, const td_shape *b, td_shape *out);
+
+bool td_shape_equal(const td_shape *a, const td_shape *b);
 
 /* The input or parameter called `name`, or UINT32_MAX when there is none. */
 td_node td_graph_find_named(const td_graph *g, const char *name);
+
+/* Sets a TD_ERR_SHAPE_MISMATCH naming the node, what was wrong and both shapes. */
+td_status td_shape_mismatch(const td_graph *g, td_node id, const char *what, const td_shape *a, const td_shape *b);
 
 #endif

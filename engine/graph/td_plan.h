@@ -12,7 +12,7 @@ enum { TD_BUF_ARENA = 0, TD_BUF_PARAMS = 1, TD_BUF_GRADS = 2, TD_BUF_COUNT = 3 }
 typedef struct td_slot {
     int32_t buffer;  /* TD_BUF_*, or -1 for a node that is never materialised */
     uint64_t offset; /* elements */
-    uint64_t aux;    /* XENT: offset of the probabilities in the arena */
+    uint64_t extra;  /* offset of the node's extra arena memory (td_op_def.extra) */
 } td_slot;
 
 typedef enum td_step_kind {

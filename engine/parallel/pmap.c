@@ -166,7 +166,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         else if (st->kind == TD_STEP_ALL_GATHER)
             s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
         else
-            s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].root, src.buffer, src.offset, dst.buffer,
+            s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
                                   dst.offset, count);
     }
     if (s == TD_OK && p->hook)
@@ -404,9 +404,15 @@ td_status td_program_run(td_program *p, uint32_t n_bindings, const td_binding *b
         const td_node_def *nd = &p->graph.nodes[id];
         if (nd->op == TD_OP_INPUT && p->plan.needed[id] && !p->bound[id])
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "input '%s' (node %u) is not bound", nd->name, id);
-        if (nd->op == TD_OP_XENT && p->plan.needed[id] && p->graph.nodes[nd->in[1]].op == TD_OP_INPUT) {
-            /* A label outside [0, C) would silently give NaN: say which. */
-            const td_tensor *t = p->bound[nd->in[1]];
+        td_node label_src = nd->op == TD_OP_XENT ? nd->in[1] : 0;
+        while (nd->op == TD_OP_XENT && p->graph.nodes[label_src].op == TD_OP_RESHAPE)
+            label_src = p->graph.nodes[label_src].in[0]; /* reshapes keep the values */
+        if (nd->op == TD_OP_XENT && p->plan.needed[id] && p->graph.nodes[label_src].op == TD_OP_INPUT) {
+            /* A label outside [0, C) would silently give NaN: say which.
+             * Labels computed on the device are not checked here; the
+             * kernel gives NaN for the row (td_kernel.h), never reads out
+             * of bounds. */
+            const td_tensor *t = p->bound[label_src];
             int64_t classes = p->graph.nodes[nd->in[0]].shape.dims[1];
             size_t count;
             void *data;
@@ -417,7 +423,7 @@ td_status td_program_run(td_program *p, uint32_t n_bindings, const td_binding *b
                 if (label < 0 || label >= classes)
                     return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                                         "input '%s': label %d at index %zu is outside [0, %lld)",
-                                        p->graph.nodes[nd->in[1]].name, label, i, (long long)classes);
+                                        p->graph.nodes[label_src].name, label, i, (long long)classes);
             }
         }
     }

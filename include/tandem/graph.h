@@ -73,6 +73,28 @@ TD_API td_status td_graph_sub(td_graph *g, td_node a, td_node b, td_node *out);
 TD_API td_status td_graph_mul(td_graph *g, td_node a, td_node b, td_node *out);
 TD_API td_status td_graph_scale(td_graph *g, td_node a, float factor, td_node *out);
 TD_API td_status td_graph_relu(td_graph *g, td_node a, td_node *out);
+/* a / b (IEEE division), and the elementwise maximum / minimum: a NaN in
+ * either operand gives NaN, and on a tie the gradient goes to a. */
+TD_API td_status td_graph_div(td_graph *g, td_node a, td_node b, td_node *out);
+TD_API td_status td_graph_maximum(td_graph *g, td_node a, td_node b, td_node *out);
+TD_API td_status td_graph_minimum(td_graph *g, td_node a, td_node b, td_node *out);
+
+/* Unary math and activations, elementwise: -a, e^a, ln a, sqrt a, tanh,
+ * the logistic sigmoid 1/(1+e^-a), silu a*sigmoid(a), and gelu — exact
+ * (0.5 a (1 + erf(a/sqrt 2))) or, with `approximate`, the tanh form
+ * 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), as jax.nn.gelu. */
+TD_API td_status td_graph_neg(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_exp(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_log(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_sqrt(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_tanh(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_sigmoid(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_silu(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_gelu(td_graph *g, td_node a, bool approximate, td_node *out);
+
+/* Axes permuted: out.dims[i] = a.dims[perm[i]]; rank must be a's rank and
+ * perm a permutation of 0..rank-1. */
+TD_API td_status td_graph_transpose(td_graph *g, td_node a, uint32_t rank, const int32_t *perm, td_node *out);
 
 /* Sum / mean over the listed axes (negative counts from the end). With
  * keepdims the reduced axes stay as size 1. n_axes == 0 reduces every axis. */

@@ -268,6 +268,98 @@ Test(grad, relu_away_from_the_kink)
     check_gradients(weighted_sum(y), "relu");
 }
 
+typedef td_status (*unary_builder)(td_graph *, td_node, td_node *);
+
+/* Operands in +-[lo, hi); lo > 0 keeps them off kinks and poles. */
+static void check_unary(unary_builder op, const char *name, float lo, float hi, bool positive)
+{
+    td_node a = param("a", 3, d234, lo, hi), y;
+    if (positive) {
+        float *v = test_f32(fx.values[fx.n_params - 1]);
+        for (size_t i = 0; i < 24; i++)
+            v[i] = fabsf(v[i]);
+    }
+    TEST_OK(fx.ctx, op(fx.g, a, &y));
+    check_gradients(weighted_sum(y), name);
+}
+
+static td_status gelu_exact(td_graph *g, td_node a, td_node *out)
+{
+    return td_graph_gelu(g, a, false, out);
+}
+
+static td_status gelu_tanh(td_graph *g, td_node a, td_node *out)
+{
+    return td_graph_gelu(g, a, true, out);
+}
+
+Test(grad, neg) { check_unary(td_graph_neg, "neg", 0, 2, false); }
+Test(grad, exp) { check_unary(td_graph_exp, "exp", 0, 1.5f, false); }
+Test(grad, log) { check_unary(td_graph_log, "log", 0.3f, 3, true); }
+Test(grad, sqrt) { check_unary(td_graph_sqrt, "sqrt", 0.3f, 3, true); }
+Test(grad, tanh) { check_unary(td_graph_tanh, "tanh", 0, 2, false); }
+Test(grad, sigmoid) { check_unary(td_graph_sigmoid, "sigmoid", 0, 3, false); }
+Test(grad, silu) { check_unary(td_graph_silu, "silu", 0, 3, false); }
+Test(grad, gelu_exact) { check_unary(gelu_exact, "gelu exact", 0, 3, false); }
+Test(grad, gelu_tanh_approximation) { check_unary(gelu_tanh, "gelu tanh", 0, 3, false); }
+
+Test(grad, div_with_broadcast_divisor)
+{
+    td_node a = param("a", 2, d34, 0, 1), b = param("b", 1, d4, 0.5f, 2.0f), y;
+    TEST_OK(fx.ctx, td_graph_div(fx.g, a, b, &y));
+    check_gradients(weighted_sum(y), "div [3,4]/[4]");
+}
+
+/* b = a shifted by +-0.25, so no finite difference changes which is larger. */
+static void check_select(binary_builder op, const char *name)
+{
+    td_node a = param("a", 2, d34, 0, 1), b = param("b", 2, d34, 0, 1), y;
+    const float *va = test_f32(fx.values[0]);
+    float *vb = test_f32(fx.values[1]);
+    for (size_t i = 0; i < 12; i++)
+        vb[i] = va[i] + (i % 2 ? 0.25f : -0.25f);
+    TEST_OK(fx.ctx, op(fx.g, a, b, &y));
+    check_gradients(weighted_sum(y), name);
+}
+
+Test(grad, maximum) { check_select(td_graph_maximum, "maximum"); }
+Test(grad, minimum) { check_select(td_graph_minimum, "minimum"); }
+
+Test(grad, maximum_tie_goes_to_the_first_operand)
+{
+    /* maximum(a, a'), equal values: the whole gradient reaches a. */
+    td_node a = param("a", 1, d4, 0, 1), b = param("b", 1, d4, 0, 1), y, loss;
+    memcpy(test_f32(fx.values[1]), test_f32(fx.values[0]), 4 * sizeof(float));
+    TEST_OK(fx.ctx, td_graph_maximum(fx.g, a, b, &y));
+    TEST_OK(fx.ctx, td_graph_sum(fx.g, y, 0, NULL, false, &loss));
+    td_node grads[2], outs[3];
+    TEST_OK(fx.ctx, td_graph_value_and_grad(fx.g, loss, 2, fx.params, grads));
+    outs[0] = loss, outs[1] = grads[0], outs[2] = grads[1];
+    td_program *p = NULL;
+    TEST_OK(fx.ctx, td_pmap_compile(fx.g, fx.mesh, 3, outs, &p));
+    TEST_OK(fx.ctx, td_program_set_param(p, a, fx.values[0]));
+    TEST_OK(fx.ctx, td_program_set_param(p, b, fx.values[1]));
+    TEST_OK(fx.ctx, td_program_run(p, 0, NULL));
+    td_tensor *ga = test_tensor(fx.ctx, TD_F32, 1, d4), *gb = test_tensor(fx.ctx, TD_F32, 1, d4);
+    TEST_OK(fx.ctx, td_program_read_output(p, 1, 0, ga));
+    TEST_OK(fx.ctx, td_program_read_output(p, 2, 0, gb));
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(test_f32(ga)[i], 1.0f, "d/da[%d] = %g", i, (double)test_f32(ga)[i]);
+        cr_assert_eq(test_f32(gb)[i], 0.0f, "d/db[%d] = %g", i, (double)test_f32(gb)[i]);
+    }
+    td_tensor_destroy(ga);
+    td_tensor_destroy(gb);
+    td_program_destroy(p);
+}
+
+Test(grad, transpose_rank3)
+{
+    static const int32_t perm[3] = {2, 0, 1};
+    td_node a = param("a", 3, d234, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_transpose(fx.g, a, 3, perm, &y));
+    check_gradients(weighted_sum(y), "transpose (2, 0, 1)");
+}
+
 /* ---- reductions ---- */
 
 static void check_reduce(bool mean, uint32_t n_axes, const int32_t *axes, bool keepdims, const char *what)
@@ -401,6 +493,27 @@ Test(grad, scalar_loss_is_a_parameter_itself)
 }
 
 /* ---- on the devices of TD_TEST_DEVICES ---- */
+
+Test(grad_devices, activations_on_test_devices)
+{
+    /* The new elementwise ops through a small network on every backend. */
+    fixture_open(test_devices_spec("cpu:2"), true);
+    int64_t xd[2] = {4, 3}, wd[2] = {3, 5}, bd[1] = {5};
+    td_tensor *x = test_tensor(fx.ctx, TD_F32, 2, xd);
+    test_fill_uniform(&fx.rng, test_f32(x), 12, -1.0f, 1.0f);
+    td_node nx = input_tensor("x", x, TD_F32);
+    td_node w = param("w", 2, wd, 0, 1), b = param("b", 1, bd, 0.5f, 1.5f);
+    td_node h, g1, t, s1, q, m, y;
+    TEST_OK(fx.ctx, td_graph_matmul(fx.g, nx, w, &h));
+    TEST_OK(fx.ctx, td_graph_gelu(fx.g, h, false, &g1));
+    TEST_OK(fx.ctx, td_graph_tanh(fx.g, g1, &t));
+    TEST_OK(fx.ctx, td_graph_sigmoid(fx.g, t, &s1));
+    TEST_OK(fx.ctx, td_graph_div(fx.g, s1, b, &q));
+    TEST_OK(fx.ctx, td_graph_silu(fx.g, q, &m));
+    TEST_OK(fx.ctx, td_graph_exp(fx.g, m, &y));
+    check_gradients(weighted_sum(y), "activations on test devices");
+    teardown();
+}
 
 Test(grad_devices, mlp_on_test_devices)
 {

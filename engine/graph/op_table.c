@@ -1,0 +1,27 @@
+/* The op table: td_op -> its definition. */
+#include "td_op.h"
+
+static const td_op_def *const table[TD_OP_COUNT] = {
+    [TD_OP_INPUT] = &td_op_input,
+    [TD_OP_PARAM] = &td_op_param,
+    [TD_OP_CONSTANT] = &td_op_constant,
+    [TD_OP_AXIS_INDEX] = &td_op_axis_index,
+    [TD_OP_ELEMENTWISE] = &td_op_elementwise,
+    [TD_OP_MATMUL] = &td_op_matmul,
+    [TD_OP_SUM] = &td_op_sum,
+    [TD_OP_SUM_TO] = &td_op_sum_to,
+    [TD_OP_BROADCAST_TO] = &td_op_broadcast_to,
+    [TD_OP_RESHAPE] = &td_op_reshape,
+    [TD_OP_TRANSPOSE] = &td_op_transpose,
+    [TD_OP_XENT] = &td_op_xent,
+    [TD_OP_XENT_GRAD] = &td_op_xent_grad,
+    [TD_OP_PSUM] = &td_op_psum,
+    [TD_OP_PMEAN] = &td_op_pmean,
+    [TD_OP_ALL_GATHER] = &td_op_all_gather,
+    [TD_OP_BROADCAST] = &td_op_broadcast,
+};
+
+const td_op_def *td_op_def_of(td_op op)
+{
+    return table[op];
+}

@@ -1,0 +1,206 @@
+/* The op table's machinery as a user meets it: the new elementwise ops'
+ * values on a mesh against host formulas, arena reuse by liveness, and the
+ * size, transpose and label checks. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine_test_util.h"
+#include "td_program_internal.h"
+
+static td_context *ctx;
+static td_graph *g;
+
+static void setup(void)
+{
+    ctx = test_context(0);
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+}
+
+static void teardown(void)
+{
+    td_context_destroy(ctx);
+}
+
+TestSuite(graph_ops, .init = setup, .fini = teardown);
+
+Test(graph_ops, a_deep_chain_reuses_arena_memory)
+{
+    /* 24 chained tanh nodes of 4096 floats: without reuse the arena would
+     * hold all 25 tensors; by liveness it needs the input, the output and
+     * one intermediate at a time. The output must still be right. */
+    const int64_t dims[2] = {64, 64};
+    td_node x, cur;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, dims, TD_REPLICATED, &x));
+    cur = x;
+    for (int i = 0; i < 24; i++)
+        TEST_OK(ctx, td_graph_tanh(g, cur, &cur));
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_program *p = test_compile(ctx, g, mesh, 1, &cur);
+    uint64_t arena = td_program_plan(p)->size[TD_BUF_ARENA];
+    cr_assert_leq(arena, 4 * 4096, "arena holds %llu floats for a chain of 4096-float tensors",
+                  (unsigned long long)arena);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
+    for (int i = 0; i < 4096; i++)
+        test_f32(xv)[i] = (float)(i % 97) / 24.0f - 2.0f;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t d = 0; d < 2; d++) {
+        td_tensor *out = test_read_output(ctx, p, 0, d);
+        for (int i = 0; i < 4096; i++) {
+            float want = test_f32(xv)[i];
+            for (int k = 0; k < 24; k++)
+                want = tanhf(want);
+            cr_assert(test_close(test_f32(out)[i], want, 1e-5, 1e-6), "device %u element %d: %g, expected %g", d, i,
+                      (double)test_f32(out)[i], (double)want);
+        }
+        td_tensor_destroy(out);
+    }
+}
+
+typedef struct unary_case {
+    td_status (*build)(td_graph *, td_node, td_node *);
+    double (*ref)(double);
+    const char *name;
+} unary_case;
+
+static double ref_neg(double x) { return -x; }
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double ref_silu(double x) { return x / (1.0 + exp(-x)); }
+static double ref_exp(double x) { return exp(x); }
+static double ref_tanh(double x) { return tanh(x); }
+static double ref_sqrt_abs(double x) { return sqrt(x); }
+
+Test(graph_ops, unary_ops_match_their_formulas_on_a_sharded_batch)
+{
+    const unary_case cases[] = {
+        {td_graph_neg, ref_neg, "neg"},       {td_graph_sigmoid, ref_sigmoid, "sigmoid"},
+        {td_graph_silu, ref_silu, "silu"},    {td_graph_exp, ref_exp, "exp"},
+        {td_graph_tanh, ref_tanh, "tanh"},    {td_graph_sqrt, ref_sqrt_abs, "sqrt"},
+    };
+    const int64_t dims[2] = {6, 5};
+    td_node x, outs[6];
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, dims, TD_SHARDED, &x));
+    for (int c = 0; c < 6; c++)
+        TEST_OK(ctx, cases[c].build(g, x, &outs[c]));
+    td_mesh *mesh = test_mesh(ctx, "cpu:3");
+    td_program *p = test_compile(ctx, g, mesh, 6, outs);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
+    for (int i = 0; i < 30; i++)
+        test_f32(xv)[i] = 0.05f + (float)i * 0.11f;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (int c = 0; c < 6; c++)
+        for (uint32_t d = 0; d < 3; d++) {
+            td_tensor *out = test_read_output(ctx, p, (uint32_t)c, d);
+            for (int i = 0; i < 10; i++) {
+                double want = cases[c].ref(test_f32(xv)[d * 10 + i]);
+                cr_assert(test_close(test_f32(out)[i], want, 2e-6, 1e-7), "%s on device %u element %d: %g, expected %g",
+                          cases[c].name, d, i, (double)test_f32(out)[i], want);
+            }
+            td_tensor_destroy(out);
+        }
+}
+
+Test(graph_ops, gelu_both_forms_match_jax_formulas)
+{
+    const int64_t dims[1] = {9};
+    td_node x, exact, approx, outs[2];
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 1, dims, TD_REPLICATED, &x));
+    TEST_OK(ctx, td_graph_gelu(g, x, false, &exact));
+    TEST_OK(ctx, td_graph_gelu(g, x, true, &approx));
+    outs[0] = exact, outs[1] = approx;
+    td_program *p = test_compile(ctx, g, test_mesh(ctx, "cpu:1"), 2, outs);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 1, dims);
+    for (int i = 0; i < 9; i++)
+        test_f32(xv)[i] = -4.0f + (float)i;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    td_tensor *e = test_read_output(ctx, p, 0, 0), *a = test_read_output(ctx, p, 1, 0);
+    for (int i = 0; i < 9; i++) {
+        double v = test_f32(xv)[i];
+        double we = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+        double wa = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+        cr_assert(test_close(test_f32(e)[i], we, 1e-6, 1e-7), "gelu(%g) = %g, expected %g", v, (double)test_f32(e)[i], we);
+        cr_assert(test_close(test_f32(a)[i], wa, 1e-6, 1e-7), "gelu~(%g) = %g, expected %g", v, (double)test_f32(a)[i],
+                  wa);
+    }
+    td_tensor_destroy(e);
+    td_tensor_destroy(a);
+}
+
+Test(graph_ops, transpose_moves_every_element)
+{
+    const int64_t dims[3] = {2, 3, 4};
+    const int32_t perm[3] = {1, 2, 0};
+    td_node x, y;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 3, dims, TD_REPLICATED, &x));
+    TEST_OK(ctx, td_graph_transpose(g, x, 3, perm, &y));
+    uint32_t rank;
+    int64_t out_dims[4];
+    TEST_OK(ctx, td_graph_shape(g, y, &rank, out_dims));
+    cr_assert(rank == 3 && out_dims[0] == 3 && out_dims[1] == 4 && out_dims[2] == 2);
+    td_program *p = test_compile(ctx, g, test_mesh(ctx, "cpu:1"), 1, &y);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 3, dims);
+    for (int i = 0; i < 24; i++)
+        test_f32(xv)[i] = (float)i;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    td_tensor *out = test_read_output(ctx, p, 0, 0);
+    for (int j = 0; j < 3; j++)
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(test_f32(out)[(j * 4 + k) * 2 + i], (float)((i * 3 + j) * 4 + k));
+    td_tensor_destroy(out);
+}
+
+Test(graph_ops, bad_permutations_are_refused)
+{
+    const int64_t dims[2] = {2, 3};
+    const int32_t repeated[2] = {0, 0}, out_of_range[2] = {0, 2}, ok[2] = {1, 0};
+    td_node x, y;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, dims, TD_REPLICATED, &x));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "perm[1] = 0", td_graph_transpose(g, x, 2, repeated, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "perm[1] = 2", td_graph_transpose(g, x, 2, out_of_range, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "rank 2", td_graph_transpose(g, x, 3, ok, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "NULL", td_graph_transpose(g, x, 2, NULL, &y));
+}
+
+Test(graph_ops, sizes_whose_bytes_overflow_are_refused_where_they_are_built)
+{
+    td_node p, x, y;
+    const int64_t huge[2] = {(int64_t)1 << 31, (int64_t)1 << 31};
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "more elements than a tensor may hold",
+               td_graph_param(g, "w", 2, huge, &p));
+    const int64_t near_max[1] = {INT64_MAX - 1};
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "more elements", td_graph_param(g, "v", 1, near_max, &p));
+    const int64_t product[4] = {(int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20};
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "more elements", td_graph_input(g, "x", TD_F32, 4, product,
+                                                                             TD_REPLICATED, &x));
+    /* Broadcasting two legal shapes into an illegal one. */
+    const int64_t col[2] = {(int64_t)1 << 30, 1}, row[2] = {1, (int64_t)1 << 30};
+    TEST_OK(ctx, td_graph_input(g, "col", TD_F32, 2, col, TD_REPLICATED, &x));
+    TEST_OK(ctx, td_graph_input(g, "row", TD_F32, 2, row, TD_REPLICATED, &y));
+    td_node z;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "more elements", td_graph_add(g, x, y, &z));
+    const int64_t reshape[2] = {INT64_MAX / 2, 4};
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "overflows", td_graph_reshape(g, x, 2, reshape, &z));
+}
+
+Test(graph_ops, labels_reshaped_on_the_way_to_the_loss_are_still_range_checked)
+{
+    const int64_t ld[2] = {4, 3}, lab2[2] = {4, 1}, lab1[1] = {-1};
+    td_node logits, labels, flat, loss;
+    TEST_OK(ctx, td_graph_input(g, "logits", TD_F32, 2, ld, TD_SHARDED, &logits));
+    TEST_OK(ctx, td_graph_input(g, "labels", TD_I32, 2, lab2, TD_SHARDED, &labels));
+    TEST_OK(ctx, td_graph_reshape(g, labels, 1, lab1, &flat));
+    TEST_OK(ctx, td_graph_softmax_cross_entropy(g, logits, flat, &loss));
+    td_program *p = test_compile(ctx, g, test_mesh(ctx, "cpu:2"), 1, &loss);
+    td_tensor *lv = test_tensor(ctx, TD_F32, 2, ld), *yv = test_tensor(ctx, TD_I32, 2, lab2);
+    const int32_t bad[4] = {0, 2, 3, 1};
+    memcpy(test_i32(yv), bad, sizeof bad);
+    td_binding b[2] = {{logits, lv}, {labels, yv}};
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "label 3 at index 2", td_program_run(p, 2, b));
+    test_i32(yv)[2] = 2;
+    TEST_OK(ctx, td_program_run(p, 2, b));
+}
