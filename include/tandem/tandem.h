@@ -10,6 +10,7 @@
 #include "tandem/tensor.h"
 #include "tandem/graph.h"
 #include "tandem/pmap.h"
+#include "tandem/optim.h"
 #include "tandem/train.h"
 
 #endif
