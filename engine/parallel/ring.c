@@ -4,6 +4,7 @@
  *     0                      pointers for this op are published
  *     LOAD(k)                own first chunk, slice k, is on the host
  *     RS(s, k)               reduce-scatter step s, slice k added
+ *     PART                   this rank's share of a total is published
  *     FIN(k)                 owned chunk, slice k, finalized
  *     AG(s, k)               all-gather step s, slice k received
  *     DONE                   nothing of this rank's memory is read any more
@@ -33,6 +34,7 @@ typedef struct ring_rank {
     uint64_t progress;
     float *work;   /* reduce-scatter memory of the current op */
     float *gather; /* memory that holds final values of the current op */
+    double partial; /* this rank's share of the current op's total; read by peers after PART */
     /* Below: touched by the rank's own thread only. */
     uint32_t op;
     td_staging *staging;
@@ -251,6 +253,8 @@ typedef struct ring_op {
     size_t count; /* elements of the whole (virtual) array */
     uint32_t shift; /* after the reduce-scatter, rank r owns chunk (r + shift) % N */
     td_ring_finalize_fn finalize;
+    td_ring_partial_fn partial; /* non-NULL: exchange a total before any finalize */
+    td_ring_total_fn total;
     void *user;
     int consume_input; /* the input's memory may serve as the reduction's scratch */
     td_buffer *in, *out;
@@ -266,10 +270,11 @@ typedef struct unit_map {
 
 static uint64_t u_load(const unit_map *m, size_t k) { (void)m; return 1 + k; }
 static uint64_t u_rs(const unit_map *m, uint32_t step, size_t k) { return 1 + m->s + (uint64_t)step * m->s + k; }
-static uint64_t u_fin(const unit_map *m, size_t k) { return 1 + m->s + (uint64_t)(m->n - 1) * m->s + k; }
+static uint64_t u_part(const unit_map *m) { return 1 + m->s + (uint64_t)(m->n - 1) * m->s; }
+static uint64_t u_fin(const unit_map *m, size_t k) { return u_part(m) + 1 + k; }
 static uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
 {
-    return 1 + 2 * m->s + (uint64_t)(m->n - 1) * m->s + (uint64_t)step * m->s + k;
+    return u_part(m) + 1 + m->s + (uint64_t)step * m->s + k;
 }
 
 static size_t chunk_lo(size_t count, uint32_t n, uint32_t c)
@@ -284,6 +289,14 @@ static void slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, siz
     size_t a = c_lo + k * SLICE_ELEMENTS, b = a + SLICE_ELEMENTS;
     *lo = a < c_hi ? a : c_hi;
     *hi = b < c_hi ? b : c_hi;
+}
+
+void td_ring_owned_range(const td_ring *ring, uint32_t rank, size_t count, size_t *lo, size_t *hi)
+{
+    /* The all-reduce's shift of 1: rank r ends the reduce-scatter owning chunk r + 1. */
+    uint32_t c = (rank + 1) % ring->n;
+    *lo = chunk_lo(count, ring->n, c);
+    *hi = chunk_lo(count, ring->n, c + 1);
 }
 
 static uint32_t wrap(int64_t v, uint32_t n)
@@ -337,6 +350,37 @@ static td_status finalize_slice(td_ring *ring, uint32_t r, const ring_op *op, fl
     if (!direct)
         return md->ops->write(md->dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
                               (hi - lo) * sizeof(float));
+    return TD_OK;
+}
+
+static double partial_slice(td_ring *ring, uint32_t r, const ring_op *op, float *work, uint32_t owned, size_t k)
+{
+    size_t lo, hi;
+    slice_range(op, ring->n, owned, k, &lo, &hi);
+    return hi > lo ? op->partial(op->user, r, work + lo, lo, hi - lo) : 0.0;
+}
+
+/* A barrier with a payload: publish this rank's share, wait for every
+ * other rank's, and sum them in rank order, so every rank computes
+ * bitwise the same total. Rank r reads peers other than its predecessor
+ * here, which the rest of the schedule never does; that is safe because no
+ * rank can reach the next op's PART before every rank has left this one
+ * (the next reduce-scatter needs every rank to have started it). */
+static td_status exchange_total(td_ring *ring, uint32_t r, uint64_t base, const unit_map *um, double mine,
+                                const ring_op *op)
+{
+    ring_rank *me = &ring->ranks[r];
+    me->partial = mine;
+    publish(me, base | u_part(um));
+    for (uint32_t q = 0; q < ring->n; q++) {
+        td_status s;
+        if (q != r && (s = wait_for(ring, r, q, base | u_part(um))) != TD_OK)
+            return s;
+    }
+    double total = 0.0;
+    for (uint32_t q = 0; q < ring->n; q++)
+        total += ring->ranks[q].partial;
+    op->total(op->user, r, total);
     return TD_OK;
 }
 
@@ -441,7 +485,11 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     uint32_t owned = wrap((int64_t)r + op->shift, n);
     if (op->kind == OP_ALLREDUCE) {
         /* The last reduce-scatter step completes the owned chunk: finalize
-         * each slice right after its add, while it is still in cache. */
+         * each slice right after its add, while it is still in cache --
+         * or, when a total is needed first, take the slice's share then
+         * and finalize after the exchange. */
+        const int deferred = op->partial != NULL;
+        double mine = 0.0;
         for (uint32_t step = 0; step + 1 < n; step++) {
             uint32_t c = wrap((int64_t)r - 1 - step, n);
             for (size_t k = 0; k < op->slices; k++) {
@@ -451,14 +499,27 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 slice_range(op, n, c, k, &lo, &hi);
                 add_into(work + lo, pr->work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
-                if (step + 2 == n && (s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
+                if (step + 2 == n && deferred)
+                    mine += partial_slice(ring, r, op, work, owned, k);
+                else if (step + 2 == n && (s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                     return fail(ring, r, s);
-                if (step + 2 == n)
+                if (step + 2 == n && !deferred)
                     publish(me, base | u_fin(&um, k));
             }
         }
         for (size_t k = 0; n == 1 && k < op->slices; k++) {
             WAIT_OWN(owned, k);
+            if (deferred) {
+                mine += partial_slice(ring, r, op, work, owned, k);
+                continue;
+            }
+            if ((s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
+                return fail(ring, r, s);
+            publish(me, base | u_fin(&um, k));
+        }
+        if (deferred && (s = exchange_total(ring, r, base, &um, mine, op)) != TD_OK)
+            return fail(ring, r, s);
+        for (size_t k = 0; deferred && k < op->slices; k++) {
             if ((s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                 return fail(ring, r, s);
             publish(me, base | u_fin(&um, k));
@@ -559,7 +620,8 @@ static td_status check_rank(td_ring *ring, uint32_t rank)
 }
 
 static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                           uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user, int consume)
+                           uint64_t out_offset, size_t count, td_ring_partial_fn partial, td_ring_total_fn total,
+                           td_ring_finalize_fn finalize, void *user, int consume)
 {
     td_status s = check_rank(ring, rank);
     if (s != TD_OK)
@@ -569,6 +631,8 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
         .count = count,
         .shift = 1,
         .finalize = finalize,
+        .partial = partial,
+        .total = total,
         .user = user,
         .consume_input = consume,
         .in = in,
@@ -583,13 +647,24 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
 td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                             uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, finalize, user, 0);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 0);
 }
 
 td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, finalize, user, 1);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 1);
+}
+
+td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                          td_buffer *out, uint64_t out_offset, size_t count,
+                                          td_ring_partial_fn partial, td_ring_total_fn total,
+                                          td_ring_finalize_fn finalize, void *user)
+{
+    if (!partial || !total)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_ring_allreduce_consume_total: partial or total is NULL");
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1);
 }
 
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,

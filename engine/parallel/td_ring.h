@@ -54,6 +54,29 @@ td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_
 td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user);
 
+/* For a finalize that needs one number of the whole reduced array first
+ * (the trainer's global gradient norm, for clipping): `partial` runs on
+ * each slice of the owner's chunk right after its last add (it may rewrite
+ * the slice, e.g. into the mean) and returns its share; once every rank has
+ * reduced its chunk, each rank receives `total`, the shares summed over the
+ * ranks in rank order -- bitwise the same on every rank -- and only then
+ * finalizes its slices. Costs one exchange of a double per rank, no extra
+ * pass over the data. */
+typedef double (*td_ring_partial_fn)(void *user, uint32_t rank, float *data, size_t offset, size_t count);
+typedef void (*td_ring_total_fn)(void *user, uint32_t rank, double total);
+
+/* td_ring_allreduce_consume with a `partial`/`total` exchange between the
+ * reduce-scatter and the finalize (both must be non-NULL). */
+td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                          td_buffer *out, uint64_t out_offset, size_t count,
+                                          td_ring_partial_fn partial, td_ring_total_fn total,
+                                          td_ring_finalize_fn finalize, void *user);
+
+/* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
+ * value rank `rank` owns and finalizes. The trainer keeps the optimizer
+ * state of exactly this range on that rank. */
+void td_ring_owned_range(const td_ring *ring, uint32_t rank, size_t count, size_t *lo, size_t *hi);
+
 /* out (N*count floats) = concatenation over ranks of each rank's `count`
  * floats at in, in rank order. */
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,

@@ -4,18 +4,47 @@
  * master copy, and the all-gather hands the new values to every device.
  * Every parameter is thus computed exactly once, in host code, and copied:
  * the replicas are bitwise identical on any mix of devices by construction.
+ * The optimizer's state (momentum, moments) lives with the same owner, for
+ * its chunk only, so it is split over the ranks rather than replicated.
  *
- * A step is all or nothing. New values go to a second host copy, which
- * becomes the master only when every device finished the step; if any
- * device fails, every device's parameters are rewritten from the master, so
- * a failed step leaves no replica half-updated. */
+ * A step is all or nothing. New values -- parameters and optimizer state --
+ * go to second host copies, which become current only when every device
+ * finished the step; if any device fails, every device's parameters are
+ * rewritten from the master, so a failed step leaves no replica
+ * half-updated and the state as it was.
+ *
+ * Clipping by the global norm needs the whole reduced gradient before any
+ * owner may update. Rather than a second collective, the ring's
+ * reduce-scatter hands each owner its chunk slice by slice (still in
+ * cache) to take the mean and its sum of squares; the ranks then exchange
+ * one double each -- a barrier bounded by the context timeout -- and sum
+ * them in rank order, so every owner scales by bitwise the same norm. The
+ * exchange only happens when clipping is on; without it the schedule is the
+ * one-pass fused update it always was. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "tandem/train.h"
+#include "td_optimizer.h"
 #include "td_program_internal.h"
 #include "td_ring.h"
+#include "td_schedule.h"
+
+typedef struct trainable_range {
+    size_t lo, hi; /* one listed parameter in the parameter buffer */
+} trainable_range;
+
+/* What ring rank r keeps for the chunk it owns. */
+typedef struct trainer_owner {
+    size_t lo, hi;
+    float *block;      /* holds both copies of the state */
+    float *state;      /* state_floats arrays of hi - lo floats */
+    float *next_state; /* the step's new state; swapped in on success */
+    float g_norm;      /* this step's global gradient norm, when clipping */
+} trainer_owner;
 
 struct td_trainer {
     td_owned owned;
@@ -23,11 +52,18 @@ struct td_trainer {
     td_mesh *mesh;
     td_program *program;
     td_trainer_options options;
+    const td_optimizer *optimizer;
+    uint32_t state_floats;
+    td_schedule schedule; /* with a constant schedule's value from learning_rate */
     uint32_t n_params;
     td_node *params;
+    trainable_range *ranges; /* sorted by offset */
+    trainer_owner *owners;   /* one per ring rank */
     float *master;  /* parameters, laid out as the device parameter buffer */
     float *pending; /* the step's new parameters; swapped in on success */
     size_t param_elems;
+    float step_lr;      /* the schedule at this step */
+    uint64_t count_inc; /* steps + 1 during a step */
     double seconds;
     uint64_t steps;
 };
@@ -40,32 +76,169 @@ td_status td_trainer_options_init(td_trainer_options *o)
     o->struct_size = sizeof *o;
     o->optimizer = TD_OPTIMIZER_SGD;
     o->learning_rate = 0.01f;
+    o->schedule.kind = TD_SCHEDULE_CONSTANT;
+    o->b1 = 0.9f;
+    o->b2 = 0.999f;
+    o->eps = 1e-8f;
+    o->weight_decay = 1e-4f;
+    o->decay = 0.9f;
     return TD_OK;
 }
 
-/* SGD on the owner's chunk: data holds the gradient summed over devices. */
-static void sgd_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+static td_status check_unit_interval(td_context *ctx, const char *field, float v)
+{
+    if (!(v >= 0.0f && v < 1.0f))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: %s %g is outside [0, 1)", field,
+                            (double)v);
+    return TD_OK;
+}
+
+static td_status check_options(td_context *ctx, const td_trainer_options *o)
+{
+    td_status s;
+    if (o->schedule.kind == TD_SCHEDULE_CONSTANT && (!isfinite(o->learning_rate) || !(o->learning_rate > 0.0f)))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: learning_rate %g must be finite and > 0",
+                            (double)o->learning_rate);
+    if (o->schedule.kind != TD_SCHEDULE_CONSTANT && (s = td_schedule_check(ctx, &o->schedule, "td_trainer_create")) != TD_OK)
+        return s;
+    if (!isfinite(o->max_norm) || o->max_norm < 0.0f)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: max_norm %g must be finite and >= 0 (0 = off)",
+                            (double)o->max_norm);
+    if (o->optimizer == TD_OPTIMIZER_ADAMW && (!isfinite(o->weight_decay) || o->weight_decay < 0.0f))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: weight_decay %g must be finite and >= 0",
+                            (double)o->weight_decay);
+    switch (o->optimizer) {
+    case TD_OPTIMIZER_SGD:
+        return check_unit_interval(ctx, "momentum", o->momentum);
+    case TD_OPTIMIZER_ADAMW:
+    case TD_OPTIMIZER_ADAM:
+        if ((s = check_unit_interval(ctx, "b1", o->b1)) != TD_OK || (s = check_unit_interval(ctx, "b2", o->b2)) != TD_OK)
+            return s;
+        break;
+    case TD_OPTIMIZER_RMSPROP:
+        if ((s = check_unit_interval(ctx, "decay", o->decay)) != TD_OK ||
+            (s = check_unit_interval(ctx, "momentum", o->momentum)) != TD_OK)
+            return s;
+        break;
+    default:
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: optimizer %d is not a td_optimizer_kind",
+                            (int)o->optimizer);
+    }
+    /* A zero eps divides 0 by 0 wherever a gradient is exactly zero. */
+    if (!isfinite(o->eps) || !(o->eps > 0.0f))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: eps %g must be finite and > 0",
+                            (double)o->eps);
+    return TD_OK;
+}
+
+static const td_optimizer *optimizer_of(td_optimizer_kind kind)
+{
+    switch (kind) {
+    case TD_OPTIMIZER_ADAM:
+        return &td_optimizer_adam;
+    case TD_OPTIMIZER_ADAMW:
+        return &td_optimizer_adamw;
+    case TD_OPTIMIZER_RMSPROP:
+        return &td_optimizer_rmsprop;
+    case TD_OPTIMIZER_SGD:
+    default:
+        return &td_optimizer_sgd;
+    }
+}
+
+/* The first range that ends after `offset`. */
+static size_t first_range(const td_trainer *t, size_t offset)
+{
+    size_t a = 0, b = t->n_params;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (t->ranges[m].hi <= offset)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
+/* Mean gradient of a reduced slice and its trainable elements' sum of
+ * squares. Gaps (padding, parameters not being trained) are skipped: the
+ * consumed gradient bucket holds stale values there. */
+static double clip_partial(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
     td_trainer *t = user;
     (void)rank;
-    const float lr = t->options.learning_rate;
-    const float *p = t->master + offset;
-    float *next = t->pending + offset;
-    td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
-    for (size_t i = 0; i < count; i++) {
-        float g = data[i];
-        float step = lr * g;
-        next[i] = p[i] - step;
-        data[i] = next[i];
+    td_ring_divide(data, count, t->mesh->count);
+    const size_t end = offset + count;
+    double sum = 0.0;
+    for (size_t i = first_range(t, offset); i < t->n_params && t->ranges[i].lo < end; i++) {
+        size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
+        size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
+        for (size_t j = a; j < b; j++)
+            sum += (double)data[j - offset] * data[j - offset];
     }
+    return sum;
+}
+
+static void clip_total(void *user, uint32_t rank, double total)
+{
+    td_trainer *t = user;
+    t->owners[rank].g_norm = (float)sqrt(total);
+}
+
+/* The owner's update of one reduced slice: data holds the gradient summed
+ * over devices (already the mean when clipping), and leaves holding the new
+ * parameters, which the all-gather distributes. */
+static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    td_trainer *t = user;
+    trainer_owner *ow = &t->owners[rank];
+    const float max_norm = t->options.max_norm;
+    if (max_norm == 0.0f) {
+        td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
+    } else if (!(ow->g_norm < max_norm)) {
+        /* optax.clip_by_global_norm: g / norm * max_norm, in that order. */
+        const float norm = ow->g_norm;
+        for (size_t i = 0; i < count; i++)
+            data[i] = data[i] / norm * max_norm;
+    }
+    const size_t end = offset + count, chunk = ow->hi - ow->lo;
+    size_t at = offset;
+    for (size_t i = first_range(t, offset); i < t->n_params && t->ranges[i].lo < end; i++) {
+        size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
+        size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
+        if (a > at)
+            memcpy(t->pending + at, t->master + at, (a - at) * sizeof(float));
+        td_optimizer_args args = {
+            .options = &t->options,
+            .count = b - a,
+            .grad = data + (a - offset),
+            .param = t->master + a,
+            .next = t->pending + a,
+            .state = ow->state + (a - ow->lo),
+            .next_state = ow->next_state + (a - ow->lo),
+            .state_stride = chunk,
+            .learning_rate = t->step_lr,
+            .count_inc = t->count_inc,
+        };
+        t->optimizer->update(&args);
+        at = b;
+    }
+    if (end > at)
+        memcpy(t->pending + at, t->master + at, (end - at) * sizeof(float));
+    memcpy(data, t->pending + offset, count * sizeof(float));
 }
 
 static td_status update_hook(void *user, uint32_t pos)
 {
     td_trainer *t = user;
+    if (t->n_params == 0)
+        return TD_OK; /* nothing to train: the step computes the loss only */
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
-    return td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, sgd_finalize, t);
+    if (t->options.max_norm > 0.0f)
+        return td_ring_allreduce_consume_total(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
+                                               clip_total, update_finalize, t);
+    return td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
 }
 
 static void trainer_destroy_owned(td_owned *self)
@@ -79,10 +252,79 @@ void td_trainer_destroy(td_trainer *t)
         return;
     td_context_disown(t->ctx, &t->owned);
     td_program_destroy(t->program);
+    for (uint32_t r = 0; t->owners && r < t->mesh->count; r++)
+        td_free(t->ctx, t->owners[r].block);
+    td_free(t->ctx, t->owners);
+    td_free(t->ctx, t->ranges);
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
     td_free(t->ctx, t->pending);
     td_free(t->ctx, t);
+}
+
+static int compare_ranges(const void *x, const void *y)
+{
+    const trainable_range *a = x, *b = y;
+    return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Every entry a parameter node of g, none twice. */
+static td_status check_params(td_graph *g, uint32_t n_params, const td_node *params)
+{
+    td_context *ctx = g->ctx;
+    uint8_t *seen = td_alloc_zeroed(ctx, g->count + 1);
+    if (!seen)
+        return TD_OOM(ctx, "parameter bookkeeping", g->count + 1);
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < n_params && s == TD_OK; i++) {
+        td_node p = params[i];
+        if (p >= g->count)
+            s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                             "td_trainer_create: params[%u] is node %u, which does not exist (the graph has %u nodes)",
+                             i, p, g->count);
+        else if (g->nodes[p].op != TD_OP_PARAM)
+            s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                             "td_trainer_create: params[%u] is node %u, which is not a parameter (td_graph_param)", i,
+                             p);
+        else if (seen[p])
+            s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                             "td_trainer_create: params[%u] is node %u, which is listed twice", i, p);
+        else
+            seen[p] = 1;
+    }
+    td_free(ctx, seen);
+    return s;
+}
+
+/* The sorted trainable ranges, and each rank's chunk with its state. */
+static td_status plan_owners(td_trainer *t)
+{
+    td_context *ctx = t->ctx;
+    const td_plan *plan = td_program_plan(t->program);
+    const uint32_t n = t->mesh->count;
+    t->ranges = td_alloc(ctx, sizeof *t->ranges * (t->n_params + 1));
+    t->owners = td_alloc_zeroed(ctx, sizeof *t->owners * n);
+    if (!t->ranges || !t->owners)
+        return TD_OOM(ctx, "the trainer's owners", sizeof *t->owners * n);
+    for (uint32_t i = 0; i < t->n_params; i++) {
+        t->ranges[i].lo = plan->slots[t->params[i]].offset;
+        t->ranges[i].hi = t->ranges[i].lo + (size_t)td_shape_count(&plan->shapes[t->params[i]]);
+    }
+    qsort(t->ranges, t->n_params, sizeof *t->ranges, compare_ranges);
+    for (uint32_t r = 0; r < n; r++) {
+        trainer_owner *ow = &t->owners[r];
+        td_ring_owned_range(t->mesh->ring, r, t->n_params ? t->param_elems : 0, &ow->lo, &ow->hi);
+        size_t floats = (size_t)t->state_floats * (ow->hi - ow->lo);
+        if (floats == 0)
+            continue;
+        /* Zero is optax's initial state for every optimizer here. */
+        ow->block = td_alloc_zeroed(ctx, 2 * floats * sizeof(float));
+        if (!ow->block)
+            return TD_OOM(ctx, "optimizer state", 2 * floats * sizeof(float));
+        ow->state = ow->block;
+        ow->next_state = ow->block + floats;
+    }
+    return TD_OK;
 }
 
 td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params, const td_node *params,
@@ -99,13 +341,13 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (options) {
         size_t n = options->struct_size ? options->struct_size : sizeof opts;
         memcpy(&opts, options, n < sizeof opts ? n : sizeof opts);
+        opts.struct_size = sizeof opts;
     }
-    if (opts.optimizer != TD_OPTIMIZER_SGD)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: optimizer %d is not a td_optimizer_kind",
-                            (int)opts.optimizer);
-    if (!(opts.learning_rate > 0.0f) || opts.learning_rate != opts.learning_rate)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: learning rate %g must be > 0",
-                            (double)opts.learning_rate);
+    td_status s = check_options(ctx, &opts);
+    if (s == TD_OK)
+        s = check_params(g, n_params, params);
+    if (s != TD_OK)
+        return s;
 
     td_trainer *t = td_alloc_zeroed(ctx, sizeof *t);
     td_node *grads = td_alloc(ctx, sizeof *grads * (n_params + 1));
@@ -117,10 +359,15 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->ctx = ctx;
     t->mesh = mesh;
     t->options = opts;
+    t->optimizer = optimizer_of(opts.optimizer);
+    t->state_floats = t->optimizer->state_floats(&opts);
+    t->schedule = opts.schedule;
+    if (t->schedule.kind == TD_SCHEDULE_CONSTANT)
+        t->schedule.init_value = opts.learning_rate;
     t->n_params = n_params;
     td_context_own(ctx, &t->owned, trainer_destroy_owned);
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
-    td_status s = t->params ? TD_OK : TD_OOM(ctx, "trainer parameters", sizeof *t->params * n_params);
+    s = t->params ? TD_OK : TD_OOM(ctx, "trainer parameters", sizeof *t->params * n_params);
     if (s == TD_OK) {
         if (n_params)
             memcpy(t->params, params, sizeof *params * n_params);
@@ -140,6 +387,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
         else /* the master starts where the devices start */
             memcpy(t->master, td_program_initial_params(t->program), t->param_elems * sizeof(float));
     }
+    if (s == TD_OK)
+        s = plan_owners(t);
     if (s != TD_OK) {
         td_trainer_destroy(t);
         return s;
@@ -174,6 +423,8 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
 {
     if (!t)
         return TD_ERR_INVALID_ARGUMENT;
+    t->step_lr = td_schedule_eval(&t->schedule, t->steps);
+    t->count_inc = t->steps + 1;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     td_status s = td_program_run(t->program, n_bindings, bindings);
@@ -192,9 +443,16 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
                                 : " (and restoring the parameters failed too)");
         return s;
     }
-    float *swap = t->master;
-    t->master = t->pending;
-    t->pending = swap;
+    if (t->n_params) {
+        float *swap = t->master;
+        t->master = t->pending;
+        t->pending = swap;
+        for (uint32_t r = 0; r < t->mesh->count; r++) {
+            float *st = t->owners[r].state;
+            t->owners[r].state = t->owners[r].next_state;
+            t->owners[r].next_state = st;
+        }
+    }
     t->steps++;
     if (loss) {
         /* Each device's loss is the mean over its shard; equal shards make
@@ -236,6 +494,20 @@ td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
         td_tensor_destroy(other);
     }
     return s;
+}
+
+td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_bytes)
+{
+    if (!t)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!state_bytes)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: state_bytes is NULL");
+    if (device >= t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: device %u is not in the mesh (%u devices)",
+                            device, t->mesh->count);
+    const trainer_owner *ow = &t->owners[device];
+    *state_bytes = 2 * (size_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
+    return TD_OK;
 }
 
 td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *steps)

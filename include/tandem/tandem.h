@@ -12,6 +12,7 @@
 #include "tandem/graph.h"
 #include "tandem/layers.h"
 #include "tandem/pmap.h"
+#include "tandem/optim.h"
 #include "tandem/train.h"
 #include "tandem/data.h"
 

@@ -9,6 +9,7 @@
 #ifndef TANDEM_TRAIN_H
 #define TANDEM_TRAIN_H
 
+#include "tandem/optim.h"
 #include "tandem/pmap.h"
 
 #ifdef __cplusplus
@@ -17,16 +18,26 @@ extern "C" {
 
 typedef struct td_trainer td_trainer;
 
-typedef enum td_optimizer_kind {
-    TD_OPTIMIZER_SGD = 0,
-} td_optimizer_kind;
-
+/* Fields after learning_rate were added later: a caller built against the
+ * shorter struct passes its smaller struct_size and gets the defaults of
+ * td_trainer_options_init for the rest. */
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
     td_optimizer_kind optimizer;
-    float learning_rate;
+    float learning_rate; /* the rate when schedule.kind is TD_SCHEDULE_CONSTANT */
+    td_schedule schedule; /* other kinds carry their own values */
+    float momentum;       /* SGD, RMSPROP: 0 = no momentum trace */
+    bool nesterov;        /* SGD, RMSPROP with momentum */
+    float b1, b2, eps;    /* ADAM, ADAMW (eps also RMSPROP) */
+    float weight_decay;   /* ADAMW, decoupled: added to the update as weight_decay * param */
+    float decay;          /* RMSPROP: decay of the squared-gradient average */
+    float max_norm;       /* clip the mean gradient to this global L2 norm first; 0 = no clipping */
 } td_trainer_options;
 
+/* Fills `options` with the defaults: SGD without momentum at a constant
+ * 0.01, no clipping, and optax's defaults for the other optimizers (b1 0.9,
+ * b2 0.999, eps 1e-8, weight_decay 1e-4, decay 0.9), so that changing
+ * `optimizer` alone gives optax's optimizer of that name. */
 TD_API td_status td_trainer_options_init(td_trainer_options *options);
 
 /* Builds value_and_grad of `loss` (a scalar node) with respect to `params`
@@ -48,6 +59,13 @@ TD_API td_status td_trainer_step(td_trainer *trainer, uint32_t n_bindings, const
 
 /* *identical = whether every device holds bitwise the same parameters. */
 TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identical);
+
+/* *state_bytes = host memory that mesh device `device`'s ring rank holds
+ * for optimizer state (momentum, Adam's moments, ...). Each rank keeps the
+ * state of the parameter chunk it owns in the ring, so the total is split
+ * over the devices rather than copied to each; it is kept twice (current
+ * and the step's pending copy) so that a failed step changes nothing. */
+TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, size_t *state_bytes);
 
 /* Time spent inside td_trainer_step so far, in seconds, and the step count. */
 TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_seconds, uint64_t *steps);

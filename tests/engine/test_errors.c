@@ -362,11 +362,13 @@ Test(errors, trainer_options_are_validated)
     cr_assert_gt(o.learning_rate, 0.0f);
     td_trainer *t = NULL;
     o.learning_rate = 0.0f;
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning_rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
     o.learning_rate = NAN;
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning_rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
     o.learning_rate = -1.0f;
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning_rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+    o.learning_rate = INFINITY;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "learning_rate", td_trainer_create(g, mesh, s, 1, &w, &o, &t));
     o.learning_rate = 0.1f;
     o.optimizer = (td_optimizer_kind)9;
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "optimizer", td_trainer_create(g, mesh, s, 1, &w, &o, &t));

@@ -1,0 +1,53 @@
+/* optax.adam and optax.adamw (scale_by_adam, add_decayed_weights, then
+ * the learning rate):
+ *   m' = (1 - b1) g + b1 m          v' = (1 - b2) g^2 + b2 v
+ *   u  = (m' / (1 - b1^t)) / (sqrt(v' / (1 - b2^t)) + eps)
+ *   adamw: u += weight_decay * p    p' = p - lr * u
+ * with t the step count after its increment (1 on the first step). */
+#include <math.h>
+
+#include "td_optimizer.h"
+
+static uint32_t adam_state_floats(const td_trainer_options *o)
+{
+    (void)o;
+    return 2;
+}
+
+static void adam_run(const td_optimizer_args *a, float weight_decay)
+{
+    const td_trainer_options *o = a->options;
+    const float b1 = o->b1, b2 = o->b2, eps = o->eps, lr = a->learning_rate;
+    const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+    /* 1 - b^t in double, rounded once: in float, b2^t for b2 = 0.999 loses
+     * most of its digits to the subtraction within the first steps, and the
+     * bias correction multiplies that error into every update. */
+    const float bc1 = (float)(1.0 - pow((double)b1, (double)a->count_inc));
+    const float bc2 = (float)(1.0 - pow((double)b2, (double)a->count_inc));
+    const float *m = a->state, *v = a->state + a->state_stride;
+    float *m_next = a->next_state, *v_next = a->next_state + a->state_stride;
+    for (size_t i = 0; i < a->count; i++) {
+        float g = a->grad[i];
+        float mi = one_minus_b1 * g + b1 * m[i];
+        float vi = one_minus_b2 * (g * g) + b2 * v[i];
+        m_next[i] = mi;
+        v_next[i] = vi;
+        float u = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        if (weight_decay != 0.0f)
+            u = u + weight_decay * a->param[i];
+        a->next[i] = a->param[i] - lr * u;
+    }
+}
+
+static void adam_update(const td_optimizer_args *a)
+{
+    adam_run(a, 0.0f);
+}
+
+static void adamw_update(const td_optimizer_args *a)
+{
+    adam_run(a, a->options->weight_decay);
+}
+
+const td_optimizer td_optimizer_adam = {"adam", adam_state_floats, adam_update};
+const td_optimizer td_optimizer_adamw = {"adamw", adam_state_floats, adamw_update};
