@@ -1,0 +1,29 @@
+/* The Fashion-MNIST demos' common driver: options, data, the epoch loop,
+ * evaluation and the final JSON line. A demo only says how to build its
+ * model from the image batch. */
+#ifndef TD_DEMO_MNIST_H
+#define TD_DEMO_MNIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem/tandem.h"
+
+typedef struct demo_options {
+    const char *devices;
+    int epochs;
+    int64_t batch; /* global */
+    uint64_t seed;
+    const char *data;
+    float learning_rate;
+    int64_t limit; /* train on the first `limit` examples of each epoch's order (0 = all) */
+} demo_options;
+
+/* Builds logits [B, 10] from images [B, 28, 28, 1] (f32 in [0, 1]). */
+typedef td_status (*demo_model_fn)(td_graph *g, td_node images, const demo_options *options, td_node *logits);
+
+/* Parses the command line, trains with Adam on Fashion-MNIST and reports.
+ * Returns the process exit code. */
+int demo_mnist_main(const char *demo, int argc, char **argv, demo_model_fn build, const demo_options *defaults);
+
+#endif
