@@ -268,16 +268,68 @@ void td_cpu_run_call(const td_kernel_call *c)
     case TD_KERNEL_XENT_BACKWARD:
         td_reference_xent_backward(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), at(&c->c), &c->p.xent);
         break;
+    case TD_KERNEL_SOFTMAX: td_reference_softmax(at(&c->out), at(&c->a), &c->p.rows); break;
+    case TD_KERNEL_ARGMAX: td_reference_argmax(at(&c->out), at(&c->a), &c->p.rows); break;
+    case TD_KERNEL_CAST: td_reference_cast(at(&c->out), at(&c->a), &c->p.cast); break;
+    case TD_KERNEL_DROPOUT_MASK:
+        td_reference_dropout_mask(at(&c->out), (const uint32_t *)at(&c->b), &c->p.dropout);
+        break;
+    case TD_KERNEL_GATHER_ROWS:
+        td_reference_gather_rows(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), &c->p.gather);
+        break;
+    case TD_KERNEL_SCATTER_ADD_ROWS:
+        td_reference_scatter_add_rows(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), &c->p.gather);
+        break;
     default: break;
     }
 }
 
+static bool is_row_kernel(int32_t k)
+{
+    return k >= TD_KERNEL_SOFTMAX && k <= TD_KERNEL_SCATTER_ADD_ROWS;
+}
+
+/* The row kernels index with caller-given ids and sizes: their ranges are
+ * checked here so that a bad call is a status, not a stray host access. */
+static td_status check_row_call(td_device *dev, size_t i, const td_kernel_call *c)
+{
+    static const char *const slot_names[TD_ROW_SLOTS] = {"out", "out2", "a", "b", "c"};
+    const td_arg *args[TD_ROW_SLOTS] = {&c->out, &c->out2, &c->a, &c->b, &c->c};
+    int64_t need[TD_ROW_SLOTS];
+    char why[160];
+    if (td_row_kernel_extents(c, need, why, sizeof why) != 0)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment call %zu (%s): %s", i,
+                            td_kernel_name(c->kernel), why);
+    for (int s = 0; s < TD_ROW_SLOTS; s++) {
+        if (need[s] == 0)
+            continue;
+        const td_arg *a = args[s];
+        if (!a->buffer)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment call %zu (%s): %s has no buffer", i,
+                                td_kernel_name(c->kernel), slot_names[s]);
+        uint64_t elems = a->buffer->bytes / 4;
+        if (a->offset > elems || (uint64_t)need[s] > elems - a->offset)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "cpu segment call %zu (%s): %s needs elements up to %llu + %lld but its buffer "
+                                "holds %llu",
+                                i, td_kernel_name(c->kernel), slot_names[s], (unsigned long long)a->offset,
+                                (long long)need[s], (unsigned long long)elems);
+    }
+    return TD_OK;
+}
+
 static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls, size_t count, td_segment **out)
 {
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < count; i++) {
         if (calls[i].kernel < 0 || calls[i].kernel >= TD_KERNEL_COUNT)
             return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "kernel call %zu has unknown kernel id %d", i,
                                 calls[i].kernel);
+        if (is_row_kernel(calls[i].kernel)) {
+            td_status s = check_row_call(dev, i, &calls[i]);
+            if (s != TD_OK)
+                return s;
+        }
+    }
     td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
     if (!seg || !copy) {

@@ -234,6 +234,73 @@ static td_status prepare_gemm(td_device *dev, size_t i, const td_kernel_call *c,
     return td_opencl_gemm_prepare(dev, &fixed, &step->gemm);
 }
 
+/* The row kernels (rows.cl): ranges from td_row_kernel_extents, the same
+ * checks every backend makes. */
+static td_status prepare_rows(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    const char *kname = td_kernel_name(c->kernel);
+    static const char *const slot_names[TD_ROW_SLOTS] = {"out", "out2", "a", "b", "c"};
+    const td_arg *slots[TD_ROW_SLOTS] = {&c->out, &c->out2, &c->a, &c->b, &c->c};
+    int64_t need[TD_ROW_SLOTS];
+    char why[160];
+    if (td_row_kernel_extents(c, need, why, sizeof why) != 0)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (%s): %s", i, kname, why);
+    for (int s = 0; s < TD_ROW_SLOTS; s++) {
+        td_status st = check_arg(dev, i, kname, slot_names[s], slots[s], 0, need[s]);
+        if (st != TD_OK)
+            return st;
+    }
+    if (need[TD_ROW_OUT] == 0)
+        return TD_OK; /* nothing to write */
+    cl_ulong out_off = c->out.offset;
+    /* An argument the call never touches (need 0) is bound to out. */
+    const td_arg *a = need[TD_ROW_A] ? &c->a : &c->out, *b = need[TD_ROW_B] ? &c->b : &c->out;
+    cl_ulong a_off = a->offset, b_off = b->offset;
+    switch (c->kernel) {
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX: {
+        cl_long rows = c->p.rows.rows, cols = c->p.rows.cols;
+        cl_int mode = c->p.rows.mode;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(rows), TD_CL_ARG(cols), TD_CL_ARG(mode)};
+        bool soft = c->kernel == TD_KERNEL_SOFTMAX;
+        return add_launch(dev, step, soft ? "td_softmax" : "td_argmax", args, soft ? 7 : 6, (uint64_t)rows);
+    }
+    case TD_KERNEL_CAST: {
+        bool u8 = c->p.cast.from == TD_CAST_U8;
+        cl_ulong src_off = u8 ? a_off * 4 : a_off;
+        cl_long n = c->p.cast.n;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                                  TD_CL_ARG(src_off), TD_CL_ARG(n)};
+        return add_launch(dev, step, u8 ? "td_cast_u8" : "td_cast_i32", args, NARGS(args), (uint64_t)n);
+    }
+    case TD_KERNEL_DROPOUT_MASK: {
+        const td_dropout_params *p = &c->p.dropout;
+        cl_long rows = p->rows, cols = p->cols;
+        cl_uint lo = p->seed_lo, hi = p->seed_hi, thr = p->keep_threshold;
+        cl_float scale = p->scale;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(b->buffer->mem),
+                                  TD_CL_ARG(b_off), TD_CL_ARG(rows), TD_CL_ARG(cols), TD_CL_ARG(lo),
+                                  TD_CL_ARG(hi), TD_CL_ARG(thr), TD_CL_ARG(scale)};
+        return add_launch(dev, step, "td_dropout_mask", args, NARGS(args), (uint64_t)(rows * ((cols + 3) / 4)));
+    }
+    case TD_KERNEL_GATHER_ROWS:
+    case TD_KERNEL_SCATTER_ADD_ROWS: {
+        const td_gather_params *p = &c->p.gather;
+        cl_long n = p->n, vocab = p->vocab, dim = p->dim;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(b->buffer->mem), TD_CL_ARG(b_off),
+                                  TD_CL_ARG(n), TD_CL_ARG(vocab), TD_CL_ARG(dim)};
+        bool gather = c->kernel == TD_KERNEL_GATHER_ROWS;
+        return add_launch(dev, step, gather ? "td_gather_rows" : "td_scatter_add_rows", args, NARGS(args),
+                          (uint64_t)need[TD_ROW_OUT]);
+    }
+    default:
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu: kernel %d is not a row kernel",
+                            i, (int)c->kernel);
+    }
+}
+
 static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
 {
     td_status st;
@@ -311,6 +378,12 @@ static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c,
                                   TD_CL_ARG(c->c.buffer->mem), TD_CL_ARG(c_off), TD_CL_ARG(r), TD_CL_ARG(cl)};
         return add_launch(dev, step, "td_xent_backward", args, NARGS(args), (uint64_t)(rows * cols));
     }
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX:
+    case TD_KERNEL_CAST:
+    case TD_KERNEL_DROPOUT_MASK:
+    case TD_KERNEL_GATHER_ROWS:
+    case TD_KERNEL_SCATTER_ADD_ROWS: return prepare_rows(dev, i, c, step);
     default:
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu: unknown kernel id %d", i,
                             (int)c->kernel);

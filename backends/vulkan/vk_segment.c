@@ -13,6 +13,7 @@
  * read, gets a memory barrier before it; independent dispatches get none. */
 #include <string.h>
 
+#include "td_reference.h"
 #include "vk_internal.h"
 
 enum { SLOT_OUT = 0, SLOT_OUT2, SLOT_A, SLOT_B, SLOT_C };
@@ -40,9 +41,17 @@ typedef struct pc_gemm {
 } pc_gemm;
 typedef struct pc_xent_fwd { uint32_t rows, cols, loss_off, prob_off, logits_off, labels_off; } pc_xent_fwd;
 typedef struct pc_xent_bwd { uint32_t n, cols, grad_off, prob_off, labels_off, up_off; } pc_xent_bwd;
+typedef struct pc_rows { uint32_t rows, cols, out_off, a_off, mode; } pc_rows; /* softmax, argmax */
+typedef struct pc_cast { uint32_t n, out_off, a_off, from; } pc_cast;
+typedef struct pc_dropout {
+    uint32_t rows, cols, out_off, b_off, seed_lo, seed_hi, threshold;
+    float scale;
+} pc_dropout;
+typedef struct pc_gather { uint32_t n, vocab, dim, out_off, a_off, b_off; } pc_gather;
 
 _Static_assert(sizeof(pc_reduce) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 _Static_assert(sizeof(pc_ew) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
+_Static_assert(sizeof(pc_dropout) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 
 typedef struct plan {
     bool skip; /* nothing to compute (an empty tensor) */
@@ -69,9 +78,7 @@ struct td_segment {
 
 static const char *kernel_name(int32_t k)
 {
-    static const char *names[TD_KERNEL_COUNT] = {"fill", "copy", "elementwise", "reduce",
-                                                 "gemm", "xent_forward", "xent_backward"};
-    return k >= 0 && k < TD_KERNEL_COUNT ? names[k] : "unknown";
+    return td_kernel_name(k);
 }
 
 static bool fits_i32(int64_t v)
@@ -137,6 +144,44 @@ static td_status unsupported(td_device *dev, size_t i, int32_t kernel, const cha
     return td_error_set(dev->ctx, TD_ERR_UNSUPPORTED,
                         "vulkan segment call %zu (%s): %s does not fit the 32-bit indices of the kernels", i,
                         kernel_name(kernel), what);
+}
+
+/* The row kernels: the ranges every backend checks (td_row_kernel_extents),
+ * and every size within the shaders' 32-bit indices. */
+static td_status plan_rows(td_device *dev, size_t i, const td_kernel_call *c, plan *pl)
+{
+    static const int slots[TD_ROW_SLOTS] = {SLOT_OUT, SLOT_OUT2, SLOT_A, SLOT_B, SLOT_C};
+    const td_arg *args[TD_ROW_SLOTS] = {&c->out, &c->out2, &c->a, &c->b, &c->c};
+    int32_t k = c->kernel;
+    int64_t need[TD_ROW_SLOTS];
+    char why[160];
+    if (td_row_kernel_extents(c, need, why, sizeof why) != 0)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu (%s): %s", i,
+                            kernel_name(k), why);
+    int64_t sizes[3] = {0, 0, 0};
+    switch (k) {
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX: sizes[0] = c->p.rows.rows; sizes[1] = c->p.rows.cols; break;
+    case TD_KERNEL_CAST: sizes[0] = c->p.cast.n; break;
+    /* Headroom of 3: the shader rounds cols up to whole Philox blocks. */
+    case TD_KERNEL_DROPOUT_MASK:
+        sizes[0] = c->p.dropout.rows;
+        sizes[1] = c->p.dropout.cols > 2147483647LL - 3 ? INT64_MAX : c->p.dropout.cols;
+        break;
+    default: sizes[0] = c->p.gather.n; sizes[1] = c->p.gather.vocab; sizes[2] = c->p.gather.dim; break;
+    }
+    for (int d = 0; d < 3; d++)
+        if (!fits_i32(sizes[d]))
+            return unsupported(dev, i, k, "a size");
+    for (int s = 0; s < TD_ROW_SLOTS; s++) {
+        if (!fits_i32(need[s]))
+            return unsupported(dev, i, k, "an element count");
+        td_status st = use_slot(dev, i, k, pl, slots[s], *args[s], 0, need[s], s == TD_ROW_OUT);
+        if (st != TD_OK)
+            return st;
+    }
+    pl->skip = need[TD_ROW_OUT] == 0;
+    return TD_OK;
 }
 
 /* Checks a call and fills its argument ranges. */
@@ -259,6 +304,12 @@ static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, pl
         }
         return s;
     }
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX:
+    case TD_KERNEL_CAST:
+    case TD_KERNEL_DROPOUT_MASK:
+    case TD_KERNEL_GATHER_ROWS:
+    case TD_KERNEL_SCATTER_ADD_ROWS: return plan_rows(dev, i, c, pl);
     default:
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu: unknown kernel %d", i, k);
     }
@@ -382,6 +433,39 @@ static void plan_push(const td_kernel_call *c, plan *pl)
                          (uint32_t)arg_offset(pl, c, SLOT_B), (uint32_t)arg_offset(pl, c, SLOT_C)};
         memcpy(pl->push, &p, sizeof p);
         pl->groups[0] = grid(n, 256);
+        break;
+    }
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX: {
+        const td_rows_params *r = &c->p.rows;
+        pc_rows p = {(uint32_t)r->rows, (uint32_t)r->cols, out, (uint32_t)arg_offset(pl, c, SLOT_A),
+                     (uint32_t)r->mode};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(r->rows, 64);
+        break;
+    }
+    case TD_KERNEL_CAST: {
+        pc_cast p = {(uint32_t)c->p.cast.n, out, (uint32_t)arg_offset(pl, c, SLOT_A), (uint32_t)c->p.cast.from};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(c->p.cast.n, 256);
+        break;
+    }
+    case TD_KERNEL_DROPOUT_MASK: {
+        const td_dropout_params *d = &c->p.dropout;
+        pc_dropout p = {(uint32_t)d->rows, (uint32_t)d->cols, out, (uint32_t)arg_offset(pl, c, SLOT_B),
+                        d->seed_lo, d->seed_hi, d->keep_threshold, d->scale};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(d->rows * ((d->cols + 3) / 4), 64);
+        break;
+    }
+    case TD_KERNEL_GATHER_ROWS:
+    case TD_KERNEL_SCATTER_ADD_ROWS: {
+        const td_gather_params *g = &c->p.gather;
+        pc_gather p = {(uint32_t)g->n, (uint32_t)g->vocab, (uint32_t)g->dim, out,
+                       (uint32_t)arg_offset(pl, c, SLOT_A), (uint32_t)arg_offset(pl, c, SLOT_B)};
+        memcpy(pl->push, &p, sizeof p);
+        int64_t items = c->kernel == TD_KERNEL_GATHER_ROWS ? g->n * g->dim : g->vocab * g->dim;
+        pl->groups[0] = grid(items, 256);
         break;
     }
     default: break;

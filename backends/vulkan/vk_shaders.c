@@ -24,6 +24,24 @@ static const uint32_t xent_forward_spv[] =
 static const uint32_t xent_backward_spv[] =
 #include "xent_backward.spv.h"
     ;
+static const uint32_t softmax_spv[] =
+#include "softmax.spv.h"
+    ;
+static const uint32_t argmax_spv[] =
+#include "argmax.spv.h"
+    ;
+static const uint32_t cast_spv[] =
+#include "cast.spv.h"
+    ;
+static const uint32_t dropout_mask_spv[] =
+#include "dropout_mask.spv.h"
+    ;
+static const uint32_t gather_rows_spv[] =
+#include "gather_rows.spv.h"
+    ;
+static const uint32_t scatter_add_rows_spv[] =
+#include "scatter_add_rows.spv.h"
+    ;
 
 const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
 {
@@ -36,6 +54,12 @@ const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
     case TD_KERNEL_GEMM: TD_VK_SHADER(gemm_spv);
     case TD_KERNEL_XENT_FORWARD: TD_VK_SHADER(xent_forward_spv);
     case TD_KERNEL_XENT_BACKWARD: TD_VK_SHADER(xent_backward_spv);
+    case TD_KERNEL_SOFTMAX: TD_VK_SHADER(softmax_spv);
+    case TD_KERNEL_ARGMAX: TD_VK_SHADER(argmax_spv);
+    case TD_KERNEL_CAST: TD_VK_SHADER(cast_spv);
+    case TD_KERNEL_DROPOUT_MASK: TD_VK_SHADER(dropout_mask_spv);
+    case TD_KERNEL_GATHER_ROWS: TD_VK_SHADER(gather_rows_spv);
+    case TD_KERNEL_SCATTER_ADD_ROWS: TD_VK_SHADER(scatter_add_rows_spv);
     default: *bytes = 0; return NULL;
     }
 #undef TD_VK_SHADER

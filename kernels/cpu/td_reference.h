@@ -5,6 +5,7 @@
 #ifndef TD_REFERENCE_H
 #define TD_REFERENCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "td_kernel.h"
@@ -18,6 +19,26 @@ void td_reference_xent_forward(float *loss, float *prob, const float *logits, co
                                const td_xent_params *p);
 void td_reference_xent_backward(float *grad, const float *prob, const int32_t *labels,
                                 const float *upstream, const td_xent_params *p);
+
+/* td_reference_rows.c. cast reads bytes or int32 words from a (u8 values
+ * packed 4 per element slot); dropout_mask reads the two words b[0] = step,
+ * b[1] = first example. */
+void td_reference_softmax(float *out, const float *a, const td_rows_params *p);
+void td_reference_argmax(float *out, const float *a, const td_rows_params *p);
+void td_reference_cast(float *out, const void *a, const td_cast_params *p);
+void td_reference_dropout_mask(float *out, const uint32_t *b, const td_dropout_params *p);
+void td_reference_gather_rows(float *out, const float *table, const int32_t *ids, const td_gather_params *p);
+void td_reference_scatter_add_rows(float *out, const float *g, const int32_t *ids, const td_gather_params *p);
+
+/* Argument slots of a call, in td_kernel_call's order. */
+enum { TD_ROW_OUT = 0, TD_ROW_OUT2, TD_ROW_A, TD_ROW_B, TD_ROW_C, TD_ROW_SLOTS };
+
+/* For the kernels of td_reference_rows.c (softmax .. scatter_add_rows): the
+ * element count [0, need[slot]) each argument of c touches past its offset
+ * (0: not touched), so that every backend checks the same ranges. Returns 0,
+ * or -1 with a message naming the bad parameter and what was expected in
+ * why (negative or overflowing sizes, an unknown mode or source type). */
+int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], char *why, size_t why_size);
 
 /* Element counts a call touches, for bounds checks before launch. */
 int64_t td_ew_count(const td_ew_params *p);

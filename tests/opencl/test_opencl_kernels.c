@@ -307,3 +307,158 @@ Test(opencl_kernels, segment_runs_repeatedly)
     ops->close(dev);
     td_context_destroy(h.ctx);
 }
+
+/* ---- row kernels ---- */
+
+static void ref_softmax(float *m, const td_kernel_call *c)
+{
+    td_reference_softmax(m + c->out.offset, m + c->a.offset, &c->p.rows);
+}
+static void ref_argmax(float *m, const td_kernel_call *c)
+{
+    td_reference_argmax(m + c->out.offset, m + c->a.offset, &c->p.rows);
+}
+static void ref_cast(float *m, const td_kernel_call *c)
+{
+    td_reference_cast(m + c->out.offset, m + c->a.offset, &c->p.cast);
+}
+static void ref_dropout(float *m, const td_kernel_call *c)
+{
+    td_reference_dropout_mask(m + c->out.offset, (const uint32_t *)(m + c->b.offset), &c->p.dropout);
+}
+static void ref_gather(float *m, const td_kernel_call *c)
+{
+    td_reference_gather_rows(m + c->out.offset, m + c->a.offset, (const int32_t *)(m + c->b.offset), &c->p.gather);
+}
+static void ref_scatter(float *m, const td_kernel_call *c)
+{
+    td_reference_scatter_add_rows(m + c->out.offset, m + c->a.offset, (const int32_t *)(m + c->b.offset),
+                                  &c->p.gather);
+}
+
+/* Softmax calls exp and log, which devices round differently (OpenCL
+ * allows 3 ulp): per element, NaN and infinities in the same places, else
+ * within 1e-5 relative plus 1e-6 absolute. */
+static void run_softmax_close(td_device *dev, td_context *ctx, td_kernel_call c, float *host, size_t elems,
+                              const char *what)
+{
+    td_buffer *buf = make_buf(dev, ctx, elems, host);
+    float *want = malloc(elems * 4), *got = malloc(elems * 4);
+    memcpy(want, host, elems * 4);
+    ref_softmax(want, &c);
+    c.out.buffer = c.a.buffer = buf;
+    run_calls(dev, ctx, &c, 1);
+    download(dev, ctx, buf, got, elems);
+    for (size_t i = 0; i < elems; i++) {
+        bool ok = isnan(want[i]) ? isnan(got[i])
+                  : isinf(want[i]) ? got[i] == want[i]
+                                   : fabs((double)got[i] - want[i]) <= 1e-5 * fabs((double)want[i]) + 1e-6;
+        cr_assert(ok, "%s: element %zu: got %a want %a", what, i, (double)got[i], (double)want[i]);
+    }
+    ops->buffer_destroy(dev, buf);
+    free(want);
+    free(got);
+}
+
+Test(opencl_kernels, row_kernels)
+{
+    harness h = start();
+    const size_t elems = 8192;
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        float *mem = rand_floats(elems);
+        for (size_t i = 0; i < 4000; i++)
+            mem[i] *= 10.0f;
+        /* Row 2 of the 37 x 10 view at 11: a NaN and a -inf; row 5: all -inf. */
+        mem[11 + 2 * 10 + 3] = NAN;
+        mem[11 + 2 * 10 + 4] = -INFINITY;
+        for (int j = 0; j < 10; j++)
+            mem[11 + 5 * 10 + j] = -INFINITY;
+        mem[11 + 7 * 10 + 1] = -INFINITY;
+        for (int mode = 0; mode < 2; mode++) {
+            td_kernel_call sm = {.kernel = TD_KERNEL_SOFTMAX, .out = {NULL, 5000}, .a = {NULL, 11},
+                                 .p.rows = {37, 10, mode}};
+            run_softmax_close(dev, h.ctx, sm, mem, elems, mode ? "log-softmax 37x10" : "softmax 37x10");
+            sm.p.rows = (td_rows_params){3, 1000, mode};
+            run_softmax_close(dev, h.ctx, sm, mem, elems, mode ? "log-softmax 3x1000" : "softmax 3x1000");
+        }
+        /* Argmax on integers (ties) with the NaN rows above. */
+        float *ints = rand_floats(elems);
+        for (size_t i = 0; i < elems; i++)
+            ints[i] = i >= 11 && i < 11 + 370 && !isfinite(mem[i]) ? mem[i] : floorf(ints[i] * 8.0f);
+        td_kernel_call am = {.kernel = TD_KERNEL_ARGMAX, .out = {NULL, 7000}, .a = {NULL, 11},
+                             .p.rows = {37, 10, 0}};
+        check_call(dev, h.ctx, am, ints, elems, ref_argmax, CMP_BITWISE, "argmax 37x10");
+        am.p.rows = (td_rows_params){3, 0, 0};
+        check_call(dev, h.ctx, am, ints, elems, ref_argmax, CMP_BITWISE, "argmax of empty rows");
+        free(ints);
+
+        /* Casts: bytes from element 13 (byte 52), odd count; i32 specials. */
+        int32_t *words = (int32_t *)mem;
+        const int32_t specials[] = {16777217, 16777219, -16777219, INT32_MAX, INT32_MIN, 33554435, -1, 0};
+        memcpy(words + 100, specials, sizeof specials);
+        td_kernel_call cu8 = {.kernel = TD_KERNEL_CAST, .out = {NULL, 3000}, .a = {NULL, 13},
+                              .p.cast = {1001, TD_CAST_U8}};
+        check_call(dev, h.ctx, cu8, mem, elems, ref_cast, CMP_BITWISE, "cast u8");
+        td_kernel_call ci32 = {.kernel = TD_KERNEL_CAST, .out = {NULL, 3000}, .a = {NULL, 100},
+                               .p.cast = {333, TD_CAST_I32}};
+        check_call(dev, h.ctx, ci32, mem, elems, ref_cast, CMP_BITWISE, "cast i32");
+
+        /* Dropout: 13 x 7 (a partial Philox block per row), examples from
+         * 2^32 - 5 (wrapping). */
+        uint32_t *u = (uint32_t *)mem;
+        u[4000] = 17;
+        u[4001] = 0xfffffffbu;
+        td_kernel_call dm = {.kernel = TD_KERNEL_DROPOUT_MASK, .out = {NULL, 6000}, .b = {NULL, 4000},
+                             .p.dropout = {13, 7, 0xdeadbeefu, 0x12345678u, 3006477107u, 1.0f / 0.7f}};
+        check_call(dev, h.ctx, dm, mem, elems, ref_dropout, CMP_BITWISE, "dropout mask 13x7");
+        dm.p.dropout.rows = 30;
+        dm.p.dropout.cols = 64;
+        check_call(dev, h.ctx, dm, mem, elems, ref_dropout, CMP_BITWISE, "dropout mask 30x64");
+
+        /* Gather and scatter: table [50, 9] at 1, ids at 4100 (repeats and
+         * ids outside [0, 50)), g [61, 9] at 500. */
+        int32_t *ids = (int32_t *)(mem + 4100);
+        for (int i = 0; i < 61; i++)
+            ids[i] = (i * 7) % 53 - 1;
+        ids[10] = INT32_MIN;
+        td_kernel_call ga = {.kernel = TD_KERNEL_GATHER_ROWS, .out = {NULL, 5000}, .a = {NULL, 1},
+                             .b = {NULL, 4100}, .p.gather = {61, 50, 9}};
+        check_call(dev, h.ctx, ga, mem, elems, ref_gather, CMP_BITWISE, "gather rows");
+        td_kernel_call sc = {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = {NULL, 5000}, .a = {NULL, 500},
+                             .b = {NULL, 4100}, .p.gather = {61, 50, 9}};
+        check_call(dev, h.ctx, sc, mem, elems, ref_scatter, CMP_BITWISE, "scatter-add rows");
+        free(mem);
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* Each row kernel with one argument past its buffer's end: a status naming
+ * the call and the kernel, never a launch. */
+Test(opencl_kernels, row_kernels_bad_arguments)
+{
+    harness h = start();
+    td_device *dev = open_dev(&h, 0);
+    td_buffer *buf = make_buf(dev, h.ctx, 100, NULL);
+    td_arg at0 = {buf, 0}, past = {buf, 95};
+    td_kernel_call calls[] = {
+        {.kernel = TD_KERNEL_SOFTMAX, .out = past, .a = at0, .p.rows = {2, 5, 0}},
+        {.kernel = TD_KERNEL_ARGMAX, .out = at0, .a = past, .p.rows = {2, 5, 0}},
+        {.kernel = TD_KERNEL_CAST, .out = at0, .a = {buf, 98}, .p.cast = {9, TD_CAST_U8}},
+        {.kernel = TD_KERNEL_DROPOUT_MASK, .out = at0, .b = {buf, 99}, .p.dropout = {1, 4, 0, 0, 1u << 31, 2.0f}},
+        {.kernel = TD_KERNEL_GATHER_ROWS, .out = at0, .a = past, .b = at0, .p.gather = {2, 3, 2}},
+        {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = at0, .a = at0, .b = {buf, 101}, .p.gather = {2, 3, 2}},
+        {.kernel = TD_KERNEL_SOFTMAX, .out = at0, .a = at0, .p.rows = {2, 5, 3}},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        td_segment *seg = NULL;
+        cr_assert_eq(ops->segment_create(dev, &calls[i], 1, &seg), TD_ERR_INVALID_ARGUMENT, "call %zu", i);
+        const char *msg = td_last_error(h.ctx);
+        cr_assert(strstr(msg, td_kernel_name(calls[i].kernel)) && strstr(msg, "call 0"), "%s", msg);
+        cr_assert_null(seg);
+    }
+    ops->buffer_destroy(dev, buf);
+    ops->close(dev);
+    td_context_destroy(h.ctx);
+}

@@ -703,3 +703,160 @@ Test(vulkan_backend, no_driver_is_a_reason_not_a_crash)
     cr_assert_null(dev);
     td_context_destroy(ctx);
 }
+
+/* ---- row kernels ---- */
+
+typedef void (*row_ref)(float *mem, const td_kernel_call *c);
+
+static void ref_rows(float *m, const td_kernel_call *c)
+{
+    switch (c->kernel) {
+    case TD_KERNEL_SOFTMAX: td_reference_softmax(m + c->out.offset, m + c->a.offset, &c->p.rows); break;
+    case TD_KERNEL_ARGMAX: td_reference_argmax(m + c->out.offset, m + c->a.offset, &c->p.rows); break;
+    case TD_KERNEL_CAST: td_reference_cast(m + c->out.offset, m + c->a.offset, &c->p.cast); break;
+    case TD_KERNEL_DROPOUT_MASK:
+        td_reference_dropout_mask(m + c->out.offset, (const uint32_t *)(m + c->b.offset), &c->p.dropout);
+        break;
+    case TD_KERNEL_GATHER_ROWS:
+        td_reference_gather_rows(m + c->out.offset, m + c->a.offset, (const int32_t *)(m + c->b.offset),
+                                 &c->p.gather);
+        break;
+    default:
+        td_reference_scatter_add_rows(m + c->out.offset, m + c->a.offset, (const int32_t *)(m + c->b.offset),
+                                      &c->p.gather);
+        break;
+    }
+}
+
+/* Runs c with all its arguments in one buffer holding host and compares the
+ * whole buffer with the reference applied to a copy (writes outside the
+ * output are caught too): bitwise, or for softmax (exp and log: Vulkan
+ * allows several ulp) NaN and infinities in the same places and within
+ * 1e-5 relative plus 1e-6 absolute. */
+static void check_row_call(vt *t, td_kernel_call c, const float *host, size_t elems, const char *what)
+{
+    float *want = vt_floats(elems), *got = vt_floats(elems);
+    memcpy(want, host, elems * 4);
+    ref_rows(want, &c);
+    td_buffer *buf = vt_upload(t, host, elems);
+    c.out.buffer = c.a.buffer = c.b.buffer = buf;
+    cr_assert_eq(vt_run(t, &c, 1), TD_OK, "%s: %s", what, td_last_error(t->ctx));
+    vt_download(t, buf, 0, got, elems);
+    if (c.kernel != TD_KERNEL_SOFTMAX) {
+        vt_expect_bitwise(got, want, elems, what);
+    } else {
+        for (size_t i = 0; i < elems; i++) {
+            bool ok = isnan(want[i]) ? isnan(got[i])
+                      : isinf(want[i]) ? got[i] == want[i]
+                                       : fabs((double)got[i] - want[i]) <= 1e-5 * fabs((double)want[i]) + 1e-6;
+            cr_assert(ok, "%s: element %zu is %.9g, reference %.9g", what, i, got[i], want[i]);
+        }
+    }
+    t->ops->buffer_destroy(t->dev, buf);
+    free(want);
+    free(got);
+}
+
+Test(vulkan_backend, row_kernels)
+{
+    vt t;
+    vt_init(&t);
+    EACH_DEVICE(t)
+    {
+        reopen(&t, dev_i);
+        enum { E = 8192 };
+        float *mem = vt_floats(E);
+        vt_random(mem, E, 77);
+        for (size_t i = 0; i < 4000; i++)
+            mem[i] *= 10.0f;
+        /* Rows of the 37 x 10 view at 11: row 2 a NaN and a -inf, row 5 all -inf. */
+        mem[11 + 2 * 10 + 3] = NAN;
+        mem[11 + 2 * 10 + 4] = -INFINITY;
+        for (int j = 0; j < 10; j++)
+            mem[11 + 5 * 10 + j] = -INFINITY;
+        mem[11 + 7 * 10 + 1] = -INFINITY;
+        for (int mode = 0; mode < 2; mode++) {
+            td_kernel_call sm = {.kernel = TD_KERNEL_SOFTMAX, .out = {NULL, 5000}, .a = {NULL, 11},
+                                 .p.rows = {37, 10, mode}};
+            check_row_call(&t, sm, mem, E, mode ? "log-softmax 37x10" : "softmax 37x10");
+            sm.p.rows = (td_rows_params){3, 1000, mode};
+            check_row_call(&t, sm, mem, E, mode ? "log-softmax 3x1000" : "softmax 3x1000");
+        }
+        float *ints = vt_floats(E);
+        for (size_t i = 0; i < E; i++)
+            ints[i] = i >= 11 && i < 11 + 370 && !isfinite(mem[i]) ? mem[i] : floorf(mem[i]);
+        td_kernel_call am = {.kernel = TD_KERNEL_ARGMAX, .out = {NULL, 7000}, .a = {NULL, 11},
+                             .p.rows = {37, 10, 0}};
+        check_row_call(&t, am, ints, E, "argmax 37x10");
+        am.p.rows = (td_rows_params){3, 0, 0};
+        check_row_call(&t, am, ints, E, "argmax of empty rows");
+        free(ints);
+
+        int32_t *words = (int32_t *)mem;
+        const int32_t specials[] = {16777217, 16777219, -16777219, INT32_MAX, INT32_MIN, 33554435, -1, 0};
+        memcpy(words + 100, specials, sizeof specials);
+        td_kernel_call cu8 = {.kernel = TD_KERNEL_CAST, .out = {NULL, 3000}, .a = {NULL, 13},
+                              .p.cast = {1001, TD_CAST_U8}};
+        check_row_call(&t, cu8, mem, E, "cast u8");
+        td_kernel_call ci32 = {.kernel = TD_KERNEL_CAST, .out = {NULL, 3000}, .a = {NULL, 100},
+                               .p.cast = {333, TD_CAST_I32}};
+        check_row_call(&t, ci32, mem, E, "cast i32");
+
+        uint32_t *u = (uint32_t *)mem;
+        u[4000] = 17;
+        u[4001] = 0xfffffffbu;
+        td_kernel_call dm = {.kernel = TD_KERNEL_DROPOUT_MASK, .out = {NULL, 6000}, .b = {NULL, 4000},
+                             .p.dropout = {13, 7, 0xdeadbeefu, 0x12345678u, 3006477107u, 1.0f / 0.7f}};
+        check_row_call(&t, dm, mem, E, "dropout mask 13x7");
+        dm.p.dropout.rows = 30;
+        dm.p.dropout.cols = 64;
+        check_row_call(&t, dm, mem, E, "dropout mask 30x64");
+
+        int32_t *ids = (int32_t *)(mem + 4100);
+        for (int i = 0; i < 61; i++)
+            ids[i] = (i * 7) % 53 - 1;
+        ids[10] = INT32_MIN;
+        td_kernel_call ga = {.kernel = TD_KERNEL_GATHER_ROWS, .out = {NULL, 5000}, .a = {NULL, 1},
+                             .b = {NULL, 4100}, .p.gather = {61, 50, 9}};
+        check_row_call(&t, ga, mem, E, "gather rows");
+        td_kernel_call sc = {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = {NULL, 5000}, .a = {NULL, 500},
+                             .b = {NULL, 4100}, .p.gather = {61, 50, 9}};
+        check_row_call(&t, sc, mem, E, "scatter-add rows");
+        free(mem);
+    }
+    vt_fini(&t);
+}
+
+/* Each row kernel with one argument past its buffer's end, and sizes past
+ * the shaders' 32-bit indices: a status naming the call and the kernel. */
+Test(vulkan_backend, row_kernels_bad_arguments)
+{
+    vt t;
+    vt_init(&t);
+    vt_open(&t, 0, 0);
+    td_buffer *buf = vt_buffer(&t, 100);
+    td_arg at0 = {buf, 0}, past = {buf, 95};
+    td_kernel_call calls[] = {
+        {.kernel = TD_KERNEL_SOFTMAX, .out = past, .a = at0, .p.rows = {2, 5, 0}},
+        {.kernel = TD_KERNEL_ARGMAX, .out = at0, .a = past, .p.rows = {2, 5, 0}},
+        {.kernel = TD_KERNEL_CAST, .out = at0, .a = {buf, 98}, .p.cast = {9, TD_CAST_U8}},
+        {.kernel = TD_KERNEL_DROPOUT_MASK, .out = at0, .b = {buf, 99}, .p.dropout = {1, 4, 0, 0, 1u << 31, 2.0f}},
+        {.kernel = TD_KERNEL_GATHER_ROWS, .out = at0, .a = past, .b = at0, .p.gather = {2, 3, 2}},
+        {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = at0, .a = at0, .b = {buf, 101}, .p.gather = {2, 3, 2}},
+        {.kernel = TD_KERNEL_CAST, .out = at0, .a = at0, .p.cast = {4, 9}},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        td_segment *seg = NULL;
+        cr_assert_eq(t.ops->segment_create(t.dev, &calls[i], 1, &seg), TD_ERR_INVALID_ARGUMENT, "call %zu", i);
+        const char *msg = td_last_error(t.ctx);
+        cr_assert(strstr(msg, td_kernel_name(calls[i].kernel)) && strstr(msg, "call 0"), "%s", msg);
+        cr_assert_null(seg);
+    }
+    /* A table of 2^31 rows does not fit the indices; nothing is read. */
+    td_kernel_call huge = {.kernel = TD_KERNEL_GATHER_ROWS, .out = at0, .a = at0, .b = at0,
+                           .p.gather = {0, (int64_t)1 << 31, 1}};
+    td_segment *seg = NULL;
+    cr_assert_eq(t.ops->segment_create(t.dev, &huge, 1, &seg), TD_ERR_UNSUPPORTED, "%s", td_last_error(t.ctx));
+    t.ops->buffer_destroy(t.dev, buf);
+    vt_fini(&t);
+}

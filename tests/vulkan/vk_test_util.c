@@ -207,6 +207,44 @@ void vt_check_all_kernels(vt *t)
     vt_expect_close(prob, wprob, 60, "xent prob");
     vt_expect_bitwise(grad, wgrad, 60, "xent grad");
 
+    /* The row kernels, each argument in its own buffer. */
+    td_kernel_call sm = {.kernel = TD_KERNEL_SOFTMAX, .out = {bo, OFF}, .a = {ba, OFF}, .p.rows = {6, 10, 1}};
+    cr_assert_eq(vt_run(t, &sm, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 60);
+    td_reference_softmax(want, a + OFF, &sm.p.rows);
+    vt_expect_close(got, want, 60, "log-softmax");
+    td_kernel_call am = {.kernel = TD_KERNEL_ARGMAX, .out = {bo, OFF}, .a = {ba, OFF}, .p.rows = {6, 10, 0}};
+    cr_assert_eq(vt_run(t, &am, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 6);
+    td_reference_argmax(want, a + OFF, &am.p.rows);
+    vt_expect_bitwise(got, want, 6, "argmax");
+    td_kernel_call cast = {.kernel = TD_KERNEL_CAST, .out = {bo, OFF}, .a = {bl, 1}, .p.cast = {17, TD_CAST_U8}};
+    cr_assert_eq(vt_run(t, &cast, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 17);
+    td_reference_cast(want, labels + 1, &cast.p.cast);
+    vt_expect_bitwise(got, want, 17, "cast u8");
+    uint32_t step[2] = {3, 1000};
+    td_buffer *bs = vt_upload(t, step, 2);
+    td_kernel_call dm = {.kernel = TD_KERNEL_DROPOUT_MASK, .out = {bo, OFF}, .b = {bs, 0},
+                         .p.dropout = {5, 11, 7, 8, 1u << 31, 2.0f}};
+    cr_assert_eq(vt_run(t, &dm, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 55);
+    td_reference_dropout_mask(want, step, &dm.p.dropout);
+    vt_expect_bitwise(got, want, 55, "dropout mask");
+    td_kernel_call ga = {.kernel = TD_KERNEL_GATHER_ROWS, .out = {bo, OFF}, .a = {ba, OFF}, .b = {bl, 0},
+                         .p.gather = {6, 10, 7}};
+    cr_assert_eq(vt_run(t, &ga, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 42);
+    td_reference_gather_rows(want, a + OFF, labels, &ga.p.gather);
+    vt_expect_bitwise(got, want, 42, "gather rows");
+    td_kernel_call sc = {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = {bo, OFF}, .a = {bb, 2}, .b = {bl, 0},
+                         .p.gather = {6, 10, 7}};
+    cr_assert_eq(vt_run(t, &sc, 1), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bo, OFF, got, 70);
+    td_reference_scatter_add_rows(want, b + 2, labels, &sc.p.gather);
+    vt_expect_bitwise(got, want, 70, "scatter-add rows");
+    t->ops->buffer_destroy(t->dev, bs);
+
     t->ops->buffer_destroy(t->dev, ba);
     t->ops->buffer_destroy(t->dev, bb);
     t->ops->buffer_destroy(t->dev, bo);
