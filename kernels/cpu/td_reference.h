@@ -19,6 +19,25 @@ void td_reference_xent_forward(float *loss, float *prob, const float *logits, co
 void td_reference_xent_backward(float *grad, const float *prob, const int32_t *labels,
                                 const float *upstream, const td_xent_params *p);
 
+/* Convolution and pooling (td_reference_conv.c). Pointers as above; for
+ * POOL_BACKWARD x, y and gy are the call's a, b and c. */
+void td_reference_im2col(float *out, const float *a, const td_conv_params *p);
+void td_reference_col2im(float *out, const float *a, const td_conv_params *p);
+void td_reference_pool(float *out, const float *a, const td_pool_params *p);
+void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
+                                 const td_pool_params *p);
+
+/* NULL when the geometry is one the kernels accept (sizes in [0, 2^31),
+ * a window of at least 1x1, strides and dilations >= 1, no dilation for
+ * pooling, element counts below 2^62), else the reason, for a message. */
+const char *td_conv_check(const td_conv_params *p, int pool);
+const char *td_pool_check(const td_pool_params *p);
+/* Element counts of the image [n,h,w,c], the patches [n*oh*ow, kh*kw*c] and
+ * the pooled output [n,oh,ow,c]; -1 when they overflow (see td_conv_check). */
+int64_t td_conv_image_count(const td_conv_params *p);
+int64_t td_conv_patch_count(const td_conv_params *p);
+int64_t td_conv_pooled_count(const td_conv_params *p);
+
 /* Element counts a call touches, for bounds checks before launch. */
 int64_t td_ew_count(const td_ew_params *p);
 int64_t td_reduce_out_count(const td_reduce_params *p);
