@@ -25,6 +25,19 @@ static const uint32_t xent_backward_spv[] =
 #include "xent_backward.spv.h"
     ;
 
+static const uint32_t im2col_spv[] =
+#include "im2col.spv.h"
+    ;
+static const uint32_t col2im_spv[] =
+#include "col2im.spv.h"
+    ;
+static const uint32_t pool_spv[] =
+#include "pool.spv.h"
+    ;
+static const uint32_t pool_backward_spv[] =
+#include "pool_backward.spv.h"
+    ;
+
 const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
 {
 #define TD_VK_SHADER(array) *bytes = sizeof(array); return array
@@ -36,6 +49,10 @@ const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
     case TD_KERNEL_GEMM: TD_VK_SHADER(gemm_spv);
     case TD_KERNEL_XENT_FORWARD: TD_VK_SHADER(xent_forward_spv);
     case TD_KERNEL_XENT_BACKWARD: TD_VK_SHADER(xent_backward_spv);
+    case TD_KERNEL_IM2COL: TD_VK_SHADER(im2col_spv);
+    case TD_KERNEL_COL2IM: TD_VK_SHADER(col2im_spv);
+    case TD_KERNEL_POOL: TD_VK_SHADER(pool_spv);
+    case TD_KERNEL_POOL_BACKWARD: TD_VK_SHADER(pool_backward_spv);
     default: *bytes = 0; return NULL;
     }
 #undef TD_VK_SHADER

@@ -334,6 +334,8 @@ static const int64_t conv_geos[][14] = {
     {3, 4, 6, 1, 2, 2, 1, 1, 4, 3, 5, 4, 1, 1}, /* padding larger than the window */
     {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1}, /* window = image */
     {2, 5, 3, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1}, /* 1x1 */
+    {1, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* 3x3 SAME: nine terms per pixel */
+    {1, 7, 7, 1, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2}, /* dilation 2, stride 1 */
 };
 static const int64_t pool_geos[][14] = {
     {2, 7, 5, 3, 3, 2, 2, 3, 1, 2, 1, 1, 1, 1}, /* 3x2 window, strides 2x3, asymmetric padding */
@@ -342,6 +344,16 @@ static const int64_t pool_geos[][14] = {
     {1, 3, 4, 2, 2, 2, 1, 2, 3, 3, 2, 3, 1, 1}, /* windows wholly in padding */
     {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1}, /* window = image */
 };
+
+/* rand_floats gives multiples of 2^-15, whose short sums are exact in any
+ * order; full-width mantissas make a wrong summation order show. */
+static float *conv_floats(size_t n)
+{
+    float *v = rand_floats(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] *= 1.0f + 0.3183099f * (float)(i % 11);
+    return v;
+}
 
 static td_conv_params conv_geo(const int64_t *g)
 {
@@ -362,7 +374,7 @@ Test(opencl_kernels, im2col_col2im)
             td_conv_params p = conv_geo(conv_geos[g]);
             int64_t ni = td_conv_image_count(&p), np = td_conv_patch_count(&p);
             size_t elems = (size_t)(ni + np + 16);
-            float *mem = rand_floats(elems);
+            float *mem = conv_floats(elems);
             char what[64];
             snprintf(what, sizeof what, "im2col geometry %zu", g);
             td_kernel_call fwd = {.kernel = TD_KERNEL_IM2COL, .out = {NULL, 9 + (uint64_t)ni}, .a = {NULL, 3},
@@ -396,7 +408,7 @@ Test(opencl_kernels, pool_and_backward)
                 uint64_t x_off = 3, y_off = x_off + (uint64_t)ni + 2, gy_off = y_off + (uint64_t)no + 2,
                          gx_off = gy_off + (uint64_t)no + 2;
                 size_t elems = gx_off + (size_t)ni + 5;
-                float *mem = rand_floats(elems);
+                float *mem = conv_floats(elems);
                 for (int64_t i = 0; i < ni; i += 7)
                     mem[x_off + (uint64_t)i] = 0.75f; /* ties */
                 mem[x_off + 4] = NAN;
