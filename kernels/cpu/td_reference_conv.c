@@ -86,48 +86,81 @@ int64_t td_conv_pooled_count(const td_conv_params *p)
     return checked_product(v, 4);
 }
 
-void td_reference_im2col(float *out, const float *a, const td_conv_params *p)
+/* Taps [*j0, *j1) of a window row starting at base (= ox * stride - pad)
+ * land inside [0, size): the loops below copy or add that run at once and
+ * only zero (or skip) the rest, instead of testing every tap. */
+static void inside_run(int64_t base, int64_t dil, int64_t taps, int64_t size, int64_t *j0, int64_t *j1)
 {
-    const int64_t c = p->c;
-    for (int64_t b = 0; b < p->n; b++)
-        for (int64_t oy = 0; oy < p->oh; oy++)
-            for (int64_t ox = 0; ox < p->ow; ox++)
-                for (int64_t i = 0; i < p->kh; i++) {
-                    int64_t iy = tap_y(p, oy, i);
-                    for (int64_t j = 0; j < p->kw; j++, out += c) {
-                        int64_t ix = tap_x(p, ox, j);
-                        if (iy < 0 || iy >= p->h || ix < 0 || ix >= p->w) {
-                            for (int64_t ch = 0; ch < c; ch++)
-                                out[ch] = 0.0f;
-                        } else {
-                            const float *src = a + ((b * p->h + iy) * p->w + ix) * c;
-                            for (int64_t ch = 0; ch < c; ch++)
-                                out[ch] = src[ch];
-                        }
-                    }
-                }
+    int64_t lo = base >= 0 ? 0 : (-base + dil - 1) / dil;
+    int64_t hi = base >= size ? 0 : (size - base + dil - 1) / dil;
+    *j0 = lo < taps ? lo : taps;
+    *j1 = hi < taps ? hi : taps;
+    if (*j1 < *j0)
+        *j1 = *j0;
 }
 
-void td_reference_col2im(float *out, const float *a, const td_conv_params *p)
+void td_reference_im2col(float *restrict out, const float *restrict a, const td_conv_params *p)
 {
-    const int64_t c = p->c;
+    const int64_t c = p->c, row = p->kw * c;
+    for (int64_t b = 0; b < p->n; b++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                int64_t j0, j1, x0 = tap_x(p, ox, 0);
+                inside_run(x0, p->dil_w, p->kw, p->w, &j0, &j1);
+                for (int64_t i = 0; i < p->kh; i++, out += row) {
+                    int64_t iy = tap_y(p, oy, i);
+                    if (iy < 0 || iy >= p->h) {
+                        for (int64_t q = 0; q < row; q++)
+                            out[q] = 0.0f;
+                        continue;
+                    }
+                    /* x0 may be negative: index from the row, never form a
+                     * pointer before the buffer. */
+                    int64_t s0 = ((b * p->h + iy) * p->w + x0) * c;
+                    for (int64_t q = 0; q < j0 * c; q++)
+                        out[q] = 0.0f;
+                    if (p->dil_w == 1) {
+                        for (int64_t q = j0 * c; q < j1 * c; q++)
+                            out[q] = a[s0 + q];
+                    } else {
+                        for (int64_t j = j0; j < j1; j++)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[j * c + ch] = a[s0 + j * p->dil_w * c + ch];
+                    }
+                    for (int64_t q = j1 * c; q < row; q++)
+                        out[q] = 0.0f;
+                }
+            }
+}
+
+void td_reference_col2im(float *restrict out, const float *restrict a, const td_conv_params *p)
+{
+    const int64_t c = p->c, row = p->kw * c;
     int64_t image = td_conv_image_count(p);
     for (int64_t e = 0; e < image; e++)
         out[e] = 0.0f;
+    /* Windows in (b, oy, ox) order, taps in (i, j) order: each pixel gets
+     * its terms in increasing (oy, ox, i, j) order, as the contract says. */
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t oy = 0; oy < p->oh; oy++)
-            for (int64_t ox = 0; ox < p->ow; ox++)
-                for (int64_t i = 0; i < p->kh; i++) {
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                int64_t j0, j1, x0 = tap_x(p, ox, 0);
+                inside_run(x0, p->dil_w, p->kw, p->w, &j0, &j1);
+                for (int64_t i = 0; i < p->kh; i++, a += row) {
                     int64_t iy = tap_y(p, oy, i);
-                    for (int64_t j = 0; j < p->kw; j++, a += c) {
-                        int64_t ix = tap_x(p, ox, j);
-                        if (iy < 0 || iy >= p->h || ix < 0 || ix >= p->w)
-                            continue;
-                        float *dst = out + ((b * p->h + iy) * p->w + ix) * c;
-                        for (int64_t ch = 0; ch < c; ch++)
-                            dst[ch] += a[ch];
+                    if (iy < 0 || iy >= p->h)
+                        continue;
+                    int64_t d0 = ((b * p->h + iy) * p->w + x0) * c;
+                    if (p->dil_w == 1) {
+                        for (int64_t q = j0 * c; q < j1 * c; q++)
+                            out[d0 + q] += a[q];
+                    } else {
+                        for (int64_t j = j0; j < j1; j++)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[d0 + j * p->dil_w * c + ch] += a[j * c + ch];
                     }
                 }
+            }
 }
 
 /* Number of taps of window row oy (or column ox) inside the image. */
