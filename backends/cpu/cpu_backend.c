@@ -280,6 +280,12 @@ void td_cpu_run_call(const td_kernel_call *c)
     case TD_KERNEL_SCATTER_ADD_ROWS:
         td_reference_scatter_add_rows(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), &c->p.gather);
         break;
+    case TD_KERNEL_IM2COL: td_reference_im2col(at(&c->out), at(&c->a), &c->p.conv); break;
+    case TD_KERNEL_COL2IM: td_reference_col2im(at(&c->out), at(&c->a), &c->p.conv); break;
+    case TD_KERNEL_POOL: td_reference_pool(at(&c->out), at(&c->a), &c->p.pool); break;
+    case TD_KERNEL_POOL_BACKWARD:
+        td_reference_pool_backward(at(&c->out), at(&c->a), at(&c->b), at(&c->c), &c->p.pool);
+        break;
     default: break;
     }
 }
@@ -318,6 +324,66 @@ static td_status check_row_call(td_device *dev, size_t i, const td_kernel_call *
     return TD_OK;
 }
 
+/* Elements [offset, offset + count) of arg must lie in its buffer. */
+static td_status check_elems(td_device *dev, size_t i, const td_kernel_call *c, const char *aname, const td_arg *arg,
+                             int64_t count)
+{
+    if (count <= 0)
+        return TD_OK;
+    const char *kname = td_kernel_name(c->kernel);
+    if (!arg->buffer)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment call %zu (%s): %s has no buffer", i,
+                            kname, aname);
+    uint64_t elems = arg->buffer->bytes / 4;
+    if (arg->offset > elems || (uint64_t)count > elems - arg->offset)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "cpu segment call %zu (%s): %s needs elements %llu + %lld but its buffer holds %llu", i,
+                            kname, aname, (unsigned long long)arg->offset, (long long)count,
+                            (unsigned long long)elems);
+    return TD_OK;
+}
+
+/* The convolution and pooling kernels index with the call's geometry, so
+ * it and every argument's range are checked before they are accepted. */
+static td_status check_conv_call(td_device *dev, size_t i, const td_kernel_call *c)
+{
+    bool pool = c->kernel == TD_KERNEL_POOL || c->kernel == TD_KERNEL_POOL_BACKWARD;
+    const td_conv_params *g = pool ? &c->p.pool.geo : &c->p.conv;
+    const char *why = pool ? td_pool_check(&c->p.pool) : td_conv_check(g, 0);
+    if (why)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment call %zu (%s): %s", i,
+                            td_kernel_name(c->kernel), why);
+    int64_t image = td_conv_image_count(g), patches = td_conv_patch_count(g), pooled = td_conv_pooled_count(g);
+    td_status st = TD_OK;
+    switch (c->kernel) {
+    case TD_KERNEL_IM2COL:
+        st = check_elems(dev, i, c, "patches (out)", &c->out, patches);
+        if (st == TD_OK && patches > 0)
+            st = check_elems(dev, i, c, "image (a)", &c->a, image);
+        break;
+    case TD_KERNEL_COL2IM:
+        st = check_elems(dev, i, c, "image (out)", &c->out, image);
+        if (st == TD_OK && image > 0)
+            st = check_elems(dev, i, c, "patches (a)", &c->a, patches);
+        break;
+    case TD_KERNEL_POOL:
+        st = check_elems(dev, i, c, "y (out)", &c->out, pooled);
+        if (st == TD_OK && pooled > 0)
+            st = check_elems(dev, i, c, "x (a)", &c->a, image);
+        break;
+    default: /* POOL_BACKWARD */
+        st = check_elems(dev, i, c, "gx (out)", &c->out, image);
+        if (st == TD_OK && image > 0 && c->p.pool.mode == TD_POOL_MAX)
+            st = check_elems(dev, i, c, "x (a)", &c->a, image);
+        if (st == TD_OK && image > 0 && c->p.pool.mode == TD_POOL_MAX)
+            st = check_elems(dev, i, c, "y (b)", &c->b, pooled);
+        if (st == TD_OK && image > 0)
+            st = check_elems(dev, i, c, "gy (c)", &c->c, pooled);
+        break;
+    }
+    return st;
+}
+
 static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls, size_t count, td_segment **out)
 {
     for (size_t i = 0; i < count; i++) {
@@ -328,6 +394,14 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
             td_status s = check_row_call(dev, i, &calls[i]);
             if (s != TD_OK)
                 return s;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        int32_t k = calls[i].kernel;
+        if (k == TD_KERNEL_IM2COL || k == TD_KERNEL_COL2IM || k == TD_KERNEL_POOL || k == TD_KERNEL_POOL_BACKWARD) {
+            td_status st = check_conv_call(dev, i, &calls[i]);
+            if (st != TD_OK)
+                return st;
         }
     }
     td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);

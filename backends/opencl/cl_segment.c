@@ -301,6 +301,62 @@ static td_status prepare_rows(td_device *dev, size_t i, const td_kernel_call *c,
     }
 }
 
+/* IM2COL, COL2IM, POOL, POOL_BACKWARD: the geometry is checked once here so
+ * that the kernels' index arithmetic cannot leave any buffer. */
+static td_status prepare_conv(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
+{
+    const char *kname = td_kernel_name(c->kernel);
+    bool pool = c->kernel == TD_KERNEL_POOL || c->kernel == TD_KERNEL_POOL_BACKWARD;
+    const td_conv_params *g = pool ? &c->p.pool.geo : &c->p.conv;
+    const char *why = pool ? td_pool_check(&c->p.pool) : td_conv_check(g, 0);
+    if (why)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (%s): %s", i, kname, why);
+    int64_t image = td_conv_image_count(g), patches = td_conv_patch_count(g), pooled = td_conv_pooled_count(g);
+    /* What the kernel writes (one work-item each) and reads. */
+    int64_t outs, a_n;
+    const char *out_name, *a_name;
+    switch (c->kernel) {
+    case TD_KERNEL_IM2COL: outs = patches, a_n = image, out_name = "patches (out)", a_name = "image (a)"; break;
+    case TD_KERNEL_COL2IM: outs = image, a_n = patches, out_name = "image (out)", a_name = "patches (a)"; break;
+    case TD_KERNEL_POOL: outs = pooled, a_n = image, out_name = "y (out)", a_name = "x (a)"; break;
+    default: outs = image, a_n = image, out_name = "gx (out)", a_name = "x (a)"; break;
+    }
+    bool max_bwd = c->kernel == TD_KERNEL_POOL_BACKWARD && c->p.pool.mode == TD_POOL_MAX;
+    bool reads_a = c->kernel != TD_KERNEL_POOL_BACKWARD || max_bwd;
+    td_status st = check_arg(dev, i, kname, out_name, &c->out, 0, outs);
+    if (st == TD_OK && outs > 0 && reads_a)
+        st = check_arg(dev, i, kname, a_name, &c->a, 0, a_n);
+    if (st == TD_OK && outs > 0 && max_bwd)
+        st = check_arg(dev, i, kname, "y (b)", &c->b, 0, pooled);
+    if (st == TD_OK && outs > 0 && c->kernel == TD_KERNEL_POOL_BACKWARD)
+        st = check_arg(dev, i, kname, "gy (c)", &c->c, 0, pooled);
+    if (st != TD_OK || outs == 0)
+        return st;
+    /* Arguments the kernel never reads (an empty image, avg's x and y) are
+     * bound to out, which is always valid. */
+    const td_arg *a = reads_a && a_n > 0 ? &c->a : &c->out;
+    const td_arg *b = max_bwd && pooled > 0 ? &c->b : &c->out;
+    const td_arg *gy = pooled > 0 && c->c.buffer ? &c->c : &c->out;
+    cl_long8 g0 = {{g->n, g->h, g->w, g->c, g->kh, g->kw, g->oh, g->ow}};
+    cl_long8 g1 = {{g->stride_h, g->stride_w, g->pad_top, g->pad_left, g->dil_h, g->dil_w, 0, 0}};
+    cl_ulong out_off = c->out.offset, a_off = a->offset, b_off = b->offset, gy_off = gy->offset;
+    cl_ulong count = (cl_ulong)outs;
+    cl_int mode = pool ? c->p.pool.mode : 0, include_pad = pool ? c->p.pool.count_include_pad != 0 : 0;
+    if (c->kernel == TD_KERNEL_POOL_BACKWARD) {
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(b->buffer->mem), TD_CL_ARG(b_off),
+                                  TD_CL_ARG(gy->buffer->mem), TD_CL_ARG(gy_off), TD_CL_ARG(count),
+                                  TD_CL_ARG(g0), TD_CL_ARG(g1), TD_CL_ARG(mode), TD_CL_ARG(include_pad)};
+        return add_launch(dev, step, "td_pool_backward", args, NARGS(args), (uint64_t)outs);
+    }
+    static const char *names[] = {"td_im2col", "td_col2im", "td_pool"};
+    const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                              TD_CL_ARG(a_off), TD_CL_ARG(count), TD_CL_ARG(g0), TD_CL_ARG(g1),
+                              TD_CL_ARG(mode), TD_CL_ARG(include_pad)};
+    return add_launch(dev, step, names[c->kernel - TD_KERNEL_IM2COL], args, pool ? NARGS(args) : 7,
+                      (uint64_t)outs);
+}
+
 static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c, td_cl_step *step)
 {
     td_status st;
@@ -384,6 +440,10 @@ static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c,
     case TD_KERNEL_DROPOUT_MASK:
     case TD_KERNEL_GATHER_ROWS:
     case TD_KERNEL_SCATTER_ADD_ROWS: return prepare_rows(dev, i, c, step);
+    case TD_KERNEL_IM2COL:
+    case TD_KERNEL_COL2IM:
+    case TD_KERNEL_POOL:
+    case TD_KERNEL_POOL_BACKWARD: return prepare_conv(dev, i, c, step);
     default:
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu: unknown kernel id %d", i,
                             (int)c->kernel);

@@ -52,6 +52,14 @@ typedef struct pc_gather { uint32_t n, vocab, dim, out_off, a_off, b_off; } pc_g
 _Static_assert(sizeof(pc_reduce) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 _Static_assert(sizeof(pc_ew) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 _Static_assert(sizeof(pc_dropout) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
+typedef struct pc_conv {
+    int32_t n, h, w, c, kh, kw, oh, ow;
+    int32_t stride_h, stride_w, pad_top, pad_left, dil_h, dil_w;
+    uint32_t count, out_off, a_off, b_off, c_off;
+    int32_t mode, include_pad;
+} pc_conv;
+
+_Static_assert(sizeof(pc_conv) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 
 typedef struct plan {
     bool skip; /* nothing to compute (an empty tensor) */
@@ -184,6 +192,67 @@ static td_status plan_rows(td_device *dev, size_t i, const td_kernel_call *c, pl
     return TD_OK;
 }
 
+/* IM2COL, COL2IM, POOL, POOL_BACKWARD: the geometry must be valid and every
+ * index the shaders form (element counts, tap coordinates) fit an int32. */
+static td_status plan_conv(td_device *dev, size_t i, const td_kernel_call *c, plan *pl)
+{
+    int32_t k = c->kernel;
+    bool pool = k == TD_KERNEL_POOL || k == TD_KERNEL_POOL_BACKWARD;
+    const td_conv_params *g = pool ? &c->p.pool.geo : &c->p.conv;
+    const char *why = pool ? td_pool_check(&c->p.pool) : td_conv_check(g, 0);
+    if (why)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu (%s): %s", i,
+                            kernel_name(k), why);
+    int64_t image = td_conv_image_count(g), patches = td_conv_patch_count(g), pooled = td_conv_pooled_count(g);
+    int64_t pad_h = g->pad_top < 0 ? -g->pad_top : g->pad_top, pad_w = g->pad_left < 0 ? -g->pad_left : g->pad_left;
+    if (!fits_i32(image) || !fits_i32(pooled) || !fits_i32(g->kh * g->kw) || (!pool && !fits_i32(patches)))
+        return unsupported(dev, i, k, "an element count");
+    /* Each term is below 2^62 (td_conv_check), so the sums cannot overflow
+     * once the terms are known to fit an int32. */
+    int64_t terms[] = {g->oh * g->stride_h, g->kh * g->dil_h, g->ow * g->stride_w, g->kw * g->dil_w};
+    for (int t = 0; t < 4; t++)
+        if (!fits_i32(terms[t]))
+            return unsupported(dev, i, k, "a tap coordinate");
+    int64_t reach_h = (g->h > terms[0] ? g->h : terms[0]) + pad_h + terms[1];
+    int64_t reach_w = (g->w > terms[2] ? g->w : terms[2]) + pad_w + terms[3];
+    if (!fits_i32(reach_h) || !fits_i32(reach_w))
+        return unsupported(dev, i, k, "a tap coordinate");
+    td_status s = TD_OK;
+    switch (k) {
+    case TD_KERNEL_IM2COL:
+        pl->skip = patches == 0;
+        s = use_slot(dev, i, k, pl, SLOT_OUT, c->out, 0, patches, true);
+        if (s == TD_OK && patches > 0)
+            s = use_slot(dev, i, k, pl, SLOT_A, c->a, 0, image, false);
+        break;
+    case TD_KERNEL_COL2IM:
+        pl->skip = image == 0;
+        s = use_slot(dev, i, k, pl, SLOT_OUT, c->out, 0, image, true);
+        if (s == TD_OK && image > 0)
+            s = use_slot(dev, i, k, pl, SLOT_A, c->a, 0, patches, false);
+        break;
+    case TD_KERNEL_POOL:
+        pl->skip = pooled == 0;
+        s = use_slot(dev, i, k, pl, SLOT_OUT, c->out, 0, pooled, true);
+        if (s == TD_OK && pooled > 0)
+            s = use_slot(dev, i, k, pl, SLOT_A, c->a, 0, image, false);
+        break;
+    default: { /* POOL_BACKWARD */
+        bool max = c->p.pool.mode == TD_POOL_MAX;
+        pl->skip = image == 0;
+        s = use_slot(dev, i, k, pl, SLOT_OUT, c->out, 0, image, true);
+        if (s == TD_OK && image > 0 && max)
+            s = use_slot(dev, i, k, pl, SLOT_A, c->a, 0, image, false);
+        if (s == TD_OK && image > 0 && max)
+            s = use_slot(dev, i, k, pl, SLOT_B, c->b, 0, pooled, false);
+        if (s == TD_OK && image > 0)
+            s = use_slot(dev, i, k, pl, SLOT_C, c->c, 0, pooled, false);
+        break;
+    }
+    }
+    return s;
+}
+
 /* Checks a call and fills its argument ranges. */
 static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, plan *pl)
 {
@@ -310,7 +379,14 @@ static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, pl
     case TD_KERNEL_DROPOUT_MASK:
     case TD_KERNEL_GATHER_ROWS:
     case TD_KERNEL_SCATTER_ADD_ROWS: return plan_rows(dev, i, c, pl);
+    case TD_KERNEL_IM2COL:
+    case TD_KERNEL_COL2IM:
+    case TD_KERNEL_POOL:
+    case TD_KERNEL_POOL_BACKWARD: return plan_conv(dev, i, c, pl);
     default:
+        if (k >= 0 && k < TD_KERNEL_COUNT)
+            return td_error_set(dev->ctx, TD_ERR_UNSUPPORTED, "vulkan segment call %zu: kernel %s has no shader yet",
+                                i, kernel_name(k));
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu: unknown kernel %d", i, k);
     }
 }
@@ -466,6 +542,25 @@ static void plan_push(const td_kernel_call *c, plan *pl)
         memcpy(pl->push, &p, sizeof p);
         int64_t items = c->kernel == TD_KERNEL_GATHER_ROWS ? g->n * g->dim : g->vocab * g->dim;
         pl->groups[0] = grid(items, 256);
+        break;
+    }
+    case TD_KERNEL_IM2COL:
+    case TD_KERNEL_COL2IM:
+    case TD_KERNEL_POOL:
+    case TD_KERNEL_POOL_BACKWARD: {
+        bool pool = c->kernel == TD_KERNEL_POOL || c->kernel == TD_KERNEL_POOL_BACKWARD;
+        const td_conv_params *g = pool ? &c->p.pool.geo : &c->p.conv;
+        int64_t count = c->kernel == TD_KERNEL_IM2COL ? td_conv_patch_count(g)
+                        : c->kernel == TD_KERNEL_POOL ? td_conv_pooled_count(g)
+                                                      : td_conv_image_count(g);
+        pc_conv p = {(int32_t)g->n, (int32_t)g->h, (int32_t)g->w, (int32_t)g->c, (int32_t)g->kh, (int32_t)g->kw,
+                     (int32_t)g->oh, (int32_t)g->ow, (int32_t)g->stride_h, (int32_t)g->stride_w,
+                     (int32_t)g->pad_top, (int32_t)g->pad_left, (int32_t)g->dil_h, (int32_t)g->dil_w,
+                     (uint32_t)count, out, (uint32_t)arg_offset(pl, c, SLOT_A), (uint32_t)arg_offset(pl, c, SLOT_B),
+                     (uint32_t)arg_offset(pl, c, SLOT_C), pool ? c->p.pool.mode : 0,
+                     pool ? c->p.pool.count_include_pad != 0 : 0};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(count, 64);
         break;
     }
     default: break;

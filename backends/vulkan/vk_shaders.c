@@ -43,6 +43,19 @@ static const uint32_t scatter_add_rows_spv[] =
 #include "scatter_add_rows.spv.h"
     ;
 
+static const uint32_t im2col_spv[] =
+#include "im2col.spv.h"
+    ;
+static const uint32_t col2im_spv[] =
+#include "col2im.spv.h"
+    ;
+static const uint32_t pool_spv[] =
+#include "pool.spv.h"
+    ;
+static const uint32_t pool_backward_spv[] =
+#include "pool_backward.spv.h"
+    ;
+
 const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
 {
 #define TD_VK_SHADER(array) *bytes = sizeof(array); return array
@@ -60,6 +73,10 @@ const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
     case TD_KERNEL_DROPOUT_MASK: TD_VK_SHADER(dropout_mask_spv);
     case TD_KERNEL_GATHER_ROWS: TD_VK_SHADER(gather_rows_spv);
     case TD_KERNEL_SCATTER_ADD_ROWS: TD_VK_SHADER(scatter_add_rows_spv);
+    case TD_KERNEL_IM2COL: TD_VK_SHADER(im2col_spv);
+    case TD_KERNEL_COL2IM: TD_VK_SHADER(col2im_spv);
+    case TD_KERNEL_POOL: TD_VK_SHADER(pool_spv);
+    case TD_KERNEL_POOL_BACKWARD: TD_VK_SHADER(pool_backward_spv);
     default: *bytes = 0; return NULL;
     }
 #undef TD_VK_SHADER

@@ -39,6 +39,24 @@ enum { TD_ROW_OUT = 0, TD_ROW_OUT2, TD_ROW_A, TD_ROW_B, TD_ROW_C, TD_ROW_SLOTS }
  * or -1 with a message naming the bad parameter and what was expected in
  * why (negative or overflowing sizes, an unknown mode or source type). */
 int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], char *why, size_t why_size);
+/* Convolution and pooling (td_reference_conv.c). Pointers as above; for
+ * POOL_BACKWARD x, y and gy are the call's a, b and c. */
+void td_reference_im2col(float *out, const float *a, const td_conv_params *p);
+void td_reference_col2im(float *out, const float *a, const td_conv_params *p);
+void td_reference_pool(float *out, const float *a, const td_pool_params *p);
+void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
+                                 const td_pool_params *p);
+
+/* NULL when the geometry is one the kernels accept (sizes in [0, 2^31),
+ * a window of at least 1x1, strides and dilations >= 1, no dilation for
+ * pooling, element counts below 2^62), else the reason, for a message. */
+const char *td_conv_check(const td_conv_params *p, int pool);
+const char *td_pool_check(const td_pool_params *p);
+/* Element counts of the image [n,h,w,c], the patches [n*oh*ow, kh*kw*c] and
+ * the pooled output [n,oh,ow,c]; -1 when they overflow (see td_conv_check). */
+int64_t td_conv_image_count(const td_conv_params *p);
+int64_t td_conv_patch_count(const td_conv_params *p);
+int64_t td_conv_pooled_count(const td_conv_params *p);
 
 /* Element counts a call touches, for bounds checks before launch. */
 int64_t td_ew_count(const td_ew_params *p);

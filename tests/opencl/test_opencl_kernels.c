@@ -462,3 +462,159 @@ Test(opencl_kernels, row_kernels_bad_arguments)
     ops->close(dev);
     td_context_destroy(h.ctx);
 }
+
+/* ---- convolution and pooling ---- */
+
+static void ref_im2col(float *m, const td_kernel_call *c)
+{
+    td_reference_im2col(m + c->out.offset, m + c->a.offset, &c->p.conv);
+}
+static void ref_col2im(float *m, const td_kernel_call *c)
+{
+    td_reference_col2im(m + c->out.offset, m + c->a.offset, &c->p.conv);
+}
+static void ref_pool(float *m, const td_kernel_call *c)
+{
+    td_reference_pool(m + c->out.offset, m + c->a.offset, &c->p.pool);
+}
+static void ref_pool_bwd(float *m, const td_kernel_call *c)
+{
+    td_reference_pool_backward(m + c->out.offset, m + c->a.offset, m + c->b.offset, m + c->c.offset, &c->p.pool);
+}
+
+/* n, h, w, c, kh, kw, stride h/w, padding top/bottom/left/right, dilation h/w */
+static const int64_t conv_geos[][14] = {
+    {2, 7, 5, 3, 3, 2, 2, 3, 1, 2, 2, 0, 1, 2}, /* strides 2x3, dilation 1x2, asymmetric padding */
+    {1, 9, 8, 2, 3, 3, 3, 2, 0, 1, 1, 2, 2, 2}, /* dilation 2 */
+    {3, 4, 6, 1, 2, 2, 1, 1, 4, 3, 5, 4, 1, 1}, /* padding larger than the window */
+    {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1}, /* window = image */
+    {2, 5, 3, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1}, /* 1x1 */
+    {1, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* 3x3 SAME: nine terms per pixel */
+    {1, 7, 7, 1, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2}, /* dilation 2, stride 1 */
+};
+static const int64_t pool_geos[][14] = {
+    {2, 7, 5, 3, 3, 2, 2, 3, 1, 2, 1, 1, 1, 1}, /* 3x2 window, strides 2x3, asymmetric padding */
+    {1, 8, 8, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1}, /* 2x2 stride 2 */
+    {2, 4, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* 3x3 SAME */
+    {1, 3, 4, 2, 2, 2, 1, 2, 3, 3, 2, 3, 1, 1}, /* windows wholly in padding */
+    {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1}, /* window = image */
+};
+
+/* rand_floats gives multiples of 2^-15, whose short sums are exact in any
+ * order; full-width mantissas make a wrong summation order show. */
+static float *conv_floats(size_t n)
+{
+    float *v = rand_floats(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] *= 1.0f + 0.3183099f * (float)(i % 11);
+    return v;
+}
+
+static td_conv_params conv_geo(const int64_t *g)
+{
+    td_conv_params p = {.n = g[0], .h = g[1], .w = g[2], .c = g[3], .kh = g[4], .kw = g[5], .stride_h = g[6],
+                        .stride_w = g[7], .pad_top = g[8], .pad_left = g[10], .dil_h = g[12], .dil_w = g[13]};
+    int64_t span_h = g[12] * (g[4] - 1) + 1, span_w = g[13] * (g[5] - 1) + 1;
+    p.oh = (g[1] + g[8] + g[9] - span_h) / g[6] + 1;
+    p.ow = (g[2] + g[10] + g[11] - span_w) / g[7] + 1;
+    return p;
+}
+
+Test(opencl_kernels, im2col_col2im)
+{
+    harness h = start();
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        for (size_t g = 0; g < sizeof conv_geos / sizeof conv_geos[0]; g++) {
+            td_conv_params p = conv_geo(conv_geos[g]);
+            int64_t ni = td_conv_image_count(&p), np = td_conv_patch_count(&p);
+            size_t elems = (size_t)(ni + np + 16);
+            float *mem = conv_floats(elems);
+            char what[64];
+            snprintf(what, sizeof what, "im2col geometry %zu", g);
+            td_kernel_call fwd = {.kernel = TD_KERNEL_IM2COL, .out = {NULL, 9 + (uint64_t)ni}, .a = {NULL, 3},
+                                  .p.conv = p};
+            check_call(dev, h.ctx, fwd, mem, elems, ref_im2col, CMP_BITWISE, what);
+            /* The gather adds in the reference's order: bitwise too. */
+            snprintf(what, sizeof what, "col2im geometry %zu", g);
+            td_kernel_call bwd = {.kernel = TD_KERNEL_COL2IM, .out = {NULL, 3}, .a = {NULL, 9 + (uint64_t)ni},
+                                  .p.conv = p};
+            check_call(dev, h.ctx, bwd, mem, elems, ref_col2im, CMP_BITWISE, what);
+            free(mem);
+        }
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* Max pooling and its gradient use only comparisons and additions in the
+ * contract's order: bitwise. Average pooling divides, which OpenCL allows
+ * 2.5 ulp: within expect_close's bound. */
+Test(opencl_kernels, pool_and_backward)
+{
+    harness h = start();
+    for (uint32_t d = 0; d < h.count; d++) {
+        td_device *dev = open_dev(&h, d);
+        for (size_t g = 0; g < sizeof pool_geos / sizeof pool_geos[0]; g++)
+            for (int mode = 0; mode < 3; mode++) {
+                td_pool_params pp = {.geo = conv_geo(pool_geos[g]), .mode = mode ? TD_POOL_AVG : TD_POOL_MAX,
+                                     .count_include_pad = mode == 2};
+                int64_t ni = td_conv_image_count(&pp.geo), no = td_conv_pooled_count(&pp.geo);
+                uint64_t x_off = 3, y_off = x_off + (uint64_t)ni + 2, gy_off = y_off + (uint64_t)no + 2,
+                         gx_off = gy_off + (uint64_t)no + 2;
+                size_t elems = gx_off + (size_t)ni + 5;
+                float *mem = conv_floats(elems);
+                for (int64_t i = 0; i < ni; i += 7)
+                    mem[x_off + (uint64_t)i] = 0.75f; /* ties */
+                mem[x_off + 4] = NAN;
+                mem[x_off + 5] = -INFINITY;
+                char what[64];
+                snprintf(what, sizeof what, "pool mode %d geometry %zu", mode, g);
+                td_kernel_call fwd = {.kernel = TD_KERNEL_POOL, .out = {NULL, y_off}, .a = {NULL, x_off}, .p.pool = pp};
+                check_call(dev, h.ctx, fwd, mem, elems, ref_pool, mode ? CMP_CLOSE : CMP_BITWISE, what);
+                ref_pool(mem, &fwd); /* y as the forward pass left it */
+                snprintf(what, sizeof what, "pool_backward mode %d geometry %zu", mode, g);
+                td_kernel_call bwd = {.kernel = TD_KERNEL_POOL_BACKWARD, .out = {NULL, gx_off}, .a = {NULL, x_off},
+                                      .b = {NULL, y_off}, .c = {NULL, gy_off}, .p.pool = pp};
+                check_call(dev, h.ctx, bwd, mem, elems, ref_pool_bwd, mode ? CMP_CLOSE : CMP_BITWISE, what);
+                free(mem);
+            }
+        ops->close(dev);
+    }
+    td_context_destroy(h.ctx);
+}
+
+/* One argument past its buffer's end per kernel: a status naming the call
+ * and the kernel, and no launch. */
+Test(opencl_kernels, conv_bad_arguments)
+{
+    harness h = start();
+    td_device *dev = open_dev(&h, 0);
+    td_buffer *buf = make_buf(dev, h.ctx, 1000, NULL);
+    td_conv_params cp = {.n = 1, .h = 4, .w = 4, .c = 2, .kh = 3, .kw = 3, .oh = 4, .ow = 4, .stride_h = 1,
+                         .stride_w = 1, .pad_top = 1, .pad_left = 1, .dil_h = 1, .dil_w = 1};
+    td_pool_params pp = {.geo = cp, .mode = TD_POOL_MAX};
+    /* Patches: 288 elements; image and pooled output: 32. */
+    td_kernel_call cases[] = {
+        {.kernel = TD_KERNEL_IM2COL, .out = {buf, 800}, .a = {buf, 0}, .p.conv = cp},
+        {.kernel = TD_KERNEL_COL2IM, .out = {buf, 0}, .a = {buf, 713}, .p.conv = cp},
+        {.kernel = TD_KERNEL_POOL, .out = {buf, 0}, .a = {buf, 969}, .p.pool = pp},
+        {.kernel = TD_KERNEL_POOL_BACKWARD, .out = {buf, 0}, .a = {buf, 0}, .b = {buf, 0}, .c = {buf, 980},
+         .p.pool = pp},
+    };
+    td_segment *seg = NULL;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        td_kernel_call two[2] = {{.kernel = TD_KERNEL_FILL, .n = 1, .out = {buf, 0}}, cases[k]};
+        cr_assert_eq(ops->segment_create(dev, two, 2, &seg), TD_ERR_INVALID_ARGUMENT, "%s",
+                     td_kernel_name(cases[k].kernel));
+        const char *msg = td_last_error(h.ctx);
+        cr_assert(strstr(msg, "call 1") && strstr(msg, td_kernel_name(cases[k].kernel)), "%s", msg);
+        cr_assert_null(seg);
+    }
+    td_kernel_call geo = {.kernel = TD_KERNEL_POOL, .out = {buf, 0}, .a = {buf, 0}, .p.pool = pp};
+    geo.p.pool.geo.stride_w = 0;
+    cr_assert_eq(ops->segment_create(dev, &geo, 1, &seg), TD_ERR_INVALID_ARGUMENT);
+    ops->buffer_destroy(dev, buf);
+    ops->close(dev);
+    td_context_destroy(h.ctx);
+}

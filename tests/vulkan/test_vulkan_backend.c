@@ -860,3 +860,177 @@ Test(vulkan_backend, row_kernels_bad_arguments)
     t.ops->buffer_destroy(t.dev, buf);
     vt_fini(&t);
 }
+
+/* ---- convolution and pooling against the reference ---- */
+
+/* n, h, w, c, kh, kw, stride h/w, padding top/bottom/left/right, dilation h/w */
+static td_conv_params vk_conv_geo(const int64_t *g)
+{
+    td_conv_params p = {.n = g[0], .h = g[1], .w = g[2], .c = g[3], .kh = g[4], .kw = g[5], .stride_h = g[6],
+                        .stride_w = g[7], .pad_top = g[8], .pad_left = g[10], .dil_h = g[12], .dil_w = g[13]};
+    p.oh = (g[1] + g[8] + g[9] - (g[12] * (g[4] - 1) + 1)) / g[6] + 1;
+    p.ow = (g[2] + g[10] + g[11] - (g[13] * (g[5] - 1) + 1)) / g[7] + 1;
+    return p;
+}
+
+/* IM2COL, and COL2IM of independent random patches (so that each pixel's
+ * terms differ and their order shows), on strides 2/3, dilation 2,
+ * asymmetric and oversized padding, overlapping 3x3 windows, 1x1 and a
+ * window the size of the image; both bitwise (COL2IM gathers in the
+ * reference's order). */
+Test(vulkan_backend, im2col_col2im)
+{
+    static const int64_t geos[][14] = {
+        {2, 7, 5, 3, 3, 2, 2, 3, 1, 2, 2, 0, 1, 2}, {1, 9, 8, 2, 3, 3, 3, 2, 0, 1, 1, 2, 2, 2},
+        {3, 4, 6, 1, 2, 2, 1, 1, 4, 3, 5, 4, 1, 1}, {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1},
+        {2, 5, 3, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1}, {1, 6, 6, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        {1, 7, 7, 1, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
+    };
+    vt t;
+    vt_init(&t);
+    EACH_DEVICE(t)
+    {
+        reopen(&t, dev_i);
+        for (size_t g = 0; g < sizeof geos / sizeof geos[0]; g++) {
+            td_conv_params p = vk_conv_geo(geos[g]);
+            int64_t ni = td_conv_image_count(&p), np = td_conv_patch_count(&p);
+            float *x = vt_floats((size_t)ni + 3), *cols = vt_floats((size_t)np), *img = vt_floats((size_t)ni);
+            float *wcols = vt_floats((size_t)np), *wimg = vt_floats((size_t)ni);
+            float *rcols = vt_floats((size_t)np + 1);
+            vt_random(x, (size_t)ni + 3, 70 + (uint32_t)g);
+            vt_random(rcols, (size_t)np + 1, 170 + (uint32_t)g);
+            td_buffer *bx = vt_upload(&t, x, (size_t)ni + 3), *bp = vt_buffer(&t, (size_t)np + 1),
+                      *bi = vt_buffer(&t, (size_t)ni + 2), *br = vt_upload(&t, rcols, (size_t)np + 1);
+            td_kernel_call calls[2] = {
+                {.kernel = TD_KERNEL_IM2COL, .out = {bp, 1}, .a = {bx, 3}, .p.conv = p},
+                {.kernel = TD_KERNEL_COL2IM, .out = {bi, 2}, .a = {br, 1}, .p.conv = p},
+            };
+            td_segment *seg;
+            cr_assert_eq(t.ops->segment_create(t.dev, calls, 2, &seg), TD_OK, "%s", td_last_error(t.ctx));
+            cr_assert_eq(td_vulkan_segment_barrier_count(seg), 0, "independent calls");
+            cr_assert_eq(t.ops->segment_run(t.dev, seg), TD_OK);
+            vt_sync(&t);
+            t.ops->segment_destroy(t.dev, seg);
+            vt_download(&t, bp, 1, cols, (size_t)np);
+            vt_download(&t, bi, 2, img, (size_t)ni);
+            td_reference_im2col(wcols, x + 3, &p);
+            td_reference_col2im(wimg, rcols + 1, &p);
+            char what[48];
+            snprintf(what, sizeof what, "im2col geometry %zu", g);
+            vt_expect_bitwise(cols, wcols, (size_t)np, what);
+            snprintf(what, sizeof what, "col2im geometry %zu", g);
+            vt_expect_bitwise(img, wimg, (size_t)ni, what);
+            t.ops->buffer_destroy(t.dev, bx);
+            t.ops->buffer_destroy(t.dev, bp);
+            t.ops->buffer_destroy(t.dev, bi);
+            t.ops->buffer_destroy(t.dev, br);
+            free(rcols);
+            free(x);
+            free(cols);
+            free(img);
+            free(wcols);
+            free(wimg);
+        }
+    }
+    vt_fini(&t);
+}
+
+/* POOL then POOL_BACKWARD for max and both averages. Max (comparisons and
+ * ordered sums) is bitwise; avg divides, which Vulkan allows 2.5 ulp:
+ * within vt_expect_close's bound. */
+Test(vulkan_backend, pool_and_backward)
+{
+    static const int64_t geos[][14] = {
+        {2, 7, 5, 3, 3, 2, 2, 3, 1, 2, 1, 1, 1, 1}, {1, 8, 8, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+        {2, 4, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, {1, 3, 4, 2, 2, 2, 1, 2, 3, 3, 2, 3, 1, 1},
+        {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1},
+    };
+    vt t;
+    vt_init(&t);
+    EACH_DEVICE(t)
+    {
+        reopen(&t, dev_i);
+        for (size_t g = 0; g < sizeof geos / sizeof geos[0]; g++)
+            for (int mode = 0; mode < 3; mode++) {
+                td_pool_params pp = {.geo = vk_conv_geo(geos[g]), .mode = mode ? TD_POOL_AVG : TD_POOL_MAX,
+                                     .count_include_pad = mode == 2};
+                int64_t ni = td_conv_image_count(&pp.geo), no = td_conv_pooled_count(&pp.geo);
+                float *x = vt_floats((size_t)ni), *gy = vt_floats((size_t)no), *y = vt_floats((size_t)no);
+                float *gx = vt_floats((size_t)ni), *wy = vt_floats((size_t)no), *wgx = vt_floats((size_t)ni);
+                vt_random(x, (size_t)ni, 80 + (uint32_t)g);
+                vt_random(gy, (size_t)no, 90 + (uint32_t)g);
+                for (int64_t i = 0; i < ni; i += 7)
+                    x[i] = 0.75f; /* ties */
+                x[4] = NAN;
+                x[5] = -INFINITY;
+                td_buffer *bx = vt_upload(&t, x, (size_t)ni), *bg = vt_upload(&t, gy, (size_t)no);
+                td_buffer *by = vt_buffer(&t, (size_t)no + 4), *bgx = vt_buffer(&t, (size_t)ni + 1);
+                td_kernel_call calls[2] = {
+                    {.kernel = TD_KERNEL_POOL, .out = {by, 4}, .a = {bx, 0}, .p.pool = pp},
+                    {.kernel = TD_KERNEL_POOL_BACKWARD, .out = {bgx, 1}, .a = {bx, 0}, .b = {by, 4}, .c = {bg, 0},
+                     .p.pool = pp},
+                };
+                cr_assert_eq(vt_run(&t, calls, 2), TD_OK, "%s", td_last_error(t.ctx));
+                vt_download(&t, by, 4, y, (size_t)no);
+                vt_download(&t, bgx, 1, gx, (size_t)ni);
+                td_reference_pool(wy, x, &pp);
+                /* The gradient is checked from the device's own y. */
+                td_reference_pool_backward(wgx, x, y, gy, &pp);
+                char what[64];
+                snprintf(what, sizeof what, "pool mode %d geometry %zu", mode, g);
+                (mode ? vt_expect_close : vt_expect_bitwise)(y, wy, (size_t)no, what);
+                snprintf(what, sizeof what, "pool_backward mode %d geometry %zu", mode, g);
+                (mode ? vt_expect_close : vt_expect_bitwise)(gx, wgx, (size_t)ni, what);
+                t.ops->buffer_destroy(t.dev, bx);
+                t.ops->buffer_destroy(t.dev, bg);
+                t.ops->buffer_destroy(t.dev, by);
+                t.ops->buffer_destroy(t.dev, bgx);
+                free(x);
+                free(gy);
+                free(y);
+                free(gx);
+                free(wy);
+                free(wgx);
+            }
+    }
+    vt_fini(&t);
+}
+
+/* One argument past its buffer's end per kernel, a bad geometry, and
+ * sizes beyond the shaders' 32-bit indices: statuses, never a dispatch. */
+Test(vulkan_backend, conv_bad_arguments)
+{
+    vt t;
+    vt_init(&t);
+    vt_open(&t, 0, 0);
+    td_buffer *buf = vt_buffer(&t, 1000);
+    td_conv_params cp = {.n = 1, .h = 4, .w = 4, .c = 2, .kh = 3, .kw = 3, .oh = 4, .ow = 4, .stride_h = 1,
+                         .stride_w = 1, .pad_top = 1, .pad_left = 1, .dil_h = 1, .dil_w = 1};
+    td_pool_params pp = {.geo = cp, .mode = TD_POOL_MAX};
+    td_kernel_call cases[] = {
+        {.kernel = TD_KERNEL_IM2COL, .out = {buf, 800}, .a = {buf, 0}, .p.conv = cp},
+        {.kernel = TD_KERNEL_COL2IM, .out = {buf, 0}, .a = {buf, 713}, .p.conv = cp},
+        {.kernel = TD_KERNEL_POOL, .out = {buf, 0}, .a = {buf, 969}, .p.pool = pp},
+        {.kernel = TD_KERNEL_POOL_BACKWARD, .out = {buf, 0}, .a = {buf, 0}, .b = {buf, 0}, .c = {buf, 980},
+         .p.pool = pp},
+    };
+    td_segment *seg = NULL;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        td_kernel_call two[2] = {{.kernel = TD_KERNEL_FILL, .n = 1, .out = {buf, 0}}, cases[k]};
+        cr_assert_eq(t.ops->segment_create(t.dev, two, 2, &seg), TD_ERR_INVALID_ARGUMENT);
+        const char *msg = td_last_error(t.ctx);
+        cr_assert(strstr(msg, "call 1") && strstr(msg, td_kernel_name(cases[k].kernel)), "%s", msg);
+        cr_assert_null(seg);
+    }
+    td_kernel_call geo = {.kernel = TD_KERNEL_POOL, .out = {buf, 0}, .a = {buf, 0}, .p.pool = pp};
+    geo.p.pool.geo.dil_h = 2;
+    cr_assert_eq(t.ops->segment_create(t.dev, &geo, 1, &seg), TD_ERR_INVALID_ARGUMENT);
+    td_kernel_call huge = {.kernel = TD_KERNEL_IM2COL, .out = {buf, 0}, .a = {buf, 0}, .p.conv = cp};
+    huge.p.conv.n = (int64_t)1 << 28; /* 2^28 * 288 patch elements */
+    cr_assert_eq(t.ops->segment_create(t.dev, &huge, 1, &seg), TD_ERR_UNSUPPORTED);
+    huge.p.conv.n = 1;
+    huge.p.conv.stride_h = (int64_t)1 << 30; /* oy * stride_h beyond int32 */
+    cr_assert_eq(t.ops->segment_create(t.dev, &huge, 1, &seg), TD_ERR_UNSUPPORTED);
+    t.ops->buffer_destroy(t.dev, buf);
+    vt_fini(&t);
+}

@@ -244,6 +244,35 @@ void vt_check_all_kernels(vt *t)
     td_reference_scatter_add_rows(want, b + 2, labels, &sc.p.gather);
     vt_expect_bitwise(got, want, 70, "scatter-add rows");
     t->ops->buffer_destroy(t->dev, bs);
+    /* Convolution and pooling: 1x5x6x2 image from a, 3x3 window, stride 2,
+     * padding 1 (3x3 outputs), so every binding these kernels use is bound. */
+    td_conv_params cp = {.n = 1, .h = 5, .w = 6, .c = 2, .kh = 3, .kw = 3, .oh = 3, .ow = 3, .stride_h = 2,
+                         .stride_w = 2, .pad_top = 1, .pad_left = 1, .dil_h = 1, .dil_w = 1};
+    td_pool_params pp = {.geo = cp, .mode = TD_POOL_MAX};
+    float cols[162], wcols[162], img[60], wimg[60], pooled[18], wpooled[18];
+    td_buffer *bc = vt_buffer(t, 162), *bi = vt_buffer(t, 60);
+    td_kernel_call conv[4] = {
+        {.kernel = TD_KERNEL_IM2COL, .out = {bc, 0}, .a = {ba, OFF}, .p.conv = cp},
+        {.kernel = TD_KERNEL_COL2IM, .out = {bi, 0}, .a = {bc, 0}, .p.conv = cp},
+        {.kernel = TD_KERNEL_POOL, .out = {bo, OFF}, .a = {ba, OFF}, .p.pool = pp},
+        {.kernel = TD_KERNEL_POOL_BACKWARD, .out = {bg, 0}, .a = {ba, OFF}, .b = {bo, OFF}, .c = {bb, 0},
+         .p.pool = pp},
+    };
+    cr_assert_eq(vt_run(t, conv, 4), TD_OK, "%s", td_last_error(t->ctx));
+    vt_download(t, bc, 0, cols, 162);
+    vt_download(t, bi, 0, img, 60);
+    vt_download(t, bo, OFF, pooled, 18);
+    vt_download(t, bg, 0, grad, 60);
+    td_reference_im2col(wcols, a + OFF, &cp);
+    td_reference_col2im(wimg, wcols, &cp);
+    td_reference_pool(wpooled, a + OFF, &pp);
+    td_reference_pool_backward(wgrad, a + OFF, wpooled, b, &pp);
+    vt_expect_bitwise(cols, wcols, 162, "im2col");
+    vt_expect_bitwise(img, wimg, 60, "col2im");
+    vt_expect_bitwise(pooled, wpooled, 18, "max pool");
+    vt_expect_bitwise(grad, wgrad, 60, "max pool backward");
+    t->ops->buffer_destroy(t->dev, bc);
+    t->ops->buffer_destroy(t->dev, bi);
 
     t->ops->buffer_destroy(t->dev, ba);
     t->ops->buffer_destroy(t->dev, bb);

@@ -1,0 +1,261 @@
+/* Reference IM2COL, COL2IM, POOL and POOL_BACKWARD (td_kernel.h), plus the
+ * geometry checks every backend runs before launching them.
+ *
+ * COL2IM and POOL_BACKWARD are written here as scatters over the windows in
+ * row-major (b, oy, ox) order: every image element then receives its terms
+ * in increasing (oy, ox, i, j) order starting from 0.0f, which is the
+ * contract's order, at a fraction of the cost of a gather per element. The
+ * GPU kernels gather instead (no atomics); the tests hold both to the same
+ * bits. */
+#include <math.h>
+#include <string.h>
+
+#include "td_reference.h"
+
+#define CONV_DIM_MAX 2147483647LL /* every size and step fits an int32 */
+
+static int64_t tap_y(const td_conv_params *p, int64_t oy, int64_t i)
+{
+    return oy * p->stride_h - p->pad_top + i * p->dil_h;
+}
+
+static int64_t tap_x(const td_conv_params *p, int64_t ox, int64_t j)
+{
+    return ox * p->stride_w - p->pad_left + j * p->dil_w;
+}
+
+/* Product of v[0..count) when each factor is in [0, CONV_DIM_MAX] and the
+ * product stays below 2^62; -1 otherwise. */
+static int64_t checked_product(const int64_t *v, int count)
+{
+    int64_t r = 1;
+    for (int k = 0; k < count; k++) {
+        if (v[k] < 0 || v[k] > CONV_DIM_MAX)
+            return -1;
+        if (v[k] != 0 && r > ((int64_t)1 << 62) / v[k])
+            return -1;
+        r *= v[k];
+    }
+    return r;
+}
+
+const char *td_conv_check(const td_conv_params *p, int pool)
+{
+    const int64_t sizes[] = {p->n, p->h, p->w, p->c, p->kh, p->kw, p->oh, p->ow};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        if (sizes[k] < 0 || sizes[k] > CONV_DIM_MAX)
+            return "a size (n, h, w, c, kh, kw, oh, ow) is negative or above 2^31 - 1";
+    if (p->kh < 1 || p->kw < 1)
+        return "the window is empty (kh and kw must be at least 1)";
+    const int64_t steps[] = {p->stride_h, p->stride_w, p->dil_h, p->dil_w};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
+        if (steps[k] < 1 || steps[k] > CONV_DIM_MAX)
+            return "a stride or dilation is below 1 or above 2^31 - 1";
+    if (p->pad_top < -CONV_DIM_MAX || p->pad_top > CONV_DIM_MAX || p->pad_left < -CONV_DIM_MAX ||
+        p->pad_left > CONV_DIM_MAX)
+        return "a padding is beyond +-(2^31 - 1)";
+    if (pool && (p->dil_h != 1 || p->dil_w != 1))
+        return "pooling takes no dilation (dil_h and dil_w must be 1)";
+    if (td_conv_image_count(p) < 0 || td_conv_patch_count(p) < 0)
+        return "the image or patch matrix has more than 2^62 elements";
+    return NULL;
+}
+
+const char *td_pool_check(const td_pool_params *p)
+{
+    if (p->mode != TD_POOL_MAX && p->mode != TD_POOL_AVG)
+        return "the pooling mode is neither TD_POOL_MAX (0) nor TD_POOL_AVG (1)";
+    return td_conv_check(&p->geo, 1);
+}
+
+int64_t td_conv_image_count(const td_conv_params *p)
+{
+    const int64_t v[] = {p->n, p->h, p->w, p->c};
+    return checked_product(v, 4);
+}
+
+int64_t td_conv_patch_count(const td_conv_params *p)
+{
+    const int64_t v[] = {p->n, p->oh, p->ow, p->kh, p->kw, p->c};
+    return checked_product(v, 6);
+}
+
+int64_t td_conv_pooled_count(const td_conv_params *p)
+{
+    const int64_t v[] = {p->n, p->oh, p->ow, p->c};
+    return checked_product(v, 4);
+}
+
+/* Taps [*j0, *j1) of a window row starting at base (= ox * stride - pad)
+ * land inside [0, size): the loops below copy or add that run at once and
+ * only zero (or skip) the rest, instead of testing every tap. */
+static void inside_run(int64_t base, int64_t dil, int64_t taps, int64_t size, int64_t *j0, int64_t *j1)
+{
+    int64_t lo = base >= 0 ? 0 : (-base + dil - 1) / dil;
+    int64_t hi = base >= size ? 0 : (size - base + dil - 1) / dil;
+    *j0 = lo < taps ? lo : taps;
+    *j1 = hi < taps ? hi : taps;
+    if (*j1 < *j0)
+        *j1 = *j0;
+}
+
+void td_reference_im2col(float *restrict out, const float *restrict a, const td_conv_params *p)
+{
+    const int64_t c = p->c, row = p->kw * c;
+    for (int64_t b = 0; b < p->n; b++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                int64_t j0, j1, x0 = tap_x(p, ox, 0);
+                inside_run(x0, p->dil_w, p->kw, p->w, &j0, &j1);
+                for (int64_t i = 0; i < p->kh; i++, out += row) {
+                    int64_t iy = tap_y(p, oy, i);
+                    if (iy < 0 || iy >= p->h) {
+                        for (int64_t q = 0; q < row; q++)
+                            out[q] = 0.0f;
+                        continue;
+                    }
+                    /* x0 may be negative: index from the row, never form a
+                     * pointer before the buffer. */
+                    int64_t s0 = ((b * p->h + iy) * p->w + x0) * c;
+                    for (int64_t q = 0; q < j0 * c; q++)
+                        out[q] = 0.0f;
+                    if (p->dil_w == 1) {
+                        for (int64_t q = j0 * c; q < j1 * c; q++)
+                            out[q] = a[s0 + q];
+                    } else {
+                        for (int64_t j = j0; j < j1; j++)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[j * c + ch] = a[s0 + j * p->dil_w * c + ch];
+                    }
+                    for (int64_t q = j1 * c; q < row; q++)
+                        out[q] = 0.0f;
+                }
+            }
+}
+
+void td_reference_col2im(float *restrict out, const float *restrict a, const td_conv_params *p)
+{
+    const int64_t c = p->c, row = p->kw * c;
+    int64_t image = td_conv_image_count(p);
+    for (int64_t e = 0; e < image; e++)
+        out[e] = 0.0f;
+    /* Windows in (b, oy, ox) order, taps in (i, j) order: each pixel gets
+     * its terms in increasing (oy, ox, i, j) order, as the contract says. */
+    for (int64_t b = 0; b < p->n; b++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                int64_t j0, j1, x0 = tap_x(p, ox, 0);
+                inside_run(x0, p->dil_w, p->kw, p->w, &j0, &j1);
+                for (int64_t i = 0; i < p->kh; i++, a += row) {
+                    int64_t iy = tap_y(p, oy, i);
+                    if (iy < 0 || iy >= p->h)
+                        continue;
+                    int64_t d0 = ((b * p->h + iy) * p->w + x0) * c;
+                    if (p->dil_w == 1) {
+                        for (int64_t q = j0 * c; q < j1 * c; q++)
+                            out[d0 + q] += a[q];
+                    } else {
+                        for (int64_t j = j0; j < j1; j++)
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[d0 + j * p->dil_w * c + ch] += a[j * c + ch];
+                    }
+                }
+            }
+}
+
+/* Number of taps of window row oy (or column ox) inside the image. */
+static int64_t inside_rows(const td_conv_params *p, int64_t oy)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < p->kh; i++) {
+        int64_t iy = tap_y(p, oy, i);
+        k += iy >= 0 && iy < p->h;
+    }
+    return k;
+}
+
+static int64_t inside_cols(const td_conv_params *p, int64_t ox)
+{
+    int64_t k = 0;
+    for (int64_t j = 0; j < p->kw; j++) {
+        int64_t ix = tap_x(p, ox, j);
+        k += ix >= 0 && ix < p->w;
+    }
+    return k;
+}
+
+static float avg_divisor(const td_pool_params *pp, int64_t oy, int64_t ox)
+{
+    const td_conv_params *p = &pp->geo;
+    return pp->count_include_pad ? (float)(p->kh * p->kw) : (float)(inside_rows(p, oy) * inside_cols(p, ox));
+}
+
+void td_reference_pool(float *out, const float *a, const td_pool_params *pp)
+{
+    const td_conv_params *p = &pp->geo;
+    const int64_t c = p->c;
+    for (int64_t b = 0; b < p->n; b++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                float div = pp->mode == TD_POOL_AVG ? avg_divisor(pp, oy, ox) : 1.0f;
+                for (int64_t ch = 0; ch < c; ch++, out++) {
+                    float acc = pp->mode == TD_POOL_MAX ? -INFINITY : 0.0f;
+                    int first = 1;
+                    for (int64_t i = 0; i < p->kh; i++) {
+                        int64_t iy = tap_y(p, oy, i);
+                        if (iy < 0 || iy >= p->h)
+                            continue;
+                        for (int64_t j = 0; j < p->kw; j++) {
+                            int64_t ix = tap_x(p, ox, j);
+                            if (ix < 0 || ix >= p->w)
+                                continue;
+                            float v = a[((b * p->h + iy) * p->w + ix) * c + ch];
+                            if (pp->mode == TD_POOL_AVG)
+                                acc += v;
+                            else if (first || v > acc || isnan(v))
+                                acc = v;
+                            first = 0;
+                        }
+                    }
+                    *out = pp->mode == TD_POOL_AVG ? acc / div : acc;
+                }
+            }
+}
+
+void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
+                                 const td_pool_params *pp)
+{
+    const td_conv_params *p = &pp->geo;
+    const int64_t c = p->c;
+    int64_t image = td_conv_image_count(p);
+    for (int64_t e = 0; e < image; e++)
+        gx[e] = 0.0f;
+    int64_t w_index = 0; /* (b, oy, ox, ch) of the window, row-major */
+    for (int64_t b = 0; b < p->n; b++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                float div = pp->mode == TD_POOL_AVG ? avg_divisor(pp, oy, ox) : 1.0f;
+                for (int64_t ch = 0; ch < c; ch++, w_index++) {
+                    float g = pp->mode == TD_POOL_AVG ? gy[w_index] / div : gy[w_index];
+                    float target = pp->mode == TD_POOL_MAX ? y[w_index] : 0.0f;
+                    int done = 0;
+                    for (int64_t i = 0; i < p->kh && !done; i++) {
+                        int64_t iy = tap_y(p, oy, i);
+                        if (iy < 0 || iy >= p->h)
+                            continue;
+                        for (int64_t j = 0; j < p->kw && !done; j++) {
+                            int64_t ix = tap_x(p, ox, j);
+                            if (ix < 0 || ix >= p->w)
+                                continue;
+                            int64_t e = ((b * p->h + iy) * p->w + ix) * c + ch;
+                            if (pp->mode == TD_POOL_AVG) {
+                                gx[e] += g;
+                            } else if (x[e] == target || (isnan(target) && isnan(x[e]))) {
+                                gx[e] += g;
+                                done = 1; /* only the first maximum */
+                            }
+                        }
+                    }
+                }
+            }
+}
