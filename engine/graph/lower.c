@@ -110,10 +110,16 @@ static td_node memory_root(const td_graph *g, td_node id)
     return id;
 }
 
+uint64_t td_plan_node_elems(const td_graph *g, const td_plan *plan, td_node id)
+{
+    uint64_t count = (uint64_t)td_shape_count(&plan->shapes[id]);
+    return g->nodes[id].dtype == TD_U8 ? (count + 3) / 4 : count; /* u8: packed 4 per element */
+}
+
 static uint64_t slot_elems(const td_graph *g, const td_plan *plan, td_node id)
 {
     const td_op_def *op = td_op_def_of(g->nodes[id].op);
-    uint64_t own = align_up((uint64_t)td_shape_count(&plan->shapes[id]));
+    uint64_t own = align_up(td_plan_node_elems(g, plan, id));
     return own + (op->extra ? align_up(op->extra(g, plan, id)) : 0);
 }
 
@@ -169,7 +175,7 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
                 td_slot *sl = &plan->slots[id];
                 sl->buffer = TD_BUF_ARENA;
                 sl->offset = arena_take(&a, slot_elems(g, plan, id));
-                sl->extra = sl->offset + align_up((uint64_t)td_shape_count(&plan->shapes[id]));
+                sl->extra = sl->offset + align_up(td_plan_node_elems(g, plan, id));
                 placed[id] = 1;
             }
             for (uint32_t k = 0; pass == 1 && k < g->nodes[id].n_in; k++) {

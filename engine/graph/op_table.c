@@ -19,6 +19,16 @@ static const td_op_def *const table[TD_OP_COUNT] = {
     [TD_OP_PMEAN] = &td_op_pmean,
     [TD_OP_ALL_GATHER] = &td_op_all_gather,
     [TD_OP_BROADCAST] = &td_op_broadcast,
+    [TD_OP_CONV2D] = &td_op_conv2d,
+    [TD_OP_CONV2D_GRAD_KERNEL] = &td_op_conv2d_grad_kernel,
+    [TD_OP_CONV2D_GRAD_INPUT] = &td_op_conv2d_grad_input,
+    [TD_OP_POOL] = &td_op_pool,
+    [TD_OP_POOL_GRAD] = &td_op_pool_grad,
+    [TD_OP_SOFTMAX] = &td_op_softmax,
+    [TD_OP_ARGMAX] = &td_op_argmax,
+    [TD_OP_CAST] = &td_op_cast,
+    [TD_OP_EMBEDDING] = &td_op_embedding,
+    [TD_OP_EMBEDDING_GRAD] = &td_op_embedding_grad,
 };
 
 const td_op_def *td_op_def_of(td_op op)

@@ -105,6 +105,7 @@ static td_status grad(td_grad_ctx *c, td_node id, td_node gy)
             return s;
         return grad_select(c, a, b, t, gy);
     case TD_EW_GE_MASK:
+    case TD_EW_EQUAL:
         return TD_OK; /* piecewise constant: no gradient */
     case TD_EW_NEG:
         if ((s = ew1(c, TD_EW_NEG, 0.0f, gy, &t)) == TD_OK)

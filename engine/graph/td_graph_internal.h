@@ -29,6 +29,16 @@ typedef enum td_op {
     TD_OP_PMEAN,
     TD_OP_ALL_GATHER,
     TD_OP_BROADCAST,
+    TD_OP_CONV2D,             /* (x NHWC, kernel HWIO): im2col into extra memory, then one GEMM */
+    TD_OP_CONV2D_GRAD_KERNEL, /* (conv node, gy): patches^T gy, reading the conv's patches */
+    TD_OP_CONV2D_GRAD_INPUT,  /* (gy, kernel, like x): gy kernel^T into extra memory, then col2im */
+    TD_OP_POOL,               /* max / avg pooling, NHWC */
+    TD_OP_POOL_GRAD,          /* (x, pool node, gy) */
+    TD_OP_SOFTMAX,            /* over the last axis; attr.rows_mode 0 softmax, 1 log-softmax */
+    TD_OP_ARGMAX,             /* over the last axis, the index as f32 */
+    TD_OP_CAST,               /* u8 / i32 -> f32 */
+    TD_OP_EMBEDDING,          /* (table [V, D], ids i32 [...]) -> [..., D] */
+    TD_OP_EMBEDDING_GRAD,     /* (gy, ids, like table) -> [V, D] */
     TD_OP_COUNT
 } td_op;
 
@@ -46,6 +56,16 @@ typedef union td_node_attr {
     struct { uint32_t axes_mask; bool keepdims, mean; } reduce; /* SUM, BROADCAST_TO (axes of `like`) */
     struct { int32_t perm[TD_MAX_RANK]; } transpose;
     struct { uint32_t root; } broadcast;
+    int32_t rows_mode;                     /* SOFTMAX */
+    struct {                     /* CONV2D(+grads), POOL(+grad) */
+        int64_t window[2];       /* POOL: kh, kw (CONV2D: from the kernel) */
+        int64_t stride[2], dilation[2];
+        int64_t pad[4];          /* top, bottom, left, right */
+        int64_t in_hwc[3];       /* the forward input's h, w, c (gradients' shapes) */
+        int64_t out_channels;    /* CONV2D_GRAD_KERNEL: o */
+        int32_t mode;            /* POOL: td_pool_mode */
+        int32_t count_include_pad;
+    } conv;
 } td_node_attr;
 
 typedef struct td_node_def {

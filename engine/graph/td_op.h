@@ -80,5 +80,8 @@ extern const td_op_def td_op_sum, td_op_sum_to, td_op_broadcast_to;
 extern const td_op_def td_op_reshape, td_op_transpose;
 extern const td_op_def td_op_xent, td_op_xent_grad;
 extern const td_op_def td_op_psum, td_op_pmean, td_op_all_gather, td_op_broadcast;
+extern const td_op_def td_op_conv2d, td_op_conv2d_grad_kernel, td_op_conv2d_grad_input, td_op_pool,
+    td_op_pool_grad;
+extern const td_op_def td_op_softmax, td_op_argmax, td_op_cast, td_op_embedding, td_op_embedding_grad;
 
 #endif

@@ -52,6 +52,10 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
                         uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, td_plan *plan);
 void td_plan_free(td_context *ctx, td_plan *plan);
 
+/* 4-byte elements node `id` occupies on a device (u8 values are packed
+ * four to an element). */
+uint64_t td_plan_node_elems(const td_graph *g, const td_plan *plan, td_node id);
+
 /* The kernel calls of the whole plan for one device (n_calls of them, in
  * step order), with that device's buffers and mesh position. */
 td_status td_plan_emit(const td_graph *g, const td_plan *plan, td_buffer *const buffers[TD_BUF_COUNT],

@@ -145,7 +145,7 @@ static td_status run_device(td_program *p, uint32_t pos)
             continue;
         void *host;
         td_tensor_data(p->bound[id], &host);
-        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * 4;
+        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * (nd->dtype == TD_U8 ? 1 : 4);
         size_t offset = nd->placement == TD_SHARDED ? bytes * pos : 0;
         s = ops->write(dev, pd->buffers[p->plan.slots[id].buffer], p->plan.slots[id].offset * 4,
                        (const char *)host + offset, bytes);
@@ -272,6 +272,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         if (outputs[i] >= g->count)
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: output %u is node %u, which does not exist",
                                 i, outputs[i]);
+    for (uint32_t i = 0; i < n_outputs; i++)
+        if (g->nodes[outputs[i]].dtype == TD_U8)
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                "td_pmap_compile: output %u (node %u) is u8; outputs are f32 or i32 (cast it first)", i,
+                                outputs[i]);
 
     td_program *p = td_alloc_zeroed(ctx, sizeof *p);
     if (!p)

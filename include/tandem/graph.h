@@ -92,6 +92,75 @@ TD_API td_status td_graph_sigmoid(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_silu(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_gelu(td_graph *g, td_node a, bool approximate, td_node *out);
 
+/* Over the last axis: softmax, log-softmax (x - max - log sum exp), and
+ * argmax — the index of the first maximum, as an f32 value (exact below
+ * 2^24), without gradient. equal(a, b) is 1.0 where a == b and 0.0
+ * elsewhere (no gradient): mean(equal(argmax(logits), cast(labels))) is the
+ * accuracy as a graph node. */
+TD_API td_status td_graph_softmax(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_log_softmax(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_argmax(td_graph *g, td_node a, td_node *out);
+TD_API td_status td_graph_equal(td_graph *g, td_node a, td_node b, td_node *out);
+
+/* A u8 or i32 node as f32 values (exact for u8; i32 rounds to nearest).
+ * With a u8 input, raw image bytes go to the devices unconverted. */
+TD_API td_status td_graph_cast(td_graph *g, td_node a, td_node *out);
+
+/* Rows of table [V, D] picked by ids (i32, any shape of rank < 4) ->
+ * [ids..., D]. An id outside [0, V) gives a row of NaN. The gradient adds
+ * the rows' gradients into the table in a fixed order (deterministic). */
+TD_API td_status td_graph_embedding(td_graph *g, td_node table, td_node ids, td_node *out);
+
+/* ---- convolution and pooling (NHWC images, as flax) ----
+ *
+ * Padding: SAME gives ceil(in / stride) outputs per spatial axis, with the
+ * padding split as TensorFlow and flax do (the extra one, if odd, at the
+ * bottom/right); VALID gives floor((in - effective_window) / stride) + 1
+ * and no padding; EXPLICIT takes pad = {top, bottom, left, right}. */
+typedef enum td_padding_kind {
+    TD_PADDING_SAME = 0,
+    TD_PADDING_VALID = 1,
+    TD_PADDING_EXPLICIT = 2,
+} td_padding_kind;
+
+typedef struct td_conv2d_options {
+    int64_t stride[2];   /* >= 1 */
+    int64_t dilation[2]; /* >= 1 (kernel dilation) */
+    td_padding_kind padding;
+    int64_t pad[4];      /* EXPLICIT: top, bottom, left, right, >= 0 */
+} td_conv2d_options;
+
+/* Stride 1, dilation 1, SAME (flax.linen.Conv's defaults). */
+TD_API td_status td_conv2d_options_init(td_conv2d_options *options);
+
+/* x [N, H, W, C] (*) kernel [KH, KW, C, O] -> [N, OH, OW, O]: a
+ * cross-correlation, as flax.linen.Conv (no bias here; the layer adds one).
+ * Lowered to im2col + one GEMM. Errors name the shapes: ranks other than 4,
+ * a channel mismatch, a kernel larger than the padded input, stride or
+ * dilation 0. */
+TD_API td_status td_graph_conv2d(td_graph *g, td_node x, td_node kernel, const td_conv2d_options *options,
+                                 td_node *out);
+
+typedef struct td_pool2d_options {
+    int64_t window[2];      /* >= 1 */
+    int64_t stride[2];      /* >= 1 */
+    td_padding_kind padding;
+    int64_t pad[4];         /* EXPLICIT: top, bottom, left, right */
+    bool count_include_pad; /* avg: divide by the whole window (flax's default) */
+} td_pool2d_options;
+
+/* A 2x2 window, stride 2, VALID, count_include_pad (seed 000's pooling). */
+TD_API td_status td_pool2d_options_init(td_pool2d_options *options);
+
+/* Max pooling over each channel: padding never wins. Its gradient goes to
+ * the first maximum of each window (row-major within the window); a
+ * position that is the maximum of several windows receives the sum. */
+TD_API td_status td_graph_max_pool2d(td_graph *g, td_node x, const td_pool2d_options *options, td_node *out);
+
+/* Average pooling; with count_include_pad the divisor is the whole window
+ * (padding counts as zeros), else the number of positions inside. */
+TD_API td_status td_graph_avg_pool2d(td_graph *g, td_node x, const td_pool2d_options *options, td_node *out);
+
 /* Axes permuted: out.dims[i] = a.dims[perm[i]]; rank must be a's rank and
  * perm a permutation of 0..rank-1. */
 TD_API td_status td_graph_transpose(td_graph *g, td_node a, uint32_t rank, const int32_t *perm, td_node *out);

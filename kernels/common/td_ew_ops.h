@@ -70,8 +70,9 @@
       y * (0.5f * (1.0f + TD_ERF(x * TD_RSQRT2)) + x * TD_RSQRT2PI * TD_EXP(-0.5f * x * x)))               \
     X(25, SQRT_GRAD, 2, 0, (0.5f * y) / x) /* x: sqrt output */                                               \
     X(26, RSQRT, 1, 0, 1.0f / TD_SQRT(x))                                                                     \
-    X(27, SQUARE, 1, 1, x * x)
+    X(27, SQUARE, 1, 1, x * x)                                                                             \
+    X(28, EQUAL, 2, 1, x == y ? 1.0f : 0.0f) /* 1 where equal: accuracy from argmax and labels */
 
-#define TD_EW_OPS_COUNT 28
+#define TD_EW_OPS_COUNT 29
 
 #endif

@@ -494,6 +494,38 @@ Test(grad, scalar_loss_is_a_parameter_itself)
 
 /* ---- on the devices of TD_TEST_DEVICES ---- */
 
+Test(grad_devices, small_cnn_on_test_devices)
+{
+    /* conv (SAME) -> relu -> max pool -> conv (VALID, stride 2) -> avg pool
+     * -> dense -> log_softmax, every backend's conv/pool kernels. */
+    fixture_open(test_devices_spec("cpu:2"), true);
+    const int64_t xd[4] = {2, 6, 6, 2}, k1d[4] = {3, 3, 2, 3}, k2d[4] = {2, 2, 3, 4}, wd[2] = {4, 3};
+    td_tensor *x = test_tensor(fx.ctx, TD_F32, 4, xd);
+    test_fill_uniform(&fx.rng, test_f32(x), 144, -1.0f, 1.0f);
+    td_node nx = input_tensor("x", x, TD_F32);
+    td_node k1 = param("k1", 4, k1d, 0.2f, 1.0f), k2 = param("k2", 4, k2d, 0, 1), w = param("w", 2, wd, 0, 1);
+    td_node c1, r1, p1, c2, p2, flat, logits, y;
+    td_conv2d_options o;
+    td_conv2d_options_init(&o);
+    TEST_OK(fx.ctx, td_graph_conv2d(fx.g, nx, k1, &o, &c1));
+    TEST_OK(fx.ctx, td_graph_tanh(fx.g, c1, &r1)); /* smooth: finite differences need no kink care */
+    td_pool2d_options po;
+    td_pool2d_options_init(&po);
+    TEST_OK(fx.ctx, td_graph_avg_pool2d(fx.g, r1, &po, &p1));
+    o.padding = TD_PADDING_VALID;
+    o.stride[0] = o.stride[1] = 2;
+    TEST_OK(fx.ctx, td_graph_conv2d(fx.g, p1, k2, &o, &c2));
+    po.window[0] = po.window[1] = 1;
+    po.stride[0] = po.stride[1] = 1;
+    TEST_OK(fx.ctx, td_graph_max_pool2d(fx.g, c2, &po, &p2));
+    const int64_t fd[2] = {-1, 4};
+    TEST_OK(fx.ctx, td_graph_reshape(fx.g, p2, 2, fd, &flat));
+    TEST_OK(fx.ctx, td_graph_matmul(fx.g, flat, w, &logits));
+    TEST_OK(fx.ctx, td_graph_log_softmax(fx.g, logits, &y));
+    check_gradients(weighted_sum(y), "small cnn on test devices");
+    teardown();
+}
+
 Test(grad_devices, activations_on_test_devices)
 {
     /* The new elementwise ops through a small network on every backend. */
@@ -534,4 +566,88 @@ Test(grad_devices, mlp_on_test_devices)
     TEST_OK(fx.ctx, td_graph_scale(fx.g, xent, 0.5f, &loss));
     check_gradients(loss, "mlp on test devices");
     teardown();
+}
+
+/* ---- last-axis ops, embedding, convolution, pooling ---- */
+
+Test(grad, softmax_last_axis) { check_unary(td_graph_softmax, "softmax", 0, 2, false); }
+Test(grad, log_softmax_last_axis) { check_unary(td_graph_log_softmax, "log_softmax", 0, 2, false); }
+
+Test(grad, embedding_table_with_repeated_ids)
+{
+    int64_t td[2] = {5, 3}, idd[2] = {2, 3};
+    td_node table = param("table", 2, td, 0, 1), y;
+    td_tensor *ids = test_tensor(fx.ctx, TD_I32, 2, idd);
+    const int32_t v[6] = {4, 0, 4, 2, 4, 1};
+    memcpy(test_i32(ids), v, sizeof v);
+    td_node nid = input_tensor("ids", ids, TD_I32);
+    TEST_OK(fx.ctx, td_graph_embedding(fx.g, table, nid, &y));
+    check_gradients(weighted_sum(y), "embedding");
+}
+
+static void check_conv(const td_conv2d_options *o, const int64_t xd[4], const int64_t kd[4], const char *what)
+{
+    td_node x = param("x", 4, xd, 0, 1), k = param("k", 4, kd, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_conv2d(fx.g, x, k, o, &y));
+    check_gradients(weighted_sum(y), what);
+}
+
+Test(grad, conv2d_same_stride1)
+{
+    const int64_t xd[4] = {2, 5, 4, 3}, kd[4] = {3, 3, 3, 2};
+    check_conv(NULL, xd, kd, "conv2d 3x3 SAME");
+}
+
+Test(grad, conv2d_valid_stride2_dilation2)
+{
+    td_conv2d_options o;
+    td_conv2d_options_init(&o);
+    o.padding = TD_PADDING_VALID;
+    o.stride[0] = 2;
+    o.dilation[1] = 2;
+    const int64_t xd[4] = {1, 7, 6, 2}, kd[4] = {2, 2, 2, 3};
+    check_conv(&o, xd, kd, "conv2d VALID stride (2,1) dilation (1,2)");
+}
+
+Test(grad, conv2d_explicit_asymmetric_padding)
+{
+    td_conv2d_options o;
+    td_conv2d_options_init(&o);
+    o.padding = TD_PADDING_EXPLICIT;
+    const int64_t pads[4] = {2, 0, 1, 3};
+    memcpy(o.pad, pads, sizeof pads);
+    o.stride[1] = 3;
+    const int64_t xd[4] = {2, 4, 5, 1}, kd[4] = {3, 2, 1, 2};
+    check_conv(&o, xd, kd, "conv2d explicit padding");
+}
+
+static void check_pool(bool max, const td_pool2d_options *o, const char *what)
+{
+    const int64_t xd[4] = {2, 6, 5, 3};
+    td_node x = param("x", 4, xd, 0, 1), y;
+    if (max) {
+        /* Distinct values at least 0.05 apart: no finite difference of
+         * h = 0.01 changes which element of a window is the maximum. */
+        float *v = test_f32(fx.values[fx.n_params - 1]);
+        for (int i = 0; i < 180; i++)
+            v[i] = (float)((i * 37) % 180) * 0.05f - 4.5f;
+    }
+    TEST_OK(fx.ctx, max ? td_graph_max_pool2d(fx.g, x, o, &y) : td_graph_avg_pool2d(fx.g, x, o, &y));
+    check_gradients(weighted_sum(y), what);
+}
+
+Test(grad, max_pool_2x2) { check_pool(true, NULL, "max_pool 2x2 VALID"); }
+Test(grad, avg_pool_2x2) { check_pool(false, NULL, "avg_pool 2x2 VALID"); }
+
+Test(grad, pools_3x3_stride2_same)
+{
+    td_pool2d_options o;
+    td_pool2d_options_init(&o);
+    o.window[0] = o.window[1] = 3;
+    o.padding = TD_PADDING_SAME;
+    check_pool(true, &o, "max_pool 3x3 stride 2 SAME");
+    teardown();
+    setup();
+    o.count_include_pad = false;
+    check_pool(false, &o, "avg_pool 3x3 stride 2 SAME, padding not counted");
 }

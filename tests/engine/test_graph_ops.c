@@ -204,3 +204,90 @@ Test(graph_ops, labels_reshaped_on_the_way_to_the_loss_are_still_range_checked)
     test_i32(yv)[2] = 2;
     TEST_OK(ctx, td_program_run(p, 2, b));
 }
+
+Test(graph_ops, accuracy_from_raw_bytes_argmax_and_equal)
+{
+    /* u8 "images" cast on the device, logits = pixels, accuracy as a node. */
+    const int64_t xd[2] = {6, 4}, yd[1] = {6};
+    td_node x, y, xf, am, yf, eq, acc;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_U8, 2, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_input(g, "y", TD_I32, 1, yd, TD_SHARDED, &y));
+    TEST_OK(ctx, td_graph_cast(g, x, &xf));
+    TEST_OK(ctx, td_graph_argmax(g, xf, &am));
+    TEST_OK(ctx, td_graph_cast(g, y, &yf));
+    TEST_OK(ctx, td_graph_equal(g, am, yf, &eq));
+    TEST_OK(ctx, td_graph_mean(g, eq, 0, NULL, false, &acc));
+    td_node outs[3] = {acc, am, xf};
+    td_program *p = test_compile(ctx, g, test_mesh(ctx, "cpu:3"), 3, outs);
+    td_tensor *xv = test_tensor(ctx, TD_U8, 2, xd), *yv = test_tensor(ctx, TD_I32, 1, yd);
+    uint8_t *px;
+    td_tensor_data(xv, (void **)&px);
+    const uint8_t pixels[24] = {1, 9, 3, 4, 200, 7, 255, 0, 5, 5, 2, 1, 0, 0, 0, 1, 9, 8, 7, 6, 3, 250, 250, 2};
+    memcpy(px, pixels, sizeof pixels);
+    const int32_t labels[6] = {1, 2, 0, 3, 1, 1}; /* argmax: 1, 2, 0, 3, 0, 1 -> 5 of 6 right */
+    memcpy(test_i32(yv), labels, sizeof labels);
+    td_binding b[2] = {{x, xv}, {y, yv}};
+    TEST_OK(ctx, td_program_run(p, 2, b));
+    float mean_acc = 0;
+    for (uint32_t d = 0; d < 3; d++) {
+        td_tensor *a = test_read_output(ctx, p, 0, d), *m = test_read_output(ctx, p, 1, d),
+                  *f = test_read_output(ctx, p, 2, d);
+        mean_acc += test_f32(a)[0] / 3.0f;
+        for (int r = 0; r < 2; r++) {
+            const int32_t want_arg[6] = {1, 2, 0, 3, 0, 1};
+            cr_assert_eq(test_f32(m)[r], (float)want_arg[d * 2 + r], "device %u row %d", d, r);
+            for (int c = 0; c < 4; c++)
+                cr_assert_eq(test_f32(f)[r * 4 + c], (float)pixels[(d * 2 + r) * 4 + c]);
+        }
+        td_tensor_destroy(a);
+        td_tensor_destroy(m);
+        td_tensor_destroy(f);
+    }
+    cr_assert_float_eq(mean_acc, 5.0f / 6.0f, 1e-6);
+    td_tensor_destroy(xv);
+    td_tensor_destroy(yv);
+}
+
+Test(graph_ops, conv_and_pool_refuse_bad_shapes_with_the_values)
+{
+    const int64_t xd[4] = {2, 5, 5, 3}, k_bad_c[4] = {3, 3, 4, 8}, k_big[4] = {7, 7, 3, 8}, k3[3] = {3, 3, 3};
+    const int64_t x3d[3] = {5, 5, 3};
+    td_node x, x3, kc, kb, k3n, y;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 4, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_input(g, "x3", TD_F32, 3, x3d, TD_REPLICATED, &x3));
+    TEST_OK(ctx, td_graph_param(g, "kc", 4, k_bad_c, &kc));
+    TEST_OK(ctx, td_graph_param(g, "kb", 4, k_big, &kb));
+    TEST_OK(ctx, td_graph_param(g, "k3", 3, k3, &k3n));
+    td_conv2d_options o;
+    td_conv2d_options_init(&o);
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "channels", td_graph_conv2d(g, x, kc, &o, &y));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 3", td_graph_conv2d(g, x, k3n, &o, &y));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 3", td_graph_conv2d(g, x3, kb, &o, &y));
+    o.padding = TD_PADDING_VALID;
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "larger than the padded input", td_graph_conv2d(g, x, kb, &o, &y));
+    o.padding = TD_PADDING_SAME;
+    TEST_OK(ctx, td_graph_conv2d(g, x, kb, &o, &y)); /* SAME pads a 7x7 window over 5x5 */
+    o.stride[1] = 0;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "stride[1] is 0", td_graph_conv2d(g, x, kb, &o, &y));
+    td_conv2d_options_init(&o);
+    o.dilation[0] = -1;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dilation[0] is -1", td_graph_conv2d(g, x, kb, &o, &y));
+    td_conv2d_options_init(&o);
+    o.padding = TD_PADDING_EXPLICIT;
+    o.pad[2] = -2;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "pad[2] is -2", td_graph_conv2d(g, x, kb, &o, &y));
+    td_pool2d_options po;
+    td_pool2d_options_init(&po);
+    po.window[0] = 6;
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "larger than the padded input", td_graph_max_pool2d(g, x, &po, &y));
+    po.window[0] = 2;
+    po.stride[0] = 0;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "stride[0] is 0", td_graph_avg_pool2d(g, x, &po, &y));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 3", td_graph_avg_pool2d(g, x3, NULL, &y));
+    td_node lab;
+    const int64_t ld[1] = {2};
+    TEST_OK(ctx, td_graph_input(g, "u8labels", TD_U8, 1, ld, TD_SHARDED, &lab));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "expected i32", td_graph_softmax_cross_entropy(g, x, lab, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "is u8; outputs are f32 or i32",
+               td_pmap_compile(g, test_mesh(ctx, "cpu:1"), 1, &lab, &(td_program *){NULL}));
+}
