@@ -28,6 +28,15 @@ extern "C" {
 TD_API td_status td_layer_dense(td_graph *g, const char *name, td_node x, int64_t features, bool use_bias,
                                 uint64_t seed, td_node *out);
 
+/* flax.linen.Conv: x [N, H, W, C] -> [N, OH, OW, features] with kernel
+ * "<name>/kernel" [kernel_h, kernel_w, C, features], lecun_normal(seed),
+ * and with use_bias "<name>/bias" [features], zeros. options: NULL for
+ * stride 1, SAME (flax's defaults); see td_graph_conv2d. A bad shape found
+ * after the kernel was added leaves that parameter in the graph. */
+TD_API td_status td_layer_conv2d(td_graph *g, const char *name, td_node x, int64_t features, int64_t kernel_h,
+                                 int64_t kernel_w, const td_conv2d_options *options, bool use_bias, uint64_t seed,
+                                 td_node *out);
+
 #ifdef __cplusplus
 }
 #endif
