@@ -26,6 +26,9 @@ extern "C" {
 typedef struct td_graph td_graph;
 typedef uint32_t td_node;
 
+/* "No node", where an optional operand is left out. */
+#define TD_NO_NODE ((td_node)UINT32_MAX)
+
 typedef enum td_placement {
     TD_REPLICATED = 0, /* every device gets the whole value */
     TD_SHARDED = 1,    /* split along axis 0, device i gets slice i */
@@ -110,6 +113,13 @@ TD_API td_status td_graph_cast(td_graph *g, td_node a, td_node *out);
  * [ids..., D]. An id outside [0, V) gives a row of NaN. The gradient adds
  * the rows' gradients into the table in a fixed order (deterministic). */
 TD_API td_status td_graph_embedding(td_graph *g, td_node table, td_node ids, td_node *out);
+
+/* Layer normalization over the last axis (flax.linen.LayerNorm):
+ * (x - mean) / sqrt(var + epsilon) * scale + bias, with the biased
+ * variance; scale and bias are [features] nodes or TD_NO_NODE. Built from
+ * the ops above, so its gradient is theirs. */
+TD_API td_status td_graph_layer_norm(td_graph *g, td_node x, td_node scale, td_node bias, float epsilon,
+                                     td_node *out);
 
 /* ---- convolution and pooling (NHWC images, as flax) ----
  *

@@ -37,6 +37,11 @@ TD_API td_status td_layer_conv2d(td_graph *g, const char *name, td_node x, int64
                                  int64_t kernel_w, const td_conv2d_options *options, bool use_bias, uint64_t seed,
                                  td_node *out);
 
+/* flax.linen.LayerNorm over the last axis of x [..., features]: parameters
+ * "<name>/scale" [features] (ones) and "<name>/bias" [features] (zeros),
+ * epsilon (flax's default is 1e-6). */
+TD_API td_status td_layer_layer_norm(td_graph *g, const char *name, td_node x, float epsilon, td_node *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -651,3 +651,11 @@ Test(grad, pools_3x3_stride2_same)
     o.count_include_pad = false;
     check_pool(false, &o, "avg_pool 3x3 stride 2 SAME, padding not counted");
 }
+
+Test(grad, layer_norm_with_scale_and_bias)
+{
+    const int64_t fd[1] = {4};
+    td_node x = param("x", 2, d34, 0, 2), sc = param("scale", 1, fd, 0.5f, 1.5f), b = param("bias", 1, fd, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_layer_norm(fx.g, x, sc, b, 1e-5f, &y));
+    check_gradients(weighted_sum(y), "layer_norm");
+}

@@ -291,3 +291,35 @@ Test(graph_ops, conv_and_pool_refuse_bad_shapes_with_the_values)
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "is u8; outputs are f32 or i32",
                td_pmap_compile(g, test_mesh(ctx, "cpu:1"), 1, &lab, &(td_program *){NULL}));
 }
+
+Test(graph_ops, layer_norm_layer_normalises_each_row)
+{
+    const int64_t xd[2] = {4, 5};
+    td_node x, y;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_layer_layer_norm(g, "ln", x, 1e-6f, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "already used", td_layer_layer_norm(g, "ln", x, 1e-6f, &y));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "epsilon", td_graph_layer_norm(g, x, TD_NO_NODE, TD_NO_NODE, -1.0f, &y));
+    td_program *p = test_compile(ctx, g, test_mesh(ctx, "cpu:2"), 1, &y);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 2, xd);
+    for (int i = 0; i < 20; i++)
+        test_f32(xv)[i] = (float)((i * 7) % 11) - 3.0f;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t d = 0; d < 2; d++) {
+        td_tensor *out = test_read_output(ctx, p, 0, d);
+        for (int r = 0; r < 2; r++) {
+            const float *row = test_f32(xv) + (d * 2 + r) * 5;
+            double mean = 0, var = 0;
+            for (int c = 0; c < 5; c++)
+                mean += row[c] / 5.0;
+            for (int c = 0; c < 5; c++)
+                var += (row[c] - mean) * (row[c] - mean) / 5.0;
+            for (int c = 0; c < 5; c++) {
+                double want = (row[c] - mean) / sqrt(var + 1e-6);
+                cr_assert(test_close(test_f32(out)[r * 5 + c], want, 1e-5, 1e-6), "device %u row %d col %d", d, r, c);
+            }
+        }
+        td_tensor_destroy(out);
+    }
+}

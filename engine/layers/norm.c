@@ -1,0 +1,32 @@
+/* Normalization layers (flax.linen.LayerNorm): scale ones, bias zeros. */
+#include <stdio.h>
+
+#include "td_layer_internal.h"
+
+td_status td_layer_layer_norm(td_graph *g, const char *name, td_node x, float epsilon, td_node *out)
+{
+    const char *fn = "td_layer_layer_norm";
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!out)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    uint32_t rank;
+    int64_t dims[TD_MAX_RANK];
+    char scale_name[64], bias_name[64];
+    /* td_layer_check names "<name>/kernel"; the scale is "<name>/scale". */
+    td_status s = td_layer_check(g, fn, name, x, 1, true, scale_name, bias_name, &rank, dims);
+    if (s != TD_OK)
+        return s;
+    snprintf(scale_name, sizeof scale_name, "%s/scale", name);
+    if (td_graph_find_named(g, scale_name) != UINT32_MAX)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' is already used in the graph", fn,
+                            scale_name);
+    int64_t features = dims[rank - 1];
+    td_initializer ones;
+    td_initializer_ones(&ones);
+    td_node scale, bias;
+    if ((s = td_graph_param_init(g, scale_name, 1, &features, &ones, &scale)) != TD_OK ||
+        (s = td_graph_param(g, bias_name, 1, &features, &bias)) != TD_OK)
+        return s;
+    return td_graph_layer_norm(g, x, scale, bias, epsilon, out);
+}
