@@ -319,10 +319,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         td_program_destroy(p);
         return TD_OOM(ctx, "program outputs", total * sizeof(float));
     }
-    p->param_init = td_alloc_zeroed(ctx, (p->plan.size[TD_BUF_PARAMS] + 1) * sizeof(float));
+    uint64_t param_elems = p->plan.size[TD_BUF_PARAMS];
+    p->param_init = td_alloc_zeroed(ctx, (param_elems + 1) * sizeof(float));
     if (!p->param_init) {
-        td_program_destroy(p);
-        return TD_OOM(ctx, "initial parameters", p->plan.size[TD_BUF_PARAMS] * sizeof(float));
+        td_program_destroy(p); /* frees the plan: the size was read before */
+        return TD_OOM(ctx, "initial parameters", param_elems * sizeof(float));
     }
     for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
