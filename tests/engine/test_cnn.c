@@ -137,6 +137,44 @@ Test(cnn_devices, test_devices_match_cpu1, .timeout = 300)
     check_matches_one_device(test_devices_spec("cpu:2"), true);
 }
 
+/* A steady-state CNN step (conv, pool, their gradients, Adam, the ring)
+ * allocates nothing through tandem's allocator. */
+static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_unavailable)
+{
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, 30000);
+    td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
+    cnn m;
+    build_cnn(ctx, &m, BATCH);
+    td_trainer_options opts;
+    td_trainer_options_init(&opts);
+    opts.optimizer = TD_OPTIMIZER_ADAM;
+    td_trainer *t = NULL;
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &opts, &t));
+    const int64_t xd[4] = {BATCH, 8, 8, 1}, yd[1] = {BATCH};
+    td_tensor *x = test_tensor(ctx, TD_F32, 4, xd), *y = test_tensor(ctx, TD_I32, 1, yd);
+    test_rng rng = {7};
+    test_fill_uniform(&rng, test_f32(x), BATCH * 64, 0.0f, 1.0f);
+    td_binding b[2] = {{m.x, x}, {m.y, y}};
+    float loss;
+    TEST_OK(ctx, td_trainer_step(t, 2, b, &loss)); /* warm-up */
+    size_t before = counter.allocs;
+    for (int step = 0; step < 5; step++)
+        TEST_OK(ctx, td_trainer_step(t, 2, b, &loss));
+    cr_expect_eq(counter.allocs, before, "%s: %zu host allocations in 5 steady-state CNN steps", spec,
+                 counter.allocs - before);
+    td_tensor_destroy(x);
+    td_tensor_destroy(y);
+    td_context_destroy(ctx);
+}
+
+Test(cnn, a_steady_state_step_allocates_nothing) { check_cnn_steps_allocate_nothing("cpu:3", false); }
+
+Test(cnn_devices, a_steady_state_step_allocates_nothing_on_test_devices, .timeout = 300)
+{
+    check_cnn_steps_allocate_nothing(test_devices_spec("cpu:2"), true);
+}
+
 /* ---- a short real run ---- */
 
 Test(cnn_slow, fashion_mnist_subset_passes_an_accuracy_floor, .timeout = 600)
