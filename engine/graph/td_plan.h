@@ -43,6 +43,12 @@ typedef struct td_plan {
     uint32_t n_grad_copies;
     td_node *grad_copy_src;
     uint64_t *grad_copy_dst;
+    /* True for the trainer's step program, false for td_pmap_compile and
+     * evaluation programs: ops whose forward differs between training and
+     * inference (dropout, batch norm's statistics) lower by it. Set by the
+     * program's compile right after td_plan_build, before any lowering of
+     * calls (td_plan_emit), so an op's emit may read it. */
+    bool training;
 } td_plan;
 
 /* Per-device shapes, slots and steps for the given outputs. grad_nodes[i],

@@ -255,7 +255,8 @@ void td_program_destroy(td_program *p)
 }
 
 td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
-                             uint32_t n_grads, const td_node *params, const td_node *grads, td_program **out)
+                             uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
+                             td_program **out)
 {
     if (!g || !mesh)
         return g ? td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: mesh is NULL")
@@ -309,6 +310,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         td_program_destroy(p);
         return s;
     }
+    p->plan.training = training;
     size_t total = 0;
     for (uint32_t i = 0; i < n_outputs; i++) {
         p->output_offset[i] = total;
@@ -351,7 +353,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
 
 td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs, td_program **out)
 {
-    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, out);
+    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, false, out);
 }
 
 static td_status check_tensor(td_context *ctx, const td_tensor *t, td_dtype dtype, const td_shape *want,

@@ -11,9 +11,11 @@
 typedef td_status (*td_program_hook)(void *user, uint32_t position);
 
 /* td_pmap_compile, plus: the gradient of params[i] is grads[i], laid out in
- * the gradient buffer at the parameter's offset. */
+ * the gradient buffer at the parameter's offset, and `training` goes to the
+ * plan (td_plan.training). */
 td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
-                             uint32_t n_grads, const td_node *params, const td_node *grads, td_program **out);
+                             uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
+                             td_program **out);
 /* Makes the program owned by its caller (the trainer) rather than the context. */
 void td_program_disown(td_program *p);
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user);

@@ -20,7 +20,16 @@
  * one double each -- a barrier bounded by the context timeout -- and sum
  * them in rank order, so every owner scales by bitwise the same norm. The
  * exchange only happens when clipping is on; without it the schedule is the
- * one-pass fused update it always was. */
+ * one-pass fused update it always was.
+ *
+ * Gradient accumulation (optax.MultiSteps): with accumulate_steps K > 1,
+ * each call's hook reads the device's gradient bucket back and adds it to a
+ * host accumulator of that device, skipping the ring; the K-th call writes
+ * the mean of its K gradients into the bucket and only then runs the fused
+ * all-reduce + update, so there is one all-reduce per K micro-batches. A
+ * failed call empties the accumulators: the next call starts a new round of
+ * K, and no gradient of a round that saw a failure ever reaches the
+ * parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,7 @@
 #include "td_program_internal.h"
 #include "td_ring.h"
 #include "td_schedule.h"
+#include "td_trainer_internal.h"
 
 typedef struct trainable_range {
     size_t lo, hi; /* one listed parameter in the parameter buffer */
@@ -45,6 +55,12 @@ typedef struct trainer_owner {
     float *next_state; /* the step's new state; swapped in on success */
     float g_norm;      /* this step's global gradient norm, when clipping */
 } trainer_owner;
+
+/* A device's gradient accumulator. */
+typedef struct trainer_accum {
+    float *sum;     /* the round's gradients so far, param_elems floats */
+    float *scratch; /* the call's gradients read back; NULL when the device's memory is host memory */
+} trainer_accum;
 
 struct td_trainer {
     td_owned owned;
@@ -65,7 +81,15 @@ struct td_trainer {
     float step_lr;      /* the schedule at this step */
     uint64_t count_inc; /* steps + 1 during a step */
     double seconds;
-    uint64_t steps;
+    uint64_t steps;       /* optimizer updates */
+    uint64_t micro_steps; /* successful td_trainer_step calls */
+    uint64_t allreduces;  /* gradient all-reduces rank 0 completed */
+    uint32_t n_metrics;
+    td_node *metrics;
+    bool has_outputs; /* the last call succeeded: outputs and metrics are readable */
+    bool updated;     /* the last successful call updated the parameters */
+    uint32_t micro;   /* micro-batches in the accumulators, 0..K-1 */
+    trainer_accum *accum; /* per device when accumulate_steps > 1, else NULL */
 };
 
 td_status td_trainer_options_init(td_trainer_options *o)
@@ -82,6 +106,7 @@ td_status td_trainer_options_init(td_trainer_options *o)
     o->eps = 1e-8f;
     o->weight_decay = 1e-4f;
     o->decay = 0.9f;
+    o->accumulate_steps = 1;
     return TD_OK;
 }
 
@@ -107,6 +132,12 @@ static td_status check_options(td_context *ctx, const td_trainer_options *o)
     if (o->optimizer == TD_OPTIMIZER_ADAMW && (!isfinite(o->weight_decay) || o->weight_decay < 0.0f))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: weight_decay %g must be finite and >= 0",
                             (double)o->weight_decay);
+    if (o->accumulate_steps < 1)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: accumulate_steps %u must be >= 1",
+                            o->accumulate_steps);
+    if (o->n_metrics && !o->metrics)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: metrics is NULL for n_metrics %u",
+                            o->n_metrics);
     switch (o->optimizer) {
     case TD_OPTIMIZER_SGD:
         return check_unit_interval(ctx, "momentum", o->momentum);
@@ -228,6 +259,51 @@ static void update_finalize(void *user, uint32_t rank, float *data, size_t offse
     memcpy(data, t->pending + offset, count * sizeof(float));
 }
 
+static td_status device_sync(td_mesh_device *md, uint32_t timeout_ms)
+{
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
+}
+
+/* Adds this call's gradients to device pos's accumulator; on the round's
+ * last call leaves the round's mean gradient in the bucket instead, for the
+ * ring. Summed in call order, then divided once, as exactly as the ring's
+ * own mean. */
+static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool last)
+{
+    td_mesh_device *md = &t->mesh->devices[pos];
+    trainer_accum *ac = &t->accum[pos];
+    const uint32_t timeout = td_context_timeout_ms(t->ctx);
+    const size_t n = t->param_elems;
+    td_status s = device_sync(md, timeout); /* the backward pass has written the bucket */
+    if (s != TD_OK)
+        return s;
+    float *g = ac->scratch;
+    if (!g)
+        g = md->ops->buffer_host_pointer(md->dev, grads);
+    else if ((s = md->ops->read(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK ||
+             (s = device_sync(md, timeout)) != TD_OK)
+        return s;
+    if (t->micro == 0) {
+        memcpy(ac->sum, g, n * sizeof(float));
+        return TD_OK;
+    }
+    if (!last) {
+        for (size_t i = 0; i < n; i++)
+            ac->sum[i] += g[i];
+        return TD_OK;
+    }
+    for (size_t i = 0; i < n; i++)
+        g[i] += ac->sum[i];
+    td_ring_divide(g, n, t->options.accumulate_steps);
+    if (!ac->scratch)
+        return TD_OK; /* written in place */
+    if ((s = md->ops->write(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK)
+        return s;
+    return device_sync(md, timeout);
+}
+
 static td_status update_hook(void *user, uint32_t pos)
 {
     td_trainer *t = user;
@@ -235,10 +311,20 @@ static td_status update_hook(void *user, uint32_t pos)
         return TD_OK; /* nothing to train: the step computes the loss only */
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
+    td_status s;
+    if (t->accum) {
+        const bool last = t->micro + 1 == t->options.accumulate_steps;
+        if ((s = accumulate(t, pos, grads, last)) != TD_OK || !last)
+            return s;
+    }
     if (t->options.max_norm > 0.0f)
-        return td_ring_allreduce_consume_total(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
-                                               clip_total, update_finalize, t);
-    return td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+        s = td_ring_allreduce_consume_total(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
+                                            clip_total, update_finalize, t);
+    else
+        s = td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+    if (s == TD_OK && pos == 0)
+        t->allreduces++;
+    return s;
 }
 
 static void trainer_destroy_owned(td_owned *self)
@@ -255,6 +341,12 @@ void td_trainer_destroy(td_trainer *t)
     for (uint32_t r = 0; t->owners && r < t->mesh->count; r++)
         td_free(t->ctx, t->owners[r].block);
     td_free(t->ctx, t->owners);
+    for (uint32_t d = 0; t->accum && d < t->mesh->count; d++) {
+        td_free(t->ctx, t->accum[d].sum);
+        td_free(t->ctx, t->accum[d].scratch);
+    }
+    td_free(t->ctx, t->accum);
+    td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
@@ -327,6 +419,44 @@ static td_status plan_owners(td_trainer *t)
     return TD_OK;
 }
 
+/* Allocated here, once: a step never allocates. Devices working in host
+ * memory are read in place; the others need a copy to add from. */
+static td_status plan_accumulators(td_trainer *t)
+{
+    const uint32_t n = t->mesh->count;
+    const size_t bytes = (t->param_elems + 1) * sizeof(float);
+    t->accum = td_alloc_zeroed(t->ctx, sizeof *t->accum * n);
+    if (!t->accum)
+        return TD_OOM(t->ctx, "gradient accumulators", sizeof *t->accum * n);
+    for (uint32_t d = 0; d < n; d++) {
+        td_mesh_device *md = &t->mesh->devices[d];
+        td_buffer *grads = td_program_buffer(t->program, d, TD_BUF_GRADS);
+        const bool in_place = md->ops->buffer_host_pointer && md->ops->buffer_host_pointer(md->dev, grads);
+        t->accum[d].sum = td_alloc_zeroed(t->ctx, bytes);
+        t->accum[d].scratch = in_place ? NULL : td_alloc_zeroed(t->ctx, bytes);
+        if (!t->accum[d].sum || (!in_place && !t->accum[d].scratch))
+            return TD_OOM(t->ctx, "a gradient accumulator", bytes);
+    }
+    return TD_OK;
+}
+
+/* Metrics are read per device and averaged like the loss: scalars only. */
+static td_status check_metrics(td_graph *g, uint32_t n, const td_node *metrics)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        td_node m = metrics[i];
+        if (m >= g->count)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "td_trainer_create: metrics[%u] is node %u, which does not exist (the graph has %u nodes)",
+                                i, m, g->count);
+        if (g->nodes[m].dtype != TD_F32 || td_shape_count(&g->nodes[m].shape) != 1)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "td_trainer_create: metrics[%u] is node %u of %s with %lld elements, expected an f32 scalar",
+                                i, m, td_dtype_name(g->nodes[m].dtype), (long long)td_shape_count(&g->nodes[m].shape));
+    }
+    return TD_OK;
+}
+
 td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params, const td_node *params,
                             const td_trainer_options *options, td_trainer **out)
 {
@@ -346,16 +476,23 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     td_status s = check_options(ctx, &opts);
     if (s == TD_OK)
         s = check_params(g, n_params, params);
+    if (s == TD_OK)
+        s = check_metrics(g, opts.n_metrics, opts.metrics);
     if (s != TD_OK)
         return s;
 
     td_trainer *t = td_alloc_zeroed(ctx, sizeof *t);
     td_node *grads = td_alloc(ctx, sizeof *grads * (n_params + 1));
-    if (!t || !grads) {
+    td_node *outputs = td_alloc(ctx, sizeof *outputs * ((size_t)opts.n_metrics + 1));
+    if (!t || !grads || !outputs) {
         td_free(ctx, t);
         td_free(ctx, grads);
+        td_free(ctx, outputs);
         return TD_OOM(ctx, "a trainer", sizeof *t);
     }
+    outputs[0] = loss;
+    if (opts.n_metrics)
+        memcpy(outputs + 1, opts.metrics, sizeof *outputs * opts.n_metrics);
     t->ctx = ctx;
     t->mesh = mesh;
     t->options = opts;
@@ -365,6 +502,9 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (t->schedule.kind == TD_SCHEDULE_CONSTANT)
         t->schedule.init_value = opts.learning_rate;
     t->n_params = n_params;
+    t->n_metrics = opts.n_metrics;
+    t->metrics = outputs; /* [loss, metrics...]; options.metrics may be the caller's memory */
+    t->options.metrics = outputs + 1;
     td_context_own(ctx, &t->owned, trainer_destroy_owned);
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     s = t->params ? TD_OK : TD_OOM(ctx, "trainer parameters", sizeof *t->params * n_params);
@@ -374,7 +514,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
         s = td_graph_value_and_grad(g, loss, n_params, params, grads);
     }
     if (s == TD_OK)
-        s = td_program_compile(g, mesh, 1, &loss, n_params, params, grads, &t->program);
+        s = td_program_compile(g, mesh, opts.n_metrics + 1, outputs, n_params, params, grads, true, &t->program);
     td_free(ctx, grads);
     if (s == TD_OK)
         td_program_disown(t->program); /* the trainer destroys it */
@@ -389,6 +529,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     }
     if (s == TD_OK)
         s = plan_owners(t);
+    if (s == TD_OK && opts.accumulate_steps > 1)
+        s = plan_accumulators(t);
     if (s != TD_OK) {
         td_trainer_destroy(t);
         return s;
@@ -423,6 +565,9 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
 {
     if (!t)
         return TD_ERR_INVALID_ARGUMENT;
+    const bool last = t->micro + 1 >= t->options.accumulate_steps;
+    t->has_outputs = false;
+    t->updated = false;
     t->step_lr = td_schedule_eval(&t->schedule, t->steps);
     t->count_inc = t->steps + 1;
     struct timespec a, b;
@@ -438,12 +583,19 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
         char cause[512];
         snprintf(cause, sizeof cause, "%s", td_last_error(t->ctx));
         td_status r = td_program_write_all_params(t->program, t->master);
-        td_error_set(t->ctx, s, "%s%s", cause,
+        const bool dropped = t->micro > 0;
+        t->micro = 0;
+        td_error_set(t->ctx, s, "%s%s%s", cause,
                      r == TD_OK ? " (parameters restored to their values before the step)"
-                                : " (and restoring the parameters failed too)");
+                                : " (and restoring the parameters failed too)",
+                     dropped ? "; the accumulated gradients were dropped and accumulation restarts" : "");
         return s;
     }
-    if (t->n_params) {
+    t->micro_steps++;
+    t->has_outputs = true;
+    if (!last) {
+        t->micro++;
+    } else if (t->n_params) {
         float *swap = t->master;
         t->master = t->pending;
         t->pending = swap;
@@ -453,7 +605,11 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
             t->owners[r].next_state = st;
         }
     }
-    t->steps++;
+    if (last) {
+        t->micro = 0;
+        t->updated = true;
+        t->steps++;
+    }
     if (loss) {
         /* Each device's loss is the mean over its shard; equal shards make
          * their mean the mean over the global batch. Fixed order. */
@@ -519,4 +675,48 @@ td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *
     if (steps)
         *steps = t->steps;
     return TD_OK;
+}
+
+td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *values)
+{
+    if (!t)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (capacity < t->n_metrics || (t->n_metrics && !values))
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_metrics: capacity %u (values %s), expected room for the trainer's %u metrics",
+                            capacity, values ? "given" : "NULL", t->n_metrics);
+    if (!t->has_outputs)
+        return td_error_set(t->ctx, TD_ERR_STATE,
+                            "td_trainer_metrics: the last td_trainer_step did not succeed (or none ran), expected one that did");
+    for (uint32_t i = 0; i < t->n_metrics; i++) {
+        float sum = 0.0f; /* the loss's order: device 0 first */
+        for (uint32_t d = 0; d < t->mesh->count; d++)
+            sum += td_program_output_host(t->program, i + 1, d)[0];
+        values[i] = sum / (float)t->mesh->count;
+    }
+    return TD_OK;
+}
+
+td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
+{
+    if (!t)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!out)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_progress: out is NULL");
+    out->micro_steps = t->micro_steps;
+    out->updates = t->steps;
+    out->allreduces = t->allreduces;
+    out->accumulated = t->micro;
+    out->updated = t->updated;
+    return TD_OK;
+}
+
+const float *td_trainer_master(const td_trainer *t)
+{
+    return t->master;
+}
+
+const td_program *td_trainer_program(const td_trainer *t)
+{
+    return t->program;
 }

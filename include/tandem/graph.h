@@ -192,6 +192,19 @@ TD_API td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node
  * in [0, C). A scalar. */
 TD_API td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out);
 
+/* The mean of `per_example` over the valid examples of the GLOBAL batch.
+ * per_example is f32 [B] or [B, ...] (trailing axes are first reduced by
+ * their mean); mask is an f32 [B] input placed like the batch (1 = valid,
+ * 0 = padding; other values act as weights). On each device the value is
+ * sum(mask * x) / pmean(sum(mask)), i.e. N times the device's masked sum over
+ * the global valid count, so the trainer's average over devices -- and its
+ * gradient -- is exactly sum_all(mask * x) / sum_all(mask): N devices with
+ * padded shards train as one device on the unpadded batch. The denominator
+ * is max(pmean(sum(mask)), 2^-20): a batch with no valid example gives a
+ * loss of 0 and a gradient of 0, never NaN, provided the padding rows hold
+ * finite values (zeros, a valid label), since 0 * inf is NaN. */
+TD_API td_status td_graph_masked_mean(td_graph *g, td_node per_example, td_node mask, td_node *out);
+
 /* Collectives over the device axis. */
 TD_API td_status td_graph_psum(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_pmean(td_graph *g, td_node a, td_node *out);

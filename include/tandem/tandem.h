@@ -14,6 +14,7 @@
 #include "tandem/pmap.h"
 #include "tandem/optim.h"
 #include "tandem/train.h"
+#include "tandem/eval.h"
 #include "tandem/data.h"
 
 #endif

@@ -32,7 +32,30 @@ typedef struct td_trainer_options {
     float weight_decay;   /* ADAMW, decoupled: added to the update as weight_decay * param */
     float decay;          /* RMSPROP: decay of the squared-gradient average */
     float max_norm;       /* clip the mean gradient to this global L2 norm first; 0 = no clipping */
+    /* Gradient accumulation as optax.MultiSteps: each td_trainer_step runs
+     * one micro-batch; every accumulate_steps-th call applies the optimizer
+     * to the mean of the round's gradients (one all-reduce per round). The
+     * schedule and the optimizer's step count advance per update. Costs one
+     * host copy of the parameters per device (two for devices whose memory
+     * is not host memory). Default 1 (no accumulation); 0 is refused. */
+    uint32_t accumulate_steps;
+    /* Scalar f32 nodes computed with every step and read back by
+     * td_trainer_metrics (the array is copied at create). */
+    uint32_t n_metrics;
+    const td_node *metrics;
 } td_trainer_options;
+
+/* What the trainer has done: td_trainer_step calls that succeeded, optimizer
+ * updates, gradient all-reduces run (one per update), micro-batches now
+ * waiting in the accumulators, and whether the last call updated the
+ * parameters (false after a failed call). */
+typedef struct td_train_progress {
+    uint64_t micro_steps;
+    uint64_t updates;
+    uint64_t allreduces;
+    uint32_t accumulated;
+    bool updated;
+} td_train_progress;
 
 /* Fills `options` with the defaults: SGD without momentum at a constant
  * 0.01, no clipping, and optax's defaults for the other optimizers (b1 0.9,
@@ -54,8 +77,24 @@ TD_API td_status td_trainer_set_param(td_trainer *trainer, td_node param, const 
 TD_API td_status td_trainer_read_param(td_trainer *trainer, td_node param, uint32_t device, td_tensor *out);
 
 /* One synchronous data-parallel step. *loss (may be NULL) receives the loss
- * averaged over the devices, i.e. over the global batch. */
+ * averaged over the devices, i.e. over the global batch (build it with
+ * td_graph_masked_mean when shards hold padding). With accumulate_steps K >
+ * 1 the call runs one micro-batch and updates the parameters only when it
+ * completes a round of K (td_trainer_progress says whether it did); *loss
+ * is then this micro-batch's loss. A failed call changes no parameter and
+ * drops the round's accumulated gradients: the next call starts a new
+ * round. */
 TD_API td_status td_trainer_step(td_trainer *trainer, uint32_t n_bindings, const td_binding *bindings, float *loss);
+
+/* The metrics' values at the last td_trainer_step, in options.metrics
+ * order, each averaged over the devices in mesh order -- the global value
+ * when the metric is a td_graph_masked_mean or a mean over equal shards.
+ * capacity must be at least n_metrics; TD_ERR_STATE when the last call
+ * failed or none ran. */
+TD_API td_status td_trainer_metrics(const td_trainer *trainer, uint32_t capacity, float *values);
+
+/* Fills *progress (see td_train_progress). */
+TD_API td_status td_trainer_progress(const td_trainer *trainer, td_train_progress *progress);
 
 /* *identical = whether every device holds bitwise the same parameters. */
 TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identical);
@@ -67,7 +106,8 @@ TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identi
  * and the step's pending copy) so that a failed step changes nothing. */
 TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, size_t *state_bytes);
 
-/* Time spent inside td_trainer_step so far, in seconds, and the step count. */
+/* Time spent inside td_trainer_step so far, in seconds, and the number of
+ * optimizer updates (the calls, unless gradients are accumulated). */
 TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_seconds, uint64_t *steps);
 
 #ifdef __cplusplus

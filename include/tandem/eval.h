@@ -1,0 +1,59 @@
+/* tandem — evaluation: the forward pass of a trained graph over a data set.
+ *
+ * An evaluator is a program compiled from the trainer's graph for the metric
+ * nodes only (no gradients, no update, td_plan.training false, so dropout
+ * and batch norm lower for inference). It takes the trainer's current
+ * parameters with td_evaluator_load, then runs global batches that the
+ * caller binds, the mask included: the last short batch is padded and its
+ * padding rows masked out (td_batch_gather and td_batch_mask do both).
+ * Each batch's metrics are weighted by its number of valid examples, so
+ * the result is the average over exactly the valid examples of the data
+ * set, provided each metric is a td_graph_masked_mean over the batch. */
+#ifndef TANDEM_EVAL_H
+#define TANDEM_EVAL_H
+
+#include "tandem/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_evaluator td_evaluator;
+
+/* Compiles `g` for `mesh` computing the scalar f32 nodes `metrics`. `mask`
+ * is the graph's f32 [B] mask input (1 valid, 0 padding), whose bound value
+ * gives each batch's weight. Errors: TD_ERR_INVALID_ARGUMENT for a NULL
+ * argument, a node that does not exist, a metric that is not an f32 scalar
+ * or a mask that is not an f32 rank-1 input; compile errors as
+ * td_pmap_compile. */
+TD_API td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t n_metrics,
+                                     const td_node *metrics, td_evaluator **out);
+
+TD_API void td_evaluator_destroy(td_evaluator *evaluator);
+
+/* Copies the trainer's current parameters (its host master copy) to every
+ * device of the evaluator, matching parameters by node and name: the
+ * trainer must have been created from the same graph. Parameters that the
+ * trainer does not train are copied too. Also starts a new tally
+ * (td_evaluator_reset). */
+TD_API td_status td_evaluator_load(td_evaluator *evaluator, const td_trainer *trainer);
+
+/* Forgets the batches run so far. */
+TD_API td_status td_evaluator_reset(td_evaluator *evaluator);
+
+/* Runs one global batch (every needed input bound, the mask included) and
+ * adds its metrics, weighted by the sum of its mask, to the tally. A batch
+ * whose mask is all zero adds nothing. A failed run adds nothing either. */
+TD_API td_status td_evaluator_run(td_evaluator *evaluator, uint32_t n_bindings, const td_binding *bindings);
+
+/* values[i] = metric i averaged over the valid examples of the batches run
+ * since the last load or reset (0 when there were none); *examples (may be
+ * NULL) = how many valid examples that is (the mask's sum). capacity must
+ * be at least n_metrics. */
+TD_API td_status td_evaluator_result(const td_evaluator *evaluator, uint32_t capacity, float *values,
+                                     double *examples);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
