@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "td_bench_time.h"
 #include "td_backend.h"
 #include "td_context_internal.h"
 #include "td_mesh_internal.h"
@@ -53,25 +54,6 @@ typedef struct bench {
     int failures;
     pthread_mutex_t print_lock;
 } bench;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static td_conv_params geometry(const layer *l, int64_t batch)
 {
@@ -132,13 +114,13 @@ static void host_baseline(bench *b)
             double t[64];
             int reps = 0;
             blas(&g, a, bm, outs[s]); /* warm-up */
-            double begin = now_s();
+            double begin = td_bench_now();
             do {
-                double t0 = now_s();
+                double t0 = td_bench_now();
                 blas(&g, a, bm, outs[s]);
-                t[reps++] = now_s() - t0;
-            } while (reps < 64 && (reps < b->reps || now_s() - begin < 0.2));
-            b->blas_s[l][s] = median(t, reps);
+                t[reps++] = td_bench_now() - t0;
+            } while (reps < 64 && (reps < b->reps || td_bench_now() - begin < 0.2));
+            b->blas_s[l][s] = td_bench_median(t, reps);
             free(outs[s]);
         }
         free(p);
@@ -204,20 +186,20 @@ static td_status measure_layer(bench *b, const td_mesh_device *md, size_t li)
             if (st == TD_OK)
                 st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
         }
-        double begin = now_s();
-        while (st == TD_OK && reps < 64 && (reps < b->reps || now_s() - begin < 0.2)) {
-            double t0 = now_s();
+        double begin = td_bench_now();
+        while (st == TD_OK && reps < 64 && (reps < b->reps || td_bench_now() - begin < 0.2)) {
+            double t0 = td_bench_now();
             st = ops->segment_run(dev, seg);
             if (st == TD_OK)
                 st = ops->submit(dev, &ticket);
             if (st == TD_OK)
                 st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
-            t[reps++] = now_s() - t0;
+            t[reps++] = td_bench_now() - t0;
         }
         if (seg)
             ops->segment_destroy(dev, seg);
         if (st == TD_OK)
-            seconds[s] = median(t, reps);
+            seconds[s] = td_bench_median(t, reps);
     }
     /* The forward output against the host's im2col + cblas. */
     if (st == TD_OK)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "td_bench_time.h"
 #include "td_backend.h"
 #include "td_context_internal.h"
 #include "td_mesh_internal.h"
@@ -51,25 +52,6 @@ typedef struct bench {
     int failures;
 } bench;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double gflops(const shape *s, double seconds)
 {
     return 2.0 * (double)s->m * (double)s->n * (double)s->k / seconds * 1e-9;
@@ -97,14 +79,14 @@ static void host_baseline(bench *b)
             continue;
         double t[64];
         int reps = 0;
-        double begin = now_s();
+        double begin = td_bench_now();
         do {
-            double t0 = now_s();
+            double t0 = td_bench_now();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f,
                         b->a[i], (int)s->k, b->b[i], (int)s->n, 0.0f, b->ref[i], (int)s->n);
-            t[reps++] = now_s() - t0;
-        } while (reps < 64 && (reps < b->reps || now_s() - begin < 0.2));
-        b->openblas_gflops[i] = gflops(s, median(t, reps));
+            t[reps++] = td_bench_now() - t0;
+        } while (reps < 64 && (reps < b->reps || td_bench_now() - begin < 0.2));
+        b->openblas_gflops[i] = gflops(s, td_bench_median(t, reps));
     }
 }
 
@@ -164,15 +146,15 @@ static td_status measure(bench *b, const td_mesh_device *md, const char *label)
             st = ops->submit(dev, &ticket);
         if (st == TD_OK)
             st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
-        double begin = now_s();
-        while (st == TD_OK && reps < 64 && (reps < b->reps || now_s() - begin < 0.2)) {
-            double t0 = now_s();
+        double begin = td_bench_now();
+        while (st == TD_OK && reps < 64 && (reps < b->reps || td_bench_now() - begin < 0.2)) {
+            double t0 = td_bench_now();
             st = ops->segment_run(dev, seg);
             if (st == TD_OK)
                 st = ops->submit(dev, &ticket);
             if (st == TD_OK)
                 st = ops->wait(dev, ticket, td_context_timeout_ms(ctx));
-            t[reps++] = now_s() - t0;
+            t[reps++] = td_bench_now() - t0;
         }
         if (st == TD_OK)
             st = ops->read(dev, bc, 0, c, csz * 4);
@@ -193,7 +175,7 @@ static td_status measure(bench *b, const td_mesh_device *md, const char *label)
                         (long long)s->m, (long long)s->n, (long long)s->k, md->position, nmse);
                 b->failures++;
             }
-            print_row(b, md, label, i, median(t, reps), nmse);
+            print_row(b, md, label, i, td_bench_median(t, reps), nmse);
         }
         if (seg)
             ops->segment_destroy(dev, seg);

@@ -4,10 +4,15 @@
 
 #include "td_layer_internal.h"
 
-td_status td_layer_check(td_graph *g, const char *fn, const char *name, td_node x, uint32_t min_rank, bool use_bias,
-                         char kernel_name[64], char bias_name[64], uint32_t *rank, int64_t *dims)
+td_status td_layer_check(td_graph *g, const char *fn, const char *name, td_node x, const td_node *out,
+                         uint32_t min_rank, bool use_bias, char kernel_name[64], char bias_name[64], uint32_t *rank,
+                         int64_t *dims)
 {
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
     td_context *ctx = g->ctx;
+    if (!out)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     if (!name || !*name)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: the layer name is %s, expected 1 to %zu bytes", fn,
                             name ? "empty" : "NULL", TD_LAYER_MAX_NAME);

@@ -7,17 +7,13 @@ td_status td_layer_conv2d(td_graph *g, const char *name, td_node x, int64_t feat
                           td_node *out)
 {
     const char *fn = "td_layer_conv2d";
-    if (!g)
-        return TD_ERR_INVALID_ARGUMENT;
-    td_context *ctx = g->ctx;
-    if (!out)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     uint32_t rank;
     int64_t dims[TD_MAX_RANK];
     char kernel_name[64], bias_name[64];
-    td_status s = td_layer_check(g, fn, name, x, 4, use_bias, kernel_name, bias_name, &rank, dims);
+    td_status s = td_layer_check(g, fn, name, x, out, 4, use_bias, kernel_name, bias_name, &rank, dims);
     if (s != TD_OK)
         return s;
+    td_context *ctx = g->ctx;
     if (rank != 4 || features <= 0 || kernel_h <= 0 || kernel_w <= 0)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "%s: layer '%s': input rank %u, features %lld, kernel %lldx%lld; expected an NHWC input "

@@ -6,15 +6,11 @@
 td_status td_layer_layer_norm(td_graph *g, const char *name, td_node x, float epsilon, td_node *out)
 {
     const char *fn = "td_layer_layer_norm";
-    if (!g)
-        return TD_ERR_INVALID_ARGUMENT;
-    if (!out)
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     uint32_t rank;
     int64_t dims[TD_MAX_RANK];
     char scale_name[64], bias_name[64];
     /* td_layer_check names "<name>/kernel"; the scale is "<name>/scale". */
-    td_status s = td_layer_check(g, fn, name, x, 1, true, scale_name, bias_name, &rank, dims);
+    td_status s = td_layer_check(g, fn, name, x, out, 1, true, scale_name, bias_name, &rank, dims);
     if (s != TD_OK)
         return s;
     snprintf(scale_name, sizeof scale_name, "%s/scale", name);
