@@ -452,6 +452,7 @@ static td_status cpu_wait(td_device *dev, uint64_t ticket, uint32_t timeout_ms)
 
 const td_backend_ops td_cpu_backend = {
     .name = "cpu",
+    .caps = TD_BACKEND_SIMULATED | TD_BACKEND_HOST_BUFFERS,
     .probe = cpu_probe,
     .describe = cpu_describe,
     .open = cpu_open,

@@ -61,13 +61,22 @@ static td_status probe_for_spec(td_context *ctx, const td_backend_ops *ops, cons
     return TD_OK;
 }
 
+/* The first simulated backend in listing order: what "all" falls back to. */
+static const td_backend_ops *first_simulated_backend(void)
+{
+    for (uint32_t b = 0; b < td_runtime_backend_count(); b++)
+        if (td_runtime_backend(b)->caps & TD_BACKEND_SIMULATED)
+            return td_runtime_backend(b);
+    return NULL;
+}
+
 static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
 {
     if (strcmp(item, "all") == 0) {
         uint32_t before = list->count;
         for (uint32_t b = 0; b < td_runtime_backend_count(); b++) {
             const td_backend_ops *ops = td_runtime_backend(b);
-            if (ops == &td_cpu_backend)
+            if (ops->caps & TD_BACKEND_SIMULATED)
                 continue;
             td_backend_info info;
             memset(&info, 0, sizeof info);
@@ -79,7 +88,12 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
                     return s;
         }
         td_error_clear(ctx); /* a backend without a driver is not an error for "all" */
-        return list->count > before ? TD_OK : push(ctx, list, &td_cpu_backend, 0, item);
+        if (list->count > before)
+            return TD_OK;
+        const td_backend_ops *simulated = first_simulated_backend();
+        if (!simulated)
+            return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item 'all' found no device");
+        return push(ctx, list, simulated, 0, item);
     }
 
     char name[32];
@@ -101,14 +115,14 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
                             item);
     }
 
-    if (ops == &td_cpu_backend) {
+    if (ops->caps & TD_BACKEND_SIMULATED) {
         /* cpu:N is N simulated devices, all on the host. */
         uint32_t count = 1;
         if (sel) {
             const char *p = sel;
             if (!parse_uint(&p, &count) || *p != '\0')
                 return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
-                                    "device spec item '%s': expected cpu:N with N a device count", item);
+                                    "device spec item '%s': expected %s:N with N a device count", item, name);
         }
         if (count == 0)
             return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);

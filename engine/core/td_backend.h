@@ -31,8 +31,22 @@ typedef struct td_device td_device;     /* backend-defined, one opened device */
 typedef struct td_staging td_staging;   /* backend-defined, host-pinned memory */
 typedef struct td_segment td_segment;   /* backend-defined, a compiled call list */
 
+/* What a backend's devices are, asked through td_backend_ops.caps so that
+ * the engine never compares a vtable with a particular backend's: a new
+ * backend states its nature here and needs no edit in the engine. */
+enum {
+    /* Devices are simulated on host threads, not hardware: "NAME:N" in a
+     * device spec asks for N of them (no probe, no index), and "all" leaves
+     * them out, taking one only when no real device exists. */
+    TD_BACKEND_SIMULATED = 1u << 0,
+    /* Every buffer is plain host memory that buffer_host_pointer returns:
+     * the ring reduces in it directly and reserves no staging for it. */
+    TD_BACKEND_HOST_BUFFERS = 1u << 1,
+};
+
 typedef struct td_backend_ops {
     const char *name; /* "cpu", "opencl", "vulkan" */
+    uint32_t caps;    /* TD_BACKEND_* flags */
 
     /* Discovery. probe() fills *info (available, device_count, reason) and
      * must not fail because a driver is absent: that is info->available =

@@ -136,7 +136,7 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
         rr->tickets = t;
         rr->ticket_capacity = tickets;
     }
-    if (md->info.unified_memory && md->ops == &td_cpu_backend)
+    if (md->ops->caps & TD_BACKEND_HOST_BUFFERS)
         return TD_OK; /* works on device memory directly */
     if (bytes <= rr->staging_bytes)
         return TD_OK;
