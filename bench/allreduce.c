@@ -19,6 +19,7 @@
 
 typedef struct bench {
     td_mesh *mesh;
+    td_ring *ring;
     td_buffer **buffers;
     size_t max_count, count;
     int reps;
@@ -52,7 +53,7 @@ static td_status setup_job(void *arg, uint32_t pos)
     td_mesh_device *md = &b->mesh->devices[pos];
     td_status s = md->ops->buffer_create(md->dev, b->max_count * sizeof(float), &b->buffers[pos]);
     if (s == TD_OK)
-        s = td_ring_reserve(b->mesh->ring, pos, b->max_count * sizeof(float));
+        s = td_ring_reserve(b->ring, pos, b->max_count * sizeof(float));
     if (s == TD_OK)
         s = md->ops->write(md->dev, b->buffers[pos], 0, b->host, b->max_count * sizeof(float));
     uint64_t t;
@@ -75,7 +76,7 @@ static td_status reduce_job(void *arg, uint32_t pos)
     bench *b = arg;
     td_status s = TD_OK;
     for (int i = 0; i < b->reps && s == TD_OK; i++)
-        s = td_ring_allreduce(b->mesh->ring, pos, b->buffers[pos], 0, b->buffers[pos], 0, b->count, scale_finalize, b);
+        s = td_ring_allreduce(b->ring, pos, b->buffers[pos], 0, b->buffers[pos], 0, b->count, scale_finalize, b);
     return s;
 }
 
@@ -101,6 +102,10 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int jso
     td_status s = td_mesh_create(ctx, spec, &b.mesh);
     if (s != TD_OK) {
         fprintf(stderr, "allreduce: mesh '%s': %s: %s\n", spec, td_status_name(s), td_last_error(ctx));
+        return 1;
+    }
+    if ((s = td_mesh_ring(b.mesh, &b.ring)) != TD_OK) {
+        fprintf(stderr, "allreduce: ring on '%s': %s: %s\n", spec, td_status_name(s), td_last_error(ctx));
         return 1;
     }
     uint32_t n = b.mesh->count;

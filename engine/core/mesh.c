@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "td_mesh_internal.h"
-#include "td_ring.h"
 
 #define TD_MESH_MAX_DEVICES 256
 
@@ -255,8 +254,6 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
     td_free(ctx, list);
     if (s == TD_OK)
         s = td_worker_pool_create(mesh);
-    if (s == TD_OK)
-        s = td_ring_create(mesh, &mesh->ring);
     if (s != TD_OK) {
         td_mesh_destroy(mesh);
         return s;
@@ -271,8 +268,8 @@ void td_mesh_destroy(td_mesh *mesh)
         return;
     td_context *ctx = mesh->ctx;
     td_context_disown(ctx, &mesh->owned);
-    if (mesh->ring)
-        td_ring_destroy(mesh->ring);
+    if (mesh->collectives)
+        mesh->collectives_destroy(mesh->collectives); /* releases staging: before the devices close */
     td_worker_pool_destroy(mesh);
     for (uint32_t i = 0; i < mesh->count; i++)
         if (mesh->devices[i].dev)

@@ -9,7 +9,6 @@
 
 typedef struct td_worker td_worker;
 typedef struct td_worker_pool td_worker_pool;
-typedef struct td_ring td_ring;
 
 typedef struct td_mesh_device {
     const td_backend_ops *ops;
@@ -26,7 +25,12 @@ struct td_mesh {
     td_mesh_device *devices;
     char spec[256];
     td_worker_pool *pool;
-    td_ring *ring; /* the collectives' shared state, one per mesh */
+    /* The collectives' shared state (engine/parallel's ring), one per mesh
+     * so every program on the mesh shares its staging. The parallel layer
+     * creates it on first use and leaves its destructor here; core only
+     * calls that when the mesh goes, so it never reaches up a layer. */
+    void *collectives;
+    void (*collectives_destroy)(void *collectives);
 };
 
 /* The backends compiled in, in listing order (cpu first). */

@@ -23,6 +23,7 @@ struct td_program {
     td_owned owned;
     td_context *ctx;
     td_mesh *mesh;
+    td_ring *ring; /* the mesh's, shared with every program on it */
     uint32_t n_dev;
     td_graph graph; /* a private copy of the nodes, so the caller's graph may go */
     td_plan plan;
@@ -94,7 +95,7 @@ static td_status compile_device(td_program *p, uint32_t pos)
     }
     td_free(ctx, calls);
     if (s == TD_OK && p->ring_bytes)
-        s = td_ring_reserve(p->mesh->ring, pos, p->ring_bytes);
+        s = td_ring_reserve(p->ring, pos, p->ring_bytes);
     return s;
 }
 
@@ -150,7 +151,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         s = ops->write(dev, pd->buffers[p->plan.slots[id].buffer], p->plan.slots[id].offset * 4,
                        (const char *)host + offset, bytes);
     }
-    td_ring *ring = p->mesh->ring;
+    td_ring *ring = p->ring;
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
@@ -218,14 +219,14 @@ static td_status program_job(void *arg, uint32_t pos)
     default: s = TD_ERR_STATE; break;
     }
     if (s != TD_OK && s != TD_ERR_ABORTED)
-        td_ring_abort(p->mesh->ring, s); /* wake the peers waiting on this device */
+        td_ring_abort(p->ring, s); /* wake the peers waiting on this device */
     return s;
 }
 
 static td_status run_job(td_program *p, job_kind kind)
 {
-    if (td_ring_failed(p->mesh->ring))
-        td_ring_reset(p->mesh->ring); /* no worker is inside a collective between jobs */
+    if (td_ring_failed(p->ring))
+        td_ring_reset(p->ring); /* no worker is inside a collective between jobs */
     p->job = kind;
     return td_mesh_run(p->mesh, program_job, p);
 }
@@ -279,14 +280,18 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
                                 "td_pmap_compile: output %u (node %u) is u8; outputs are f32 or i32 (cast it first)", i,
                                 outputs[i]);
 
+    td_ring *ring;
+    td_status s = td_mesh_ring(mesh, &ring);
+    if (s != TD_OK)
+        return s;
     td_program *p = td_alloc_zeroed(ctx, sizeof *p);
     if (!p)
         return TD_OOM(ctx, "a program", sizeof *p);
     p->ctx = ctx;
     p->mesh = mesh;
+    p->ring = ring;
     p->n_dev = mesh->count;
     td_context_own(ctx, &p->owned, program_destroy_owned);
-    td_status s = TD_OK;
     p->graph.ctx = ctx;
     p->graph.count = g->count;
     p->graph.nodes = td_alloc(ctx, sizeof *g->nodes * g->count);
@@ -549,9 +554,9 @@ td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which)
     return p->devs[position].buffers[which];
 }
 
-td_mesh *td_program_mesh(const td_program *p)
+td_ring *td_program_ring(const td_program *p)
 {
-    return p->mesh;
+    return p->ring;
 }
 
 const td_node_def *td_program_node(const td_program *p, td_node node)

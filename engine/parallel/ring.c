@@ -72,7 +72,7 @@ size_t td_ring_slice_elements(void)
     return SLICE_ELEMENTS;
 }
 
-td_status td_ring_create(td_mesh *mesh, td_ring **out)
+static td_status ring_create(td_mesh *mesh, td_ring **out)
 {
     td_context *ctx = mesh->ctx;
     td_ring *ring = td_alloc_zeroed(ctx, sizeof *ring);
@@ -100,8 +100,9 @@ td_status td_ring_create(td_mesh *mesh, td_ring **out)
     return TD_OK;
 }
 
-void td_ring_destroy(td_ring *ring)
+static void ring_destroy(void *collectives)
 {
+    td_ring *ring = collectives;
     td_context *ctx = ring->mesh->ctx;
     for (uint32_t i = 0; i < ring->n; i++) {
         ring_rank *rr = &ring->ranks[i];
@@ -114,6 +115,20 @@ void td_ring_destroy(td_ring *ring)
     }
     td_free(ctx, ring->ranks);
     td_free(ctx, ring);
+}
+
+td_status td_mesh_ring(td_mesh *mesh, td_ring **out)
+{
+    if (!mesh->collectives) {
+        td_ring *ring = NULL;
+        td_status s = ring_create(mesh, &ring);
+        if (s != TD_OK)
+            return s;
+        mesh->collectives = ring;
+        mesh->collectives_destroy = ring_destroy;
+    }
+    *out = mesh->collectives;
+    return TD_OK;
 }
 
 static size_t slices_for(size_t elements)

@@ -5,6 +5,7 @@
 #include "tandem/pmap.h"
 #include "td_mesh_internal.h"
 #include "td_plan.h"
+#include "td_ring.h"
 
 /* Runs on every device's worker after the plan's steps, inside the same job
  * (the trainer's fused gradient all-reduce + update lives here). */
@@ -27,7 +28,9 @@ td_status td_program_write_all_params(td_program *p, const float *params);
 const float *td_program_initial_params(const td_program *p);
 const td_plan *td_program_plan(const td_program *p);
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
-td_mesh *td_program_mesh(const td_program *p);
+/* The mesh's ring the program runs its collectives on: the trainer's fused
+ * all-reduce uses the same one. */
+td_ring *td_program_ring(const td_program *p);
 const td_node_def *td_program_node(const td_program *p, td_node node);
 /* Host copy of output `index` as computed by `device` (valid after a run). */
 const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device);

@@ -28,8 +28,13 @@
 
 #include "td_mesh_internal.h"
 
-td_status td_ring_create(td_mesh *mesh, td_ring **out);
-void td_ring_destroy(td_ring *ring);
+typedef struct td_ring td_ring;
+
+/* The mesh's ring: created on the first call and destroyed with the mesh
+ * (core keeps it behind td_mesh.collectives). Call from the thread that
+ * drives the mesh, between jobs (a program's compile), never from a
+ * worker. */
+td_status td_mesh_ring(td_mesh *mesh, td_ring **out);
 
 /* Makes rank `rank` ready for collectives of up to `bytes` bytes (staging
  * memory for devices that need it). Call from that rank's worker thread at

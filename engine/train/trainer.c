@@ -67,6 +67,7 @@ struct td_trainer {
     td_context *ctx;
     td_mesh *mesh;
     td_program *program;
+    td_ring *ring; /* the program's */
     td_trainer_options options;
     const td_optimizer *optimizer;
     uint32_t state_floats;
@@ -318,10 +319,10 @@ static td_status update_hook(void *user, uint32_t pos)
             return s;
     }
     if (t->options.max_norm > 0.0f)
-        s = td_ring_allreduce_consume_total(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
+        s = td_ring_allreduce_consume_total(t->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
                                             clip_total, update_finalize, t);
     else
-        s = td_ring_allreduce_consume(t->mesh->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+        s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
     if (s == TD_OK && pos == 0)
         t->allreduces++;
     return s;
@@ -405,7 +406,7 @@ static td_status plan_owners(td_trainer *t)
     qsort(t->ranges, t->n_params, sizeof *t->ranges, compare_ranges);
     for (uint32_t r = 0; r < n; r++) {
         trainer_owner *ow = &t->owners[r];
-        td_ring_owned_range(t->mesh->ring, r, t->n_params ? t->param_elems : 0, &ow->lo, &ow->hi);
+        td_ring_owned_range(t->ring, r, t->n_params ? t->param_elems : 0, &ow->lo, &ow->hi);
         size_t floats = (size_t)t->state_floats * (ow->hi - ow->lo);
         if (floats == 0)
             continue;
@@ -516,8 +517,10 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (s == TD_OK)
         s = td_program_compile(g, mesh, opts.n_metrics + 1, outputs, n_params, params, grads, true, &t->program);
     td_free(ctx, grads);
-    if (s == TD_OK)
+    if (s == TD_OK) {
         td_program_disown(t->program); /* the trainer destroys it */
+        t->ring = td_program_ring(t->program);
+    }
     if (s == TD_OK) {
         t->param_elems = td_program_plan(t->program)->size[TD_BUF_PARAMS];
         t->master = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
