@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "td_reference.h"
+#include "td_kernel_checks.h"
 
 #define TD_CL_LOCAL 64 /* fixed: PoCL compiles a new work-group function per local size */
 

@@ -13,7 +13,7 @@
  * read, gets a memory barrier before it; independent dispatches get none. */
 #include <string.h>
 
-#include "td_reference.h"
+#include "td_kernel_checks.h"
 #include "vk_internal.h"
 
 enum { SLOT_OUT = 0, SLOT_OUT2, SLOT_A, SLOT_B, SLOT_C };

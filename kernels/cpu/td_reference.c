@@ -5,22 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-int64_t td_ew_count(const td_ew_params *p)
-{
-    int64_t n = 1;
-    for (int k = 0; k < TD_KERNEL_RANK; k++)
-        n *= p->dims[k];
-    return n;
-}
-
-int64_t td_reduce_out_count(const td_reduce_params *p)
-{
-    int64_t n = 1;
-    for (int k = 0; k < TD_KERNEL_RANK; k++)
-        n *= p->out_dims[k];
-    return n;
-}
-
 void td_reference_fill(float *out, int64_t n, float value)
 {
     for (int64_t i = 0; i < n; i++)

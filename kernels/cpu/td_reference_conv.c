@@ -1,5 +1,5 @@
-/* Reference IM2COL, COL2IM, POOL and POOL_BACKWARD (td_kernel.h), plus the
- * geometry checks every backend runs before launching them.
+/* Reference IM2COL, COL2IM, POOL and POOL_BACKWARD (td_kernel.h); the
+ * geometry checks every backend runs first are in td_kernel_checks.h.
  *
  * COL2IM and POOL_BACKWARD are written here as scatters over the windows in
  * row-major (b, oy, ox) order: every image element then receives its terms
@@ -12,8 +12,6 @@
 
 #include "td_reference.h"
 
-#define CONV_DIM_MAX 2147483647LL /* every size and step fits an int32 */
-
 static int64_t tap_y(const td_conv_params *p, int64_t oy, int64_t i)
 {
     return oy * p->stride_h - p->pad_top + i * p->dil_h;
@@ -22,68 +20,6 @@ static int64_t tap_y(const td_conv_params *p, int64_t oy, int64_t i)
 static int64_t tap_x(const td_conv_params *p, int64_t ox, int64_t j)
 {
     return ox * p->stride_w - p->pad_left + j * p->dil_w;
-}
-
-/* Product of v[0..count) when each factor is in [0, CONV_DIM_MAX] and the
- * product stays below 2^62; -1 otherwise. */
-static int64_t checked_product(const int64_t *v, int count)
-{
-    int64_t r = 1;
-    for (int k = 0; k < count; k++) {
-        if (v[k] < 0 || v[k] > CONV_DIM_MAX)
-            return -1;
-        if (v[k] != 0 && r > ((int64_t)1 << 62) / v[k])
-            return -1;
-        r *= v[k];
-    }
-    return r;
-}
-
-const char *td_conv_check(const td_conv_params *p, int pool)
-{
-    const int64_t sizes[] = {p->n, p->h, p->w, p->c, p->kh, p->kw, p->oh, p->ow};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
-        if (sizes[k] < 0 || sizes[k] > CONV_DIM_MAX)
-            return "a size (n, h, w, c, kh, kw, oh, ow) is negative or above 2^31 - 1";
-    if (p->kh < 1 || p->kw < 1)
-        return "the window is empty (kh and kw must be at least 1)";
-    const int64_t steps[] = {p->stride_h, p->stride_w, p->dil_h, p->dil_w};
-    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
-        if (steps[k] < 1 || steps[k] > CONV_DIM_MAX)
-            return "a stride or dilation is below 1 or above 2^31 - 1";
-    if (p->pad_top < -CONV_DIM_MAX || p->pad_top > CONV_DIM_MAX || p->pad_left < -CONV_DIM_MAX ||
-        p->pad_left > CONV_DIM_MAX)
-        return "a padding is beyond +-(2^31 - 1)";
-    if (pool && (p->dil_h != 1 || p->dil_w != 1))
-        return "pooling takes no dilation (dil_h and dil_w must be 1)";
-    if (td_conv_image_count(p) < 0 || td_conv_patch_count(p) < 0)
-        return "the image or patch matrix has more than 2^62 elements";
-    return NULL;
-}
-
-const char *td_pool_check(const td_pool_params *p)
-{
-    if (p->mode != TD_POOL_MAX && p->mode != TD_POOL_AVG)
-        return "the pooling mode is neither TD_POOL_MAX (0) nor TD_POOL_AVG (1)";
-    return td_conv_check(&p->geo, 1);
-}
-
-int64_t td_conv_image_count(const td_conv_params *p)
-{
-    const int64_t v[] = {p->n, p->h, p->w, p->c};
-    return checked_product(v, 4);
-}
-
-int64_t td_conv_patch_count(const td_conv_params *p)
-{
-    const int64_t v[] = {p->n, p->oh, p->ow, p->kh, p->kw, p->c};
-    return checked_product(v, 6);
-}
-
-int64_t td_conv_pooled_count(const td_conv_params *p)
-{
-    const int64_t v[] = {p->n, p->oh, p->ow, p->c};
-    return checked_product(v, 4);
 }
 
 /* Taps [*j0, *j1) of a window row starting at base (= ox * stride - pad)

@@ -5,8 +5,6 @@
 #include "td_reference.h"
 
 #include <math.h>
-#include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "td_random.h"
@@ -119,86 +117,5 @@ void td_reference_scatter_add_rows(float *out, const float *g, const int32_t *id
         const float *grow = g + i * p->dim;
         for (int64_t d = 0; d < p->dim; d++)
             orow[d] += grow[d];
-    }
-}
-
-/* a * b for sizes already known to be >= 0, or -1 past INT64_MAX. */
-static int64_t mul_or_neg(int64_t a, int64_t b)
-{
-    if (a != 0 && b > INT64_MAX / a)
-        return -1;
-    return a * b;
-}
-
-int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], char *why, size_t why_size)
-{
-    for (int s = 0; s < TD_ROW_SLOTS; s++)
-        need[s] = 0;
-    switch (c->kernel) {
-    case TD_KERNEL_SOFTMAX:
-    case TD_KERNEL_ARGMAX: {
-        const td_rows_params *p = &c->p.rows;
-        int64_t n = p->rows < 0 || p->cols < 0 ? -1 : mul_or_neg(p->rows, p->cols);
-        if (n < 0) {
-            snprintf(why, why_size, "rows %lld x cols %lld, expected sizes >= 0 with a product below 2^63",
-                     (long long)p->rows, (long long)p->cols);
-            return -1;
-        }
-        if (c->kernel == TD_KERNEL_SOFTMAX && p->mode != 0 && p->mode != 1) {
-            snprintf(why, why_size, "mode %d, expected 0 (softmax) or 1 (log-softmax)", (int)p->mode);
-            return -1;
-        }
-        need[TD_ROW_OUT] = c->kernel == TD_KERNEL_SOFTMAX ? n : p->rows;
-        need[TD_ROW_A] = n;
-        return 0;
-    }
-    case TD_KERNEL_CAST: {
-        const td_cast_params *p = &c->p.cast;
-        if (p->n < 0 || p->n > INT64_MAX - 3) {
-            snprintf(why, why_size, "n %lld, expected 0 <= n < 2^63 - 3", (long long)p->n);
-            return -1;
-        }
-        if (p->from != TD_CAST_U8 && p->from != TD_CAST_I32) {
-            snprintf(why, why_size, "from %d, expected %d (u8) or %d (i32)", (int)p->from, TD_CAST_U8, TD_CAST_I32);
-            return -1;
-        }
-        need[TD_ROW_OUT] = p->n;
-        need[TD_ROW_A] = p->from == TD_CAST_U8 ? (p->n + 3) / 4 : p->n;
-        return 0;
-    }
-    case TD_KERNEL_DROPOUT_MASK: {
-        const td_dropout_params *p = &c->p.dropout;
-        int64_t n = p->rows < 0 || p->cols < 0 ? -1 : mul_or_neg(p->rows, p->cols);
-        if (n < 0) {
-            snprintf(why, why_size, "rows %lld x cols %lld, expected sizes >= 0 with a product below 2^63",
-                     (long long)p->rows, (long long)p->cols);
-            return -1;
-        }
-        need[TD_ROW_OUT] = n;
-        need[TD_ROW_B] = n > 0 ? 2 : 0;
-        return 0;
-    }
-    case TD_KERNEL_GATHER_ROWS:
-    case TD_KERNEL_SCATTER_ADD_ROWS: {
-        const td_gather_params *p = &c->p.gather;
-        int64_t rows = -1, table = -1;
-        if (p->n >= 0 && p->vocab >= 0 && p->dim >= 0) {
-            rows = mul_or_neg(p->n, p->dim);
-            table = mul_or_neg(p->vocab, p->dim);
-        }
-        if (rows < 0 || table < 0) {
-            snprintf(why, why_size, "n %lld, vocab %lld, dim %lld, expected sizes >= 0 with products below 2^63",
-                     (long long)p->n, (long long)p->vocab, (long long)p->dim);
-            return -1;
-        }
-        bool gather = c->kernel == TD_KERNEL_GATHER_ROWS;
-        need[TD_ROW_OUT] = gather ? rows : table;
-        need[TD_ROW_A] = gather ? table : rows;
-        need[TD_ROW_B] = p->n;
-        return 0;
-    }
-    default:
-        snprintf(why, why_size, "kernel %d is not a row kernel", (int)c->kernel);
-        return -1;
     }
 }
