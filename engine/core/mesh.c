@@ -98,20 +98,19 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
     char name[32];
     size_t n = strcspn(item, ":");
     if (n == 0 || n >= sizeof name)
-        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
-                            "device spec item '%s' names no backend (expected cpu, opencl, vulkan or all)", item);
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s' names no backend (expected %s or all)",
+                            item, td_runtime_backend_names());
     memcpy(name, item, n);
     name[n] = '\0';
     const char *sel = item[n] == ':' ? item + n + 1 : NULL;
 
     const td_backend_ops *ops = td_runtime_backend_named(name);
     if (!ops) {
-        if (strcmp(name, "opencl") == 0 || strcmp(name, "vulkan") == 0)
+        if (td_runtime_backend_known(name))
             return td_error_set(ctx, TD_ERR_BACKEND_UNAVAILABLE,
                                 "device spec item '%s': the %s backend is not built into this library", item, name);
-        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
-                            "unknown backend '%s' in device spec item '%s' (expected cpu, opencl, vulkan or all)", name,
-                            item);
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "unknown backend '%s' in device spec item '%s' (expected %s or all)",
+                            name, item, td_runtime_backend_names());
     }
 
     if (ops->caps & TD_BACKEND_SIMULATED) {

@@ -4,15 +4,9 @@
 
 #include "td_mesh_internal.h"
 
-static const td_backend_ops *const backends[] = {
-    &td_cpu_backend,
-#ifdef TD_HAVE_OPENCL
-    &td_opencl_backend,
-#endif
-#ifdef TD_HAVE_VULKAN
-    &td_vulkan_backend,
-#endif
-};
+#define TD_BACKEND_ENTRY(name) &td_##name##_backend,
+static const td_backend_ops *const backends[] = {TD_BACKENDS_BUILT(TD_BACKEND_ENTRY)};
+#undef TD_BACKEND_ENTRY
 
 uint32_t td_runtime_backend_count(void)
 {
@@ -30,6 +24,22 @@ const td_backend_ops *td_runtime_backend_named(const char *name)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
     return NULL;
+}
+
+bool td_runtime_backend_known(const char *name)
+{
+#define TD_BACKEND_NAME(name) #name,
+    static const char *const known[] = {TD_BACKENDS_KNOWN(TD_BACKEND_NAME)};
+#undef TD_BACKEND_NAME
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(known[i], name) == 0)
+            return true;
+    return false;
+}
+
+const char *td_runtime_backend_names(void)
+{
+    return TD_BACKEND_NAMES;
 }
 
 td_status td_backend_count(td_context *ctx, uint32_t *count)
@@ -63,11 +73,15 @@ td_status td_device_query(td_context *ctx, const char *backend, uint32_t device,
     if (!backend || !info)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_device_query: backend or info is NULL");
     const td_backend_ops *ops = td_runtime_backend_named(backend);
-    if (!ops)
-        return td_error_set(ctx, TD_ERR_BACKEND_UNAVAILABLE,
-                            "backend '%s' is not built into this library (built in: cpu%s%s)", backend,
-                            td_runtime_backend_named("opencl") ? ", opencl" : "",
-                            td_runtime_backend_named("vulkan") ? ", vulkan" : "");
+    if (!ops) {
+        char built[128];
+        size_t used = 0;
+        built[0] = '\0';
+        for (uint32_t i = 0; i < td_runtime_backend_count() && used < sizeof built; i++)
+            used += (size_t)snprintf(built + used, sizeof built - used, "%s%s", i ? ", " : "", backends[i]->name);
+        return td_error_set(ctx, TD_ERR_BACKEND_UNAVAILABLE, "backend '%s' is not built into this library (built in: %s)",
+                            backend, built);
+    }
     td_backend_info binfo;
     memset(&binfo, 0, sizeof binfo);
     td_status s = ops->probe(ctx, &binfo);

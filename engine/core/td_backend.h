@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "tandem/device.h"
+#include "td_backend_list.h"
 #include "td_kernel.h"
 
 typedef struct td_device td_device;     /* backend-defined, one opened device */
@@ -105,13 +106,10 @@ typedef struct td_backend_ops {
     td_status (*wait)(td_device *dev, uint64_t ticket, uint32_t timeout_ms);
 } td_backend_ops;
 
-/* The backends compiled in. td_cpu_backend always exists. */
-extern const td_backend_ops td_cpu_backend;
-#ifdef TD_HAVE_OPENCL
-extern const td_backend_ops td_opencl_backend;
-#endif
-#ifdef TD_HAVE_VULKAN
-extern const td_backend_ops td_vulkan_backend;
-#endif
+/* The backends compiled in, one vtable each (td_cpu_backend always): the
+ * list is generated from the one in meson.build. */
+#define TD_BACKEND_DECLARE(name) extern const td_backend_ops td_##name##_backend;
+TD_BACKENDS_BUILT(TD_BACKEND_DECLARE)
+#undef TD_BACKEND_DECLARE
 
 #endif

@@ -3,6 +3,8 @@
 #ifndef TD_MESH_INTERNAL_H
 #define TD_MESH_INTERNAL_H
 
+#include <stdbool.h>
+
 #include "td_backend.h"
 #include "td_context_internal.h"
 #include "tandem/device.h"
@@ -37,6 +39,10 @@ struct td_mesh {
 uint32_t td_runtime_backend_count(void);
 const td_backend_ops *td_runtime_backend(uint32_t i);
 const td_backend_ops *td_runtime_backend_named(const char *name);
+/* Whether tandem knows a backend of that name, built into this library or
+ * not, and the list of all it knows ("cpu, opencl, vulkan"), for messages. */
+bool td_runtime_backend_known(const char *name);
+const char *td_runtime_backend_names(void);
 
 /* One job per device: fn(arg, position) runs on device position's worker
  * thread. td_mesh_run waits for every job (each bounded by the context's
