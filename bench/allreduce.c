@@ -10,10 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "td_mesh_internal.h"
-#include "td_ring.h"
+#include "td_bench_support.h"
+#include "td_bench_time.h"
 
 #define TRIALS 5
 
@@ -25,19 +24,6 @@ typedef struct bench {
     int reps;
     float *host;
 } bench;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void scale_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
@@ -84,15 +70,14 @@ static double memcpy_gbs(float *dst, const float *src, size_t bytes, int reps)
 {
     double t[TRIALS];
     for (int k = 0; k < TRIALS; k++) {
-        double a = now();
+        double a = td_bench_now();
         for (int i = 0; i < reps; i++) {
             memcpy(dst, src, bytes);
             __asm__ volatile("" ::"r"(dst) : "memory");
         }
-        t[k] = (now() - a) / reps;
+        t[k] = (td_bench_now() - a) / reps;
     }
-    qsort(t, TRIALS, sizeof t[0], cmp_double);
-    return (double)bytes / t[TRIALS / 2] / 1e9;
+    return (double)bytes / td_bench_median(t, TRIALS) / 1e9;
 }
 
 static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int json)
@@ -139,15 +124,14 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int jso
         td_mesh_run(b.mesh, reduce_job, &b);
         b.reps = saved;
         for (int k = 0; k < TRIALS; k++) {
-            double a = now();
+            double a = td_bench_now();
             if ((s = td_mesh_run(b.mesh, reduce_job, &b)) != TD_OK) {
                 fprintf(stderr, "allreduce: %s: %s\n", td_status_name(s), td_last_error(ctx));
                 return 1;
             }
-            t[k] = (now() - a) / b.reps;
+            t[k] = (td_bench_now() - a) / b.reps;
         }
-        qsort(t, TRIALS, sizeof t[0], cmp_double);
-        double sec = t[TRIALS / 2];
+        double sec = td_bench_median(t, TRIALS);
         double alg = (double)bytes / sec / 1e9;
         double bus = alg * 2.0 * (n - 1) / n;
         double mem = memcpy_gbs(copy_dst, b.host, bytes, b.reps * (int)n > 1 ? b.reps : 1);

@@ -23,13 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "td_bench_support.h"
 #include "td_bench_time.h"
-#include "td_backend.h"
-#include "td_context_internal.h"
-#include "td_mesh_internal.h"
-#include "td_reference.h"
-#include "tandem/context.h"
-#include "tandem/device.h"
 
 extern void openblas_set_num_threads(int) __attribute__((weak));
 

@@ -17,12 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "td_bench_support.h"
 #include "td_bench_time.h"
-#include "td_backend.h"
-#include "td_context_internal.h"
-#include "td_mesh_internal.h"
-#include "tandem/context.h"
-#include "tandem/device.h"
 
 typedef struct shape {
     int64_t m, n, k;
