@@ -252,9 +252,8 @@ static void run_gemm(const td_kernel_call *c)
         pthread_mutex_unlock(&serial_blas_lock);
 }
 
-/* One kernel call on the host. Exposed for the tests of other backends. */
-void td_cpu_run_call(const td_kernel_call *c);
-void td_cpu_run_call(const td_kernel_call *c)
+/* One kernel call on the host. */
+static void run_call(const td_kernel_call *c)
 {
     switch (c->kernel) {
     case TD_KERNEL_FILL: td_reference_fill(at(&c->out), c->n, c->alpha); break;
@@ -423,7 +422,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
 {
     (void)dev;
     for (size_t i = 0; i < seg->count; i++)
-        td_cpu_run_call(&seg->calls[i]);
+        run_call(&seg->calls[i]);
     return TD_OK;
 }
 

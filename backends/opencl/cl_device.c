@@ -12,9 +12,10 @@
 /* CL_PLATFORM_NOT_FOUND_KHR: what ocl-icd answers when no ICD is installed. */
 #define TD_CL_PLATFORM_NOT_FOUND (-1001)
 
-td_status td_opencl_enumerate(td_context *ctx, uint32_t *count, uint32_t index,
-                              cl_platform_id *platform, cl_device_id *device, char *reason,
-                              size_t reason_size)
+/* The devices of every platform in loader order. When platform is non-NULL
+ * and index < *count, fills platform/device for that index. */
+static td_status enumerate(td_context *ctx, uint32_t *count, uint32_t index, cl_platform_id *platform,
+                           cl_device_id *device, char *reason, size_t reason_size)
 {
     cl_platform_id platforms[TD_CL_MAX_PLATFORMS];
     cl_uint nplat = 0;
@@ -76,7 +77,7 @@ static td_status cl_probe(td_context *ctx, td_backend_info *info)
     memset(info, 0, sizeof *info);
     snprintf(info->name, sizeof info->name, "opencl");
     uint32_t count = 0;
-    td_status st = td_opencl_enumerate(ctx, &count, 0, NULL, NULL, info->reason, sizeof info->reason);
+    td_status st = enumerate(ctx, &count, 0, NULL, NULL, info->reason, sizeof info->reason);
     if (st != TD_OK) {
         /* Discovery must not fail because of the driver: report, don't return. */
         snprintf(info->reason, sizeof info->reason, "%s", td_last_error(ctx));
@@ -95,7 +96,7 @@ static td_status find_device(td_context *ctx, uint32_t index, cl_platform_id *pl
     uint32_t count = 0;
     char reason[256];
     *device = NULL;
-    td_status st = td_opencl_enumerate(ctx, &count, index, platform, device, reason, sizeof reason);
+    td_status st = enumerate(ctx, &count, index, platform, device, reason, sizeof reason);
     if (st != TD_OK)
         return st;
     if (count == 0)

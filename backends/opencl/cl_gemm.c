@@ -1,7 +1,7 @@
 /* GEMM: CLBlast or tandem's own kernel (kernels/opencl/gemm.cl), chosen per
  * call at segment_create by a rule measured with bench/gemm.c.
  *
- * The rule (td_opencl_gemm_prefers_clblast): see the measurement notes at
+ * The rule (prefers_clblast): see the measurement notes at
  * the function. TD_OPENCL_GEMM=clblast|own overrides it, for benchmarks and
  * for tests that must exercise both paths. */
 #include "cl_internal.h"
@@ -12,7 +12,7 @@
 
 #define TD_GEMM_L 8 /* must match kernels/opencl/gemm.cl */
 
-bool td_opencl_gemm_prefers_clblast(const td_device *dev, const td_gemm_params *p)
+static bool prefers_clblast(const td_device *dev, const td_gemm_params *p)
 {
     /* Measured on PoCL 3.1 (pthread device, 2 cores; bench/gemm.c, medians
      * of 3-4 quiet runs, bench/RESULTS.md): the own kernel beats CLBlast
@@ -71,7 +71,7 @@ td_status td_opencl_gemm_prepare(td_device *dev, const td_kernel_call *call, td_
     td_cl_gemm_mode mode = mode_from_env();
     /* CLBlast rejects k == 0; the own kernel handles it (C = beta C). */
     g->use_clblast = p->k > 0 && (mode == TD_CL_GEMM_CLBLAST ||
-                                  (mode == TD_CL_GEMM_AUTO && td_opencl_gemm_prefers_clblast(dev, p)));
+                                  (mode == TD_CL_GEMM_AUTO && prefers_clblast(dev, p)));
     if (g->use_clblast) {
         size_t need = 0;
         CLBlastStatusCode s = CLBlastSGemmTempBufferSize(

@@ -145,10 +145,6 @@ bool td_vk_compute_family(VkPhysicalDevice physical, uint32_t *family, uint32_t 
 /* vk_memory.c */
 td_status td_vk_alloc_buffer(td_device *dev, VkDeviceSize size, bool host, VkBuffer *buffer,
                              VkDeviceMemory *memory, void **mapped, bool *coherent);
-/* As td_vk_alloc_buffer for device memory (host == false), also reporting the
- * chosen type's flags and the allocation's size. */
-td_status td_vk_alloc_device_buffer(td_device *dev, VkDeviceSize size, VkBuffer *buffer, VkDeviceMemory *memory,
-                                    VkMemoryPropertyFlags *flags, VkDeviceSize *alloc_size);
 /* The memory type for a buffer (see the rule in vk_memory.c), or -1. `host`:
  * staging memory; otherwise tensor memory on a device of type `type`. */
 int td_vk_choose_memory_type(const VkPhysicalDeviceMemoryProperties *mem, VkPhysicalDeviceType type,

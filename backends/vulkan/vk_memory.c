@@ -158,12 +158,6 @@ td_status td_vk_alloc_buffer(td_device *dev, VkDeviceSize size, bool host, VkBuf
     return s;
 }
 
-td_status td_vk_alloc_device_buffer(td_device *dev, VkDeviceSize size, VkBuffer *buffer, VkDeviceMemory *memory,
-                                    VkMemoryPropertyFlags *flags, VkDeviceSize *alloc_size)
-{
-    return alloc_buffer(dev, size, false, buffer, memory, NULL, flags, alloc_size);
-}
-
 void td_vk_free_buffer(td_device *dev, VkBuffer buffer, VkDeviceMemory memory)
 {
     if (buffer != VK_NULL_HANDLE)
@@ -194,7 +188,7 @@ td_status td_vk_buffer_create(td_device *dev, size_t bytes, td_buffer **out)
     /* Vulkan has no empty buffers; round up to whole 4-byte words so
      * descriptor ranges always cover whole floats. */
     buf->size = bytes == 0 ? 64 : (bytes + 3) & ~(VkDeviceSize)3;
-    s = td_vk_alloc_device_buffer(dev, buf->size, &buf->buffer, &buf->memory, &buf->mem_flags, &buf->alloc_size);
+    s = alloc_buffer(dev, buf->size, false, &buf->buffer, &buf->memory, NULL, &buf->mem_flags, &buf->alloc_size);
     if (s != TD_OK) {
         td_free(dev->ctx, buf);
         return s;

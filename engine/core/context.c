@@ -11,6 +11,8 @@
 
 #define TD_DEFAULT_TIMEOUT_MS 60000u
 
+static void release_objects(td_context *ctx);
+
 td_status td_context_options_init(td_context_options *options)
 {
     if (!options)
@@ -64,7 +66,7 @@ void td_context_destroy(td_context *ctx)
 {
     if (!ctx)
         return;
-    td_context_release_objects(ctx);
+    release_objects(ctx);
     pthread_mutex_destroy(&ctx->error_lock);
     if (ctx->options.allocator.free)
         ctx->options.allocator.free(ctx->options.allocator.user, ctx);
@@ -204,7 +206,7 @@ void td_context_disown(td_context *ctx, td_owned *object)
 }
 
 /* Newest first: a program is released before the mesh it was compiled for. */
-void td_context_release_objects(td_context *ctx)
+static void release_objects(td_context *ctx)
 {
     owned_init(ctx);
     while (ctx->owned.next != &ctx->owned)

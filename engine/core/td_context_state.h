@@ -15,6 +15,4 @@ struct td_context {
     int owned_initialised;
 };
 
-void td_context_release_objects(td_context *ctx);
-
 #endif
