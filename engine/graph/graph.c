@@ -444,18 +444,26 @@ td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out)
     return td_graph_mean(g, sq, 0, NULL, false, out);
 }
 
-td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out)
+static td_status xent_rows(td_graph *g, td_node logits, td_node labels, td_node *out, const char *fn)
 {
-    const char *fn = "td_graph_softmax_cross_entropy";
     td_status s = check_graph(g, out, fn);
     if (s != TD_OK || (s = check_node(g, logits, fn, TD_F32)) != TD_OK ||
         (s = check_node(g, labels, fn, TD_I32)) != TD_OK)
         return s;
     td_node_def d = td_node_make(TD_OP_XENT, 2, logits, labels, 0);
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out)
+{
     td_node rows;
-    if ((s = td_graph_append(g, &d, &rows)) != TD_OK)
-        return s;
-    return td_graph_mean(g, rows, 0, NULL, false, out);
+    td_status s = xent_rows(g, logits, labels, &rows, "td_graph_softmax_cross_entropy");
+    return s == TD_OK ? td_graph_mean(g, rows, 0, NULL, false, out) : s;
+}
+
+td_status td_graph_softmax_cross_entropy_per_example(td_graph *g, td_node logits, td_node labels, td_node *out)
+{
+    return xent_rows(g, logits, labels, out, "td_graph_softmax_cross_entropy_per_example");
 }
 
 /* Built from existing ops so every backend lowers it and autodiff needs no

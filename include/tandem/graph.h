@@ -253,6 +253,11 @@ TD_API td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node
  * in [0, C). A scalar. */
 TD_API td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out);
 
+/* The same per example (optax.softmax_cross_entropy_with_integer_labels):
+ * [B], for td_graph_masked_mean or a weighted loss. */
+TD_API td_status td_graph_softmax_cross_entropy_per_example(td_graph *g, td_node logits, td_node labels,
+                                                            td_node *out);
+
 /* The mean of `per_example` over the valid examples of the GLOBAL batch.
  * per_example is f32 [B] or [B, ...] (trailing axes are first reduced by
  * their mean); mask is an f32 [B] input placed like the batch (1 = valid,
