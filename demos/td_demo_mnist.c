@@ -1,11 +1,13 @@
 /* The Fashion-MNIST demos' driver (see td_demo_mnist.h).
  *
  * Each epoch visits the training set in a seeded order that depends only on
- * (seed, epoch), so every mesh sees the same global batches. Full global
- * batches train; the last, short one is left out until the trainer's
- * masked batches are wired in here. Test accuracy counts every test example
- * exactly once: the last batch is padded, and padded rows are not counted.
- * Images go to the devices as f32 in [0, 1], converted on the host. */
+ * (seed, epoch), so every mesh sees the same global batches. The last,
+ * short batch of an epoch trains too: it is padded with zero rows and a
+ * per-example mask, and the loss is the masked mean over the global batch,
+ * so it trains exactly on its real examples. Images go to the devices as
+ * raw bytes (u8) and are cast there. Accuracy is a graph node (argmax ==
+ * label, masked mean), returned with every step and computed by an
+ * evaluator over the test set, each test example counted exactly once. */
 #include "td_demo_mnist.h"
 
 #include <errno.h>
@@ -31,15 +33,13 @@ typedef struct demo {
     td_mesh *mesh;
     uint32_t n_dev;
     td_graph *g;
-    td_node x, y, logits, loss;
+    td_node x, y, mask, logits, loss, accuracy;
     td_trainer *trainer;
-    td_program *eval;
+    td_evaluator *eval;
     uint32_t n_params;
     td_node *params;
-    td_tensor **param_values;
     td_tensor *train_images, *train_labels, *test_images, *test_labels;
-    td_tensor *xb, *yb, *xb_u8; /* one global batch */
-    td_tensor **logits_out;     /* per device */
+    td_tensor *xb, *yb, *mb; /* one global batch: u8 images, i32 labels, f32 mask */
     uint32_t *order, *index;
 } demo;
 
@@ -47,24 +47,44 @@ static int usage(const char *demo_name)
 {
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
-            "  --devices SPEC  e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
-            "  --epochs N      passes over the training set (default 5)\n"
-            "  --batch N       global batch size; must split evenly over the devices (default 128)\n"
-            "  --seed N        initial parameters and data order (default 0)\n"
-            "  --lr X          Adam learning rate (default 1e-3)\n"
-            "  --limit N       train on N examples per epoch (default: all 60000)\n"
-            "  --data DIR      Fashion-MNIST IDX files (default %s)\n",
+            "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine]\n"
+            "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
+            "  --epochs N       passes over the training set (default 5)\n"
+            "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
+            "  --seed N         initial parameters, dropout masks and data order (default 0)\n"
+            "  --lr X           Adam learning rate (the peak with --schedule cosine; default 1e-3)\n"
+            "  --limit N        train on N examples per epoch (default: all 60000)\n"
+            "  --data DIR       Fashion-MNIST IDX files (default %s)\n"
+            "  --batch-norm     batch normalization after each convolution (statistics per device)\n"
+            "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
+            "  --accumulate K   average the gradients of K batches per update (default 1)\n"
+            "  --schedule S     constant (default) or cosine: decay the rate to 0 over the run\n",
             demo_name, TD_FASHION_MNIST_DIR);
     return 2;
 }
 
-static bool parse_i64(const char *demo_name, const char *flag, const char *text, int64_t lo, int64_t *out)
+static bool parse_i64(const char *demo_name, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (errno || *end || end == text || v < lo) {
-        fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s'\n", demo_name, flag, (long long)lo, text);
+    if (errno || *end || end == text || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s expects an integer in [%lld, %lld], got '%s'\n", demo_name, flag, (long long)lo,
+                (long long)hi, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *demo_name, const char *flag, const char *text, float lo, float hi, bool hi_open,
+                        float *out)
+{
+    char *end;
+    float v = strtof(text, &end);
+    if (*end || end == text || !(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi))) {
+        fprintf(stderr, "%s: %s expects a number in [%g, %g%s, got '%s'\n", demo_name, flag, (double)lo, (double)hi,
+                hi_open ? ")" : "]", text);
         return false;
     }
     *out = v;
@@ -77,6 +97,10 @@ static int parse(demo *d, int argc, char **argv)
         const char *f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
             return usage(d->name) - 1; /* 1: print and leave with 0 */
+        if (strcmp(f, "--batch-norm") == 0) {
+            d->o.batch_norm = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "%s: %s needs a value\n", d->name, f);
             return usage(d->name);
@@ -88,29 +112,37 @@ static int parse(demo *d, int argc, char **argv)
         } else if (strcmp(f, "--data") == 0) {
             d->o.data = v;
         } else if (strcmp(f, "--epochs") == 0) {
-            if (!parse_i64(d->name, f, v, 1, &n) || n > 100000)
+            if (!parse_i64(d->name, f, v, 1, 100000, &n))
                 return 2;
             d->o.epochs = (int)n;
         } else if (strcmp(f, "--batch") == 0) {
-            if (!parse_i64(d->name, f, v, 1, &n) || n > 60000)
+            if (!parse_i64(d->name, f, v, 1, 60000, &n))
                 return 2;
             d->o.batch = n;
         } else if (strcmp(f, "--seed") == 0) {
-            if (!parse_i64(d->name, f, v, 0, &n))
+            if (!parse_i64(d->name, f, v, 0, INT64_MAX, &n))
                 return 2;
             d->o.seed = (uint64_t)n;
         } else if (strcmp(f, "--limit") == 0) {
-            if (!parse_i64(d->name, f, v, 1, &n))
+            if (!parse_i64(d->name, f, v, 1, INT64_MAX, &n))
                 return 2;
             d->o.limit = n;
+        } else if (strcmp(f, "--accumulate") == 0) {
+            if (!parse_i64(d->name, f, v, 1, 1024, &n))
+                return 2;
+            d->o.accumulate = (uint32_t)n;
         } else if (strcmp(f, "--lr") == 0) {
-            char *end;
-            float lr = strtof(v, &end);
-            if (*end || end == v || !(lr > 0.0f) || lr > 1e3f) {
-                fprintf(stderr, "%s: --lr expects a positive number, got '%s'\n", d->name, v);
+            if (!parse_float(d->name, f, v, 1e-9f, 1e3f, false, &d->o.learning_rate))
+                return 2;
+        } else if (strcmp(f, "--dropout") == 0) {
+            if (!parse_float(d->name, f, v, 0.0f, 1.0f, true, &d->o.dropout))
+                return 2;
+        } else if (strcmp(f, "--schedule") == 0) {
+            if (strcmp(v, "constant") != 0 && strcmp(v, "cosine") != 0) {
+                fprintf(stderr, "%s: --schedule expects constant or cosine, got '%s'\n", d->name, v);
                 return 2;
             }
-            d->o.learning_rate = lr;
+            d->o.cosine = strcmp(v, "cosine") == 0;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", d->name, f);
             return usage(d->name);
@@ -125,75 +157,48 @@ static int fail(demo *d, td_status s, const char *what)
     return 1;
 }
 
-/* Rows `index[0..count)` of the u8 images into d->xb as f32 / 255, and
- * their labels into d->yb; rows past count are zero. */
+/* Rows `index[0..count)` of images and labels into the batch tensors, the
+ * rest zero, and the mask marking the first `count` rows valid. */
 static td_status fill_batch(demo *d, const td_tensor *images, const td_tensor *labels, size_t count)
 {
-    td_status s = td_batch_gather(d->ctx, images, d->index, count, d->xb_u8);
+    td_status s = td_batch_gather(d->ctx, images, d->index, count, d->xb);
     if (s == TD_OK)
         s = td_batch_gather(d->ctx, labels, d->index, count, d->yb);
-    if (s != TD_OK)
-        return s;
-    void *src, *dst;
-    size_t n;
-    td_tensor_data(d->xb_u8, &src);
-    td_tensor_data(d->xb, &dst);
-    td_tensor_count(d->xb, &n);
-    for (size_t i = 0; i < n; i++)
-        ((float *)dst)[i] = (float)((const uint8_t *)src)[i] * (1.0f / 255.0f);
-    return TD_OK;
+    if (s == TD_OK)
+        s = td_batch_mask(d->ctx, d->mb, count);
+    return s;
 }
 
-/* Accuracy of the current parameters on the first `count` examples. */
-static td_status accuracy(demo *d, const td_tensor *images, const td_tensor *labels, size_t count, double *acc)
+/* Loss and accuracy of the current parameters on the first `count`
+ * examples, through the evaluator (batch norm in inference mode, dropout
+ * off, padded rows not counted). */
+static td_status evaluate(demo *d, const td_tensor *images, const td_tensor *labels, size_t count, double *loss,
+                          double *acc)
 {
-    td_status s = TD_OK;
-    for (uint32_t i = 0; i < d->n_params && s == TD_OK; i++) {
-        s = td_trainer_read_param(d->trainer, d->params[i], 0, d->param_values[i]);
-        if (s == TD_OK)
-            s = td_program_set_param(d->eval, d->params[i], d->param_values[i]);
-    }
-    size_t correct = 0, B = (size_t)d->o.batch, per_dev = B / d->n_dev;
-    void *yv;
-    td_tensor_data(d->yb, &yv);
+    td_status s = td_evaluator_load(d->eval, d->trainer);
+    const size_t B = (size_t)d->o.batch;
     for (size_t start = 0; start < count && s == TD_OK; start += B) {
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             d->index[i] = (uint32_t)(start + i);
         if ((s = fill_batch(d, images, labels, valid)) != TD_OK)
             break;
-        td_binding b[1] = {{d->x, d->xb}};
-        if ((s = td_program_run(d->eval, 1, b)) != TD_OK)
-            break;
-        for (uint32_t dev = 0; dev < d->n_dev && s == TD_OK; dev++) {
-            s = td_program_read_output(d->eval, 0, dev, d->logits_out[dev]);
-            void *lv;
-            td_tensor_data(d->logits_out[dev], &lv);
-            for (size_t r = 0; r < per_dev; r++) {
-                size_t row = dev * per_dev + r;
-                if (row >= valid)
-                    break;
-                const float *l = (const float *)lv + r * CLASSES;
-                int best = 0;
-                for (int c = 1; c < CLASSES; c++)
-                    if (l[c] > l[best])
-                        best = c;
-                correct += best == ((const int32_t *)yv)[row];
-            }
-        }
+        td_binding b[3] = {{d->x, d->xb}, {d->y, d->yb}, {d->mask, d->mb}};
+        s = td_evaluator_run(d->eval, 3, b);
     }
-    *acc = count ? (double)correct / (double)count : 0.0;
+    float values[2] = {0, 0};
+    double examples = 0;
+    if (s == TD_OK)
+        s = td_evaluator_result(d->eval, 2, values, &examples);
+    if (s == TD_OK && (size_t)examples != count)
+        fprintf(stderr, "%s: the evaluator counted %.0f examples of %zu\n", d->name, examples, count);
+    *loss = values[0];
+    *acc = values[1];
     return s;
 }
 
 static void release(demo *d)
 {
-    for (uint32_t i = 0; d->param_values && i < d->n_params; i++)
-        td_tensor_destroy(d->param_values[i]);
-    for (uint32_t i = 0; d->logits_out && i < d->n_dev; i++)
-        td_tensor_destroy(d->logits_out[i]);
-    free(d->param_values);
-    free(d->logits_out);
     free(d->params);
     free(d->order);
     free(d->index);
@@ -203,8 +208,27 @@ static void release(demo *d)
     td_tensor_destroy(d->test_labels);
     td_tensor_destroy(d->xb);
     td_tensor_destroy(d->yb);
-    td_tensor_destroy(d->xb_u8);
-    td_context_destroy(d->ctx); /* meshes, graphs, programs, trainers */
+    td_tensor_destroy(d->mb);
+    td_context_destroy(d->ctx); /* meshes, graphs, trainers, evaluators */
+}
+
+/* logits -> per-example cross-entropy and correctness, each masked-mean'd
+ * over the global batch. */
+static td_status build_objective(demo *d)
+{
+    td_node per_example, predicted, label_f32, correct;
+    td_status s = td_graph_softmax_cross_entropy_per_example(d->g, d->logits, d->y, &per_example);
+    if (s == TD_OK)
+        s = td_graph_masked_mean(d->g, per_example, d->mask, &d->loss);
+    if (s == TD_OK)
+        s = td_graph_argmax(d->g, d->logits, &predicted);
+    if (s == TD_OK)
+        s = td_graph_cast(d->g, d->y, &label_f32);
+    if (s == TD_OK)
+        s = td_graph_equal(d->g, predicted, label_f32, &correct);
+    if (s == TD_OK)
+        s = td_graph_masked_mean(d->g, correct, d->mask, &d->accuracy);
+    return s;
 }
 
 static int setup(demo *d, demo_model_fn build)
@@ -225,49 +249,53 @@ static int setup(demo *d, demo_model_fn build)
         return fail(d, s, "loading Fashion-MNIST");
 
     const int64_t B = d->o.batch, xdims[4] = {B, 28, 28, 1}, ydims[1] = {B};
-    const int64_t ldims[2] = {B / d->n_dev, CLASSES};
-    if ((s = td_tensor_create(d->ctx, TD_F32, 4, xdims, &d->xb)) != TD_OK ||
-        (s = td_tensor_create(d->ctx, TD_U8, 4, xdims, &d->xb_u8)) != TD_OK ||
-        (s = td_tensor_create(d->ctx, TD_I32, 1, ydims, &d->yb)) != TD_OK)
+    if ((s = td_tensor_create(d->ctx, TD_U8, 4, xdims, &d->xb)) != TD_OK ||
+        (s = td_tensor_create(d->ctx, TD_I32, 1, ydims, &d->yb)) != TD_OK ||
+        (s = td_tensor_create(d->ctx, TD_F32, 1, ydims, &d->mb)) != TD_OK)
         return fail(d, s, "batch tensors");
+    td_node pixels, images;
     if ((s = td_graph_create(d->ctx, &d->g)) != TD_OK ||
-        (s = td_graph_input(d->g, "image", TD_F32, 4, xdims, TD_SHARDED, &d->x)) != TD_OK ||
+        (s = td_graph_input(d->g, "image", TD_U8, 4, xdims, TD_SHARDED, &d->x)) != TD_OK ||
         (s = td_graph_input(d->g, "label", TD_I32, 1, ydims, TD_SHARDED, &d->y)) != TD_OK ||
-        (s = build(d->g, d->x, &d->o, &d->logits)) != TD_OK ||
-        (s = td_graph_softmax_cross_entropy(d->g, d->logits, d->y, &d->loss)) != TD_OK)
+        (s = td_graph_input(d->g, "mask", TD_F32, 1, ydims, TD_SHARDED, &d->mask)) != TD_OK ||
+        (s = td_graph_cast(d->g, d->x, &pixels)) != TD_OK ||
+        (s = td_graph_scale(d->g, pixels, 1.0f / 255.0f, &images)) != TD_OK ||
+        (s = build(d->g, images, &d->o, &d->logits)) != TD_OK || (s = build_objective(d)) != TD_OK)
         return fail(d, s, "building the model");
     if ((s = td_graph_params(d->g, 0, NULL, &d->n_params)) != TD_OK)
         return fail(d, s, "td_graph_params");
     d->params = calloc(d->n_params + 1, sizeof *d->params);
-    d->param_values = calloc(d->n_params + 1, sizeof *d->param_values);
-    d->logits_out = calloc(d->n_dev, sizeof *d->logits_out);
     d->order = calloc(60000, sizeof *d->order);
     d->index = calloc((size_t)B, sizeof *d->index);
-    if (!d->params || !d->param_values || !d->logits_out || !d->order || !d->index) {
+    if (!d->params || !d->order || !d->index) {
         fprintf(stderr, "%s: out of memory\n", d->name);
         return 1;
     }
     if ((s = td_graph_params(d->g, d->n_params, d->params, &d->n_params)) != TD_OK)
         return fail(d, s, "td_graph_params");
 
+    size_t n_train;
+    td_tensor_count(d->train_labels, &n_train);
+    size_t per_epoch = d->o.limit && (size_t)d->o.limit < n_train ? (size_t)d->o.limit : n_train;
+    uint64_t batches = (per_epoch + (size_t)B - 1) / (size_t)B * (uint64_t)d->o.epochs;
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.optimizer = TD_OPTIMIZER_ADAM;
     opts.learning_rate = d->o.learning_rate;
+    opts.accumulate_steps = d->o.accumulate;
+    opts.n_metrics = 1;
+    opts.metrics = &d->accuracy;
+    if (d->o.cosine) {
+        opts.schedule.kind = TD_SCHEDULE_COSINE_DECAY;
+        opts.schedule.init_value = d->o.learning_rate;
+        uint64_t updates = batches / d->o.accumulate;
+        opts.schedule.decay_steps = updates ? updates : 1;
+    }
     if ((s = td_trainer_create(d->g, d->mesh, d->loss, d->n_params, d->params, &opts, &d->trainer)) != TD_OK)
         return fail(d, s, "td_trainer_create");
-    if ((s = td_pmap_compile(d->g, d->mesh, 1, &d->logits, &d->eval)) != TD_OK)
-        return fail(d, s, "compiling the evaluation program");
-    for (uint32_t i = 0; i < d->n_params; i++) {
-        uint32_t rank;
-        int64_t dims[TD_MAX_RANK];
-        if ((s = td_graph_shape(d->g, d->params[i], &rank, dims)) != TD_OK ||
-            (s = td_tensor_create(d->ctx, TD_F32, rank, dims, &d->param_values[i])) != TD_OK)
-            return fail(d, s, "parameter tensors");
-    }
-    for (uint32_t i = 0; i < d->n_dev; i++)
-        if ((s = td_tensor_create(d->ctx, TD_F32, 2, ldims, &d->logits_out[i])) != TD_OK)
-            return fail(d, s, "logits tensors");
+    const td_node metrics[2] = {d->loss, d->accuracy};
+    if ((s = td_evaluator_create(d->g, d->mesh, d->mask, 2, metrics, &d->eval)) != TD_OK)
+        return fail(d, s, "td_evaluator_create");
     return 0;
 }
 
@@ -277,46 +305,55 @@ static int train(demo *d)
     td_tensor_count(d->train_labels, &n_train);
     td_tensor_count(d->test_labels, &n_test);
     size_t per_epoch = d->o.limit && (size_t)d->o.limit < n_train ? (size_t)d->o.limit : n_train;
-    size_t B = (size_t)d->o.batch, steps = per_epoch / B;
-    printf("%s: %u device(s) [%s], global batch %zu, %zu steps per epoch (%zu examples; the last %zu wait for "
-           "masked batches)\n",
-           d->name, d->n_dev, d->o.devices, B, steps, steps * B, per_epoch - steps * B);
-    double train_seconds = 0, test_acc = 0, train_acc = 0, last_loss = 0;
+    size_t B = (size_t)d->o.batch, steps = (per_epoch + B - 1) / B;
+    printf("%s: %u device(s) [%s], global batch %zu, %zu batches per epoch (%zu examples, the last batch %zu), "
+           "batch norm %s, dropout %g, accumulate %u, schedule %s\n",
+           d->name, d->n_dev, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
+           d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant");
+    double train_seconds = 0, test_acc = 0, test_loss = 0, train_acc = 0, train_loss = 0, last_loss = 0;
     td_status s;
     for (int epoch = 0; epoch < d->o.epochs; epoch++) {
         if ((s = td_data_order(d->ctx, d->o.seed, (uint64_t)epoch, n_train, d->order)) != TD_OK)
             return fail(d, s, "td_data_order");
-        double t0 = now(), loss_sum = 0;
+        double t0 = now(), loss_sum = 0, acc_sum = 0;
         for (size_t step = 0; step < steps; step++) {
-            memcpy(d->index, d->order + step * B, B * sizeof *d->index);
-            if ((s = fill_batch(d, d->train_images, d->train_labels, B)) != TD_OK)
+            size_t valid = per_epoch - step * B < B ? per_epoch - step * B : B;
+            memcpy(d->index, d->order + step * B, valid * sizeof *d->index);
+            if ((s = fill_batch(d, d->train_images, d->train_labels, valid)) != TD_OK)
                 return fail(d, s, "assembling a batch");
-            td_binding b[2] = {{d->x, d->xb}, {d->y, d->yb}};
-            float loss;
-            if ((s = td_trainer_step(d->trainer, 2, b, &loss)) != TD_OK)
+            td_binding b[3] = {{d->x, d->xb}, {d->y, d->yb}, {d->mask, d->mb}};
+            float loss, acc;
+            if ((s = td_trainer_step(d->trainer, 3, b, &loss)) != TD_OK ||
+                (s = td_trainer_metrics(d->trainer, 1, &acc)) != TD_OK)
                 return fail(d, s, "td_trainer_step");
-            loss_sum += loss;
+            loss_sum += loss * (double)valid;
+            acc_sum += acc * (double)valid;
         }
         double seconds = now() - t0;
         train_seconds += seconds;
-        last_loss = steps ? loss_sum / (double)steps : 0;
+        last_loss = loss_sum / (double)per_epoch;
         size_t train_eval = n_train < TRAIN_ACCURACY_EXAMPLES ? n_train : TRAIN_ACCURACY_EXAMPLES;
-        if ((s = accuracy(d, d->train_images, d->train_labels, train_eval, &train_acc)) != TD_OK ||
-            (s = accuracy(d, d->test_images, d->test_labels, n_test, &test_acc)) != TD_OK)
+        if ((s = evaluate(d, d->train_images, d->train_labels, train_eval, &train_loss, &train_acc)) != TD_OK ||
+            (s = evaluate(d, d->test_images, d->test_labels, n_test, &test_loss, &test_acc)) != TD_OK)
             return fail(d, s, "evaluation");
-        printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n",
-               epoch + 1, last_loss, train_acc, test_acc, seconds, (double)(steps * B) / seconds);
+        printf("epoch %d: train loss %.4f (running accuracy %.4f), train accuracy %.4f, test loss %.4f, "
+               "test accuracy %.4f, %.1f s, %.0f samples/s\n",
+               epoch + 1, last_loss, acc_sum / (double)per_epoch, train_acc, test_loss, test_acc, seconds,
+               (double)per_epoch / seconds);
         fflush(stdout);
     }
     bool identical = false;
     if ((s = td_trainer_replicas_identical(d->trainer, &identical)) != TD_OK)
         return fail(d, s, "td_trainer_replicas_identical");
-    double samples = (double)steps * (double)B * d->o.epochs;
+    double samples = (double)per_epoch * d->o.epochs;
     printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
-           "\"seed\": %llu, \"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_accuracy\": %.4f, "
+           "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
+           "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"replicas_bitwise_identical\": %s}\n",
-           d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed, last_loss, train_acc,
-           test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0, identical ? "true" : "false");
+           d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
+           d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
+           last_loss, train_acc, test_loss, test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
+           identical ? "true" : "false");
     return identical ? 0 : 1;
 }
 
@@ -326,6 +363,8 @@ int demo_mnist_main(const char *name, int argc, char **argv, demo_model_fn build
     memset(&d, 0, sizeof d);
     d.name = name;
     d.o = *defaults;
+    if (d.o.accumulate == 0)
+        d.o.accumulate = 1;
     int rc = parse(&d, argc, argv);
     if (rc == 1)
         return 0; /* --help */

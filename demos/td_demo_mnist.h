@@ -17,6 +17,10 @@ typedef struct demo_options {
     const char *data;
     float learning_rate;
     int64_t limit; /* train on the first `limit` examples of each epoch's order (0 = all) */
+    bool batch_norm;     /* --batch-norm: the model normalises after its convolutions */
+    float dropout;       /* --dropout P: rate before the classifier (0 = none) */
+    uint32_t accumulate; /* --accumulate K: micro-batches per update (1 = none) */
+    bool cosine;         /* --schedule cosine: the rate decays to 0 over the run (optax.cosine_decay_schedule) */
 } demo_options;
 
 /* Builds logits [B, 10] from images [B, 28, 28, 1] (f32 in [0, 1]). */

@@ -33,6 +33,7 @@ void td_graph_destroy(td_graph *g)
         return;
     td_context_disown(g->ctx, &g->owned);
     td_free(g->ctx, g->nodes);
+    td_free(g->ctx, g->updates);
     td_free(g->ctx, g);
 }
 
@@ -230,6 +231,39 @@ td_status td_graph_param_init(td_graph *g, const char *name, uint32_t rank, cons
     return param(g, name, rank, dims, init, out, "td_graph_param_init");
 }
 
+td_status td_graph_state(td_graph *g, const char *name, uint32_t rank, const int64_t *dims, const td_initializer *init,
+                         td_node *out)
+{
+    td_status s = param(g, name, rank, dims, init, out, "td_graph_state");
+    if (s == TD_OK)
+        g->nodes[*out].is_state = true;
+    return s;
+}
+
+td_status td_graph_find(const td_graph *g, const char *name, td_node *out)
+{
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!name || !out)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_find: name or out is NULL");
+    td_node n = td_graph_find_named(g, name);
+    if (n == UINT32_MAX)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_find: the graph has no input or parameter '%s'",
+                            name);
+    *out = n;
+    return TD_OK;
+}
+
+td_status td_graph_check_out(td_graph *g, td_node *out, const char *fn)
+{
+    return check_graph(g, out, fn);
+}
+
+td_status td_graph_check_node(td_graph *g, td_node n, const char *fn, td_dtype want)
+{
+    return check_node(g, n, fn, want);
+}
+
 td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, uint32_t *count)
 {
     if (!g)
@@ -239,7 +273,7 @@ td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, 
                             "td_graph_params: count is NULL, or nodes is NULL for capacity %u", capacity);
     uint32_t n = 0;
     for (uint32_t id = 0; id < g->count; id++)
-        if (g->nodes[id].op == TD_OP_PARAM) {
+        if (g->nodes[id].op == TD_OP_PARAM && !g->nodes[id].is_state) {
             if (nodes && n < capacity)
                 nodes[n] = id;
             n++;
@@ -410,18 +444,26 @@ td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out)
     return td_graph_mean(g, sq, 0, NULL, false, out);
 }
 
-td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out)
+static td_status xent_rows(td_graph *g, td_node logits, td_node labels, td_node *out, const char *fn)
 {
-    const char *fn = "td_graph_softmax_cross_entropy";
     td_status s = check_graph(g, out, fn);
     if (s != TD_OK || (s = check_node(g, logits, fn, TD_F32)) != TD_OK ||
         (s = check_node(g, labels, fn, TD_I32)) != TD_OK)
         return s;
     td_node_def d = td_node_make(TD_OP_XENT, 2, logits, labels, 0);
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out)
+{
     td_node rows;
-    if ((s = td_graph_append(g, &d, &rows)) != TD_OK)
-        return s;
-    return td_graph_mean(g, rows, 0, NULL, false, out);
+    td_status s = xent_rows(g, logits, labels, &rows, "td_graph_softmax_cross_entropy");
+    return s == TD_OK ? td_graph_mean(g, rows, 0, NULL, false, out) : s;
+}
+
+td_status td_graph_softmax_cross_entropy_per_example(td_graph *g, td_node logits, td_node labels, td_node *out)
+{
+    return xent_rows(g, logits, labels, out, "td_graph_softmax_cross_entropy_per_example");
 }
 
 /* Built from existing ops so every backend lowers it and autodiff needs no

@@ -33,6 +33,7 @@ void td_plan_free(td_context *ctx, td_plan *plan)
     td_free(ctx, plan->shapes);
     td_free(ctx, plan->slots);
     td_free(ctx, plan->needed);
+    td_free(ctx, plan->step_nodes);
     td_free(ctx, plan->steps);
     td_free(ctx, plan->grad_copy_src);
     td_free(ctx, plan->grad_copy_dst);
@@ -211,10 +212,12 @@ static void count_calls(td_plan *plan, td_step **cur, uint32_t *calls, uint32_t 
 }
 
 td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
-                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, td_plan *plan)
+                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
+                        td_plan *plan)
 {
     td_context *ctx = g->ctx;
     memset(plan, 0, sizeof *plan);
+    plan->training = training;
     uint32_t n = g->count;
     plan->n_nodes = n;
     plan->shapes = td_alloc_zeroed(ctx, sizeof *plan->shapes * (n + 1));
@@ -247,10 +250,31 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
         plan->needed[outputs[i]] = 1;
     for (uint32_t i = 0; i < n_grads; i++)
         plan->needed[grad_nodes[i]] = 1;
-    for (int64_t id = (int64_t)n - 1; id >= 0; id--)
-        if (plan->needed[id])
-            for (uint32_t k = 0; k < g->nodes[id].n_in; k++)
-                plan->needed[g->nodes[id].in[k]] = 1;
+    for (int64_t id = (int64_t)n - 1; id >= 0; id--) {
+        if (!plan->needed[id])
+            continue;
+        if (flags_of(g, (td_node)id) & TD_OPF_BY_MODE) {
+            plan->needed[g->nodes[id].in[training ? 0 : 1]] = 1;
+            continue;
+        }
+        for (uint32_t k = 0; k < g->nodes[id].n_in; k++)
+            plan->needed[g->nodes[id].in[k]] = 1;
+    }
+    for (uint32_t id = 0; id < n; id++)
+        plan->n_step_nodes += plan->needed[id] && (flags_of(g, id) & TD_OPF_STEP_WORDS);
+    plan->step_nodes = td_alloc(ctx, sizeof *plan->step_nodes * (plan->n_step_nodes + 1));
+    if (!plan->step_nodes) {
+        td_free(ctx, in_bucket);
+        td_plan_free(ctx, plan);
+        return TD_OOM(ctx, "a plan", sizeof *plan->step_nodes * plan->n_step_nodes);
+    }
+    plan->n_step_nodes = 0;
+    for (uint32_t id = 0; id < n; id++)
+        if (plan->needed[id] && (flags_of(g, id) & TD_OPF_STEP_WORDS)) {
+            plan->slots[id].words = 2 * (uint64_t)plan->n_step_nodes;
+            plan->step_nodes[plan->n_step_nodes++] = id;
+        }
+    plan->size[TD_BUF_STEP] = 2 * (uint64_t)plan->n_step_nodes;
 
     /* Parameters: every parameter of the graph, in node order. */
     for (uint32_t id = 0; id < n; id++) {

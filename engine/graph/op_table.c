@@ -29,6 +29,8 @@ static const td_op_def *const table[TD_OP_COUNT] = {
     [TD_OP_CAST] = &td_op_cast,
     [TD_OP_EMBEDDING] = &td_op_embedding,
     [TD_OP_EMBEDDING_GRAD] = &td_op_embedding_grad,
+    [TD_OP_DROPOUT] = &td_op_dropout,
+    [TD_OP_BY_MODE] = &td_op_by_mode,
 };
 
 const td_op_def *td_op_def_of(td_op op)

@@ -39,6 +39,8 @@ typedef enum td_op {
     TD_OP_CAST,               /* u8 / i32 -> f32 */
     TD_OP_EMBEDDING,          /* (table [V, D], ids i32 [...]) -> [..., D] */
     TD_OP_EMBEDDING_GRAD,     /* (gy, ids, like table) -> [V, D] */
+    TD_OP_DROPOUT,            /* x * keep mask of (seed, step, example) in training; x in evaluation */
+    TD_OP_BY_MODE,            /* (training value, evaluation value): the one the program's mode picks */
     TD_OP_COUNT
 } td_op;
 
@@ -66,6 +68,10 @@ typedef union td_node_attr {
         int32_t mode;            /* POOL: td_pool_mode */
         int32_t count_include_pad;
     } conv;
+    struct {                     /* DROPOUT (and its gradient, the same mask) */
+        uint32_t key[2];         /* the seed mixed with the forward node's id */
+        float keep;              /* 0 < keep < 1 */
+    } dropout;
 } td_node_attr;
 
 typedef struct td_node_def {
@@ -78,7 +84,14 @@ typedef struct td_node_def {
     td_placement placement; /* INPUT */
     char name[64];          /* INPUT, PARAM: unique among them, 1 to 63 bytes */
     td_initializer init;    /* PARAM: its first values (zeros unless given) */
+    bool is_state;          /* PARAM: non-trained state (td_graph_state), updated by td_graph_state_update */
 } td_node_def;
+
+/* A state update: after a training step, `state` takes the mean over the
+ * mesh of `value` (batch norm's running statistics). */
+typedef struct td_state_update {
+    td_node state, value;
+} td_state_update;
 
 struct td_graph {
     td_owned owned;
@@ -86,6 +99,8 @@ struct td_graph {
     td_node_def *nodes;
     uint32_t count, capacity;
     bool has_grad;
+    td_state_update *updates;
+    uint32_t n_updates, updates_capacity;
 };
 
 /* Infers the shape of node `id` from its inputs' shapes in `shapes`, with
@@ -122,6 +137,11 @@ void td_shape_format(const td_shape *s, char *buf, size_t size);
 bool td_shape_broadcast(const td_shape *a, const td_shape *b, td_shape *out);
 
 bool td_shape_equal(const td_shape *a, const td_shape *b);
+
+/* The builders' common checks: g and out not NULL; node n exists and has
+ * dtype `want`. Set the context error naming fn. */
+td_status td_graph_check_out(td_graph *g, td_node *out, const char *fn);
+td_status td_graph_check_node(td_graph *g, td_node n, const char *fn, td_dtype want);
 
 /* The input or parameter called `name`, or UINT32_MAX when there is none. */
 td_node td_graph_find_named(const td_graph *g, const char *name);

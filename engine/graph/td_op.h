@@ -16,6 +16,13 @@ enum {
     TD_OPF_SOURCE = 1,     /* input or parameter: lives in its own buffer, emits nothing */
     TD_OPF_ALIAS = 2,      /* shares its first input's memory, emits nothing (reshape) */
     TD_OPF_COLLECTIVE = 4, /* a ring step between kernel segments, not a kernel */
+    /* Needs only input 0 in a training program and only input 1 in an
+     * evaluation program (td_plan.training): the other side is not run. */
+    TD_OPF_BY_MODE = 8,
+    /* Reads two uint32 words the program writes before every run, at
+     * slot.words in the step buffer: [0] the step, [1] the global index of
+     * the example in row 0 on this device (position x rows). */
+    TD_OPF_STEP_WORDS = 16,
 };
 
 typedef struct td_grad_ctx td_grad_ctx;
@@ -83,5 +90,6 @@ extern const td_op_def td_op_psum, td_op_pmean, td_op_all_gather, td_op_broadcas
 extern const td_op_def td_op_conv2d, td_op_conv2d_grad_kernel, td_op_conv2d_grad_input, td_op_pool,
     td_op_pool_grad;
 extern const td_op_def td_op_softmax, td_op_argmax, td_op_cast, td_op_embedding, td_op_embedding_grad;
+extern const td_op_def td_op_dropout, td_op_by_mode;
 
 #endif

@@ -7,12 +7,15 @@
 #include "td_backend.h"
 #include "td_graph_internal.h"
 
-enum { TD_BUF_ARENA = 0, TD_BUF_PARAMS = 1, TD_BUF_GRADS = 2, TD_BUF_COUNT = 3 };
+/* TD_BUF_STEP holds the uint32 word pairs of TD_OPF_STEP_WORDS nodes,
+ * written by the program before every run. */
+enum { TD_BUF_ARENA = 0, TD_BUF_PARAMS = 1, TD_BUF_GRADS = 2, TD_BUF_STEP = 3, TD_BUF_COUNT = 4 };
 
 typedef struct td_slot {
     int32_t buffer;  /* TD_BUF_*, or -1 for a node that is never materialised */
     uint64_t offset; /* elements */
     uint64_t extra;  /* offset of the node's extra arena memory (td_op_def.extra) */
+    uint64_t words;  /* TD_OPF_STEP_WORDS: offset of its word pair in TD_BUF_STEP */
 } td_slot;
 
 typedef enum td_step_kind {
@@ -45,17 +48,21 @@ typedef struct td_plan {
     uint64_t *grad_copy_dst;
     /* True for the trainer's step program, false for td_pmap_compile and
      * evaluation programs: ops whose forward differs between training and
-     * inference (dropout, batch norm's statistics) lower by it. Set by the
-     * program's compile right after td_plan_build, before any lowering of
-     * calls (td_plan_emit), so an op's emit may read it. */
+     * inference (dropout, batch norm's statistics) lower by it. Given to
+     * td_plan_build, so every op hook may read it. */
     bool training;
+    /* Nodes with TD_OPF_STEP_WORDS, in node order (their pairs follow
+     * that order in TD_BUF_STEP). */
+    uint32_t n_step_nodes;
+    td_node *step_nodes;
 } td_plan;
 
 /* Per-device shapes, slots and steps for the given outputs. grad_nodes[i],
  * when given, is placed at param_nodes[i]'s offset in the gradient buffer
  * (the bucket the trainer all-reduces). */
 td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
-                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, td_plan *plan);
+                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
+                        td_plan *plan);
 void td_plan_free(td_context *ctx, td_plan *plan);
 
 /* 4-byte elements node `id` occupies on a device (u8 values are packed

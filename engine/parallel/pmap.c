@@ -32,6 +32,11 @@ struct td_program {
     size_t *output_offset; /* into out_host, per output; each holds n_dev copies */
     float *out_host;
     float *param_init; /* every parameter's initial values, laid out as the parameter buffer */
+    /* The step buffer's host image, per device (plan.size[TD_BUF_STEP]
+     * words each): the example offsets are fixed at compile, the step is
+     * refreshed before every run. */
+    uint32_t *step_words;
+    uint64_t step;
     program_device *devs;
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
@@ -152,6 +157,13 @@ static td_status run_device(td_program *p, uint32_t pos)
                        (const char *)host + offset, bytes);
     }
     td_ring *ring = p->ring;
+    if (s == TD_OK && p->plan.n_step_nodes) {
+        const size_t words = p->plan.size[TD_BUF_STEP];
+        uint32_t *w = p->step_words + words * pos;
+        for (size_t k = 0; k < words; k += 2)
+            w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
+        s = ops->write(dev, pd->buffers[TD_BUF_STEP], 0, w, words * sizeof *w);
+    }
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
@@ -251,6 +263,7 @@ void td_program_destroy(td_program *p)
     td_free(ctx, p->output_offset);
     td_free(ctx, p->out_host);
     td_free(ctx, p->param_init);
+    td_free(ctx, p->step_words);
     td_free(ctx, p->bound);
     td_free(ctx, p);
 }
@@ -308,14 +321,24 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         memcpy(p->outputs, outputs, sizeof *outputs * n_outputs);
     p->n_outputs = n_outputs;
 
-    s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, n_grads, params, grads, &p->plan);
+    s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, n_grads, params, grads, training, &p->plan);
     if (s != TD_OK) {
         td_free(ctx, p->devs);
         p->devs = NULL;
         td_program_destroy(p);
         return s;
     }
-    p->plan.training = training;
+    const size_t step_words = p->plan.size[TD_BUF_STEP];
+    p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
+    if (!p->step_words) {
+        td_program_destroy(p);
+        return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
+    }
+    /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
+    for (uint32_t d = 0; d < mesh->count; d++)
+        for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)
+            p->step_words[step_words * d + 2 * k + 1] =
+                (uint32_t)((uint64_t)d * (uint64_t)p->plan.shapes[p->plan.step_nodes[k]].dims[0]);
     size_t total = 0;
     for (uint32_t i = 0; i < n_outputs; i++) {
         p->output_offset[i] = total;
@@ -359,6 +382,12 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
 td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs, td_program **out)
 {
     return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, false, out);
+}
+
+td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+                                   td_program **out)
+{
+    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, true, out);
 }
 
 static td_status check_tensor(td_context *ctx, const td_tensor *t, td_dtype dtype, const td_shape *want,
@@ -531,6 +560,14 @@ td_status td_program_write_all_params(td_program *p, const float *params)
 const float *td_program_initial_params(const td_program *p)
 {
     return p->param_init;
+}
+
+td_status td_program_set_step(td_program *p, uint64_t step)
+{
+    if (!p)
+        return TD_ERR_INVALID_ARGUMENT;
+    p->step = step;
+    return TD_OK;
 }
 
 void td_program_disown(td_program *p)

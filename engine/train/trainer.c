@@ -44,7 +44,8 @@
 #include "td_trainer_internal.h"
 
 typedef struct trainable_range {
-    size_t lo, hi; /* one listed parameter in the parameter buffer */
+    size_t lo, hi; /* one listed parameter, or one updated state, in the parameter buffer */
+    bool state;    /* a td_graph_state: takes the reduced mean of its update's value, no optimizer */
 } trainable_range;
 
 /* What ring rank r keeps for the chunk it owns. */
@@ -74,6 +75,7 @@ struct td_trainer {
     td_schedule schedule; /* with a constant schedule's value from learning_rate */
     uint32_t n_params;
     td_node *params;
+    uint32_t n_ranges;       /* n_params + the graph's state updates */
     trainable_range *ranges; /* sorted by offset */
     trainer_owner *owners;   /* one per ring rank */
     float *master;  /* parameters, laid out as the device parameter buffer */
@@ -181,7 +183,7 @@ static const td_optimizer *optimizer_of(td_optimizer_kind kind)
 /* The first range that ends after `offset`. */
 static size_t first_range(const td_trainer *t, size_t offset)
 {
-    size_t a = 0, b = t->n_params;
+    size_t a = 0, b = t->n_ranges;
     while (a < b) {
         size_t m = a + (b - a) / 2;
         if (t->ranges[m].hi <= offset)
@@ -202,7 +204,9 @@ static double clip_partial(void *user, uint32_t rank, float *data, size_t offset
     td_ring_divide(data, count, t->mesh->count);
     const size_t end = offset + count;
     double sum = 0.0;
-    for (size_t i = first_range(t, offset); i < t->n_params && t->ranges[i].lo < end; i++) {
+    for (size_t i = first_range(t, offset); i < t->n_ranges && t->ranges[i].lo < end; i++) {
+        if (t->ranges[i].state)
+            continue; /* not a gradient */
         size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
         size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
         for (size_t j = a; j < b; j++)
@@ -218,28 +222,35 @@ static void clip_total(void *user, uint32_t rank, double total)
 }
 
 /* The owner's update of one reduced slice: data holds the gradient summed
- * over devices (already the mean when clipping), and leaves holding the new
- * parameters, which the all-gather distributes. */
+ * over devices (already the mean when clipping) -- and, at an updated
+ * state's offset, the sum of its update's values --, and leaves holding the
+ * new parameters, which the all-gather distributes. */
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
     td_trainer *t = user;
     trainer_owner *ow = &t->owners[rank];
     const float max_norm = t->options.max_norm;
-    if (max_norm == 0.0f) {
+    if (max_norm == 0.0f)
         td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
-    } else if (!(ow->g_norm < max_norm)) {
-        /* optax.clip_by_global_norm: g / norm * max_norm, in that order. */
-        const float norm = ow->g_norm;
-        for (size_t i = 0; i < count; i++)
-            data[i] = data[i] / norm * max_norm;
-    }
+    const bool clip = max_norm > 0.0f && !(ow->g_norm < max_norm);
     const size_t end = offset + count, chunk = ow->hi - ow->lo;
     size_t at = offset;
-    for (size_t i = first_range(t, offset); i < t->n_params && t->ranges[i].lo < end; i++) {
+    for (size_t i = first_range(t, offset); i < t->n_ranges && t->ranges[i].lo < end; i++) {
         size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
         size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
         if (a > at)
             memcpy(t->pending + at, t->master + at, (a - at) * sizeof(float));
+        at = b;
+        if (t->ranges[i].state) {
+            memcpy(t->pending + a, data + (a - offset), (b - a) * sizeof(float));
+            continue;
+        }
+        if (clip) {
+            /* optax.clip_by_global_norm: g / norm * max_norm, in that order. */
+            const float norm = ow->g_norm;
+            for (size_t j = a; j < b; j++)
+                data[j - offset] = data[j - offset] / norm * max_norm;
+        }
         td_optimizer_args args = {
             .options = &t->options,
             .count = b - a,
@@ -253,7 +264,6 @@ static void update_finalize(void *user, uint32_t rank, float *data, size_t offse
             .count_inc = t->count_inc,
         };
         t->optimizer->update(&args);
-        at = b;
     }
     if (end > at)
         memcpy(t->pending + at, t->master + at, (end - at) * sizeof(float));
@@ -308,8 +318,8 @@ static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool 
 static td_status update_hook(void *user, uint32_t pos)
 {
     td_trainer *t = user;
-    if (t->n_params == 0)
-        return TD_OK; /* nothing to train: the step computes the loss only */
+    if (t->n_ranges == 0)
+        return TD_OK; /* nothing to train or update: the step computes the loss only */
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
     td_status s;
@@ -379,6 +389,11 @@ static td_status check_params(td_graph *g, uint32_t n_params, const td_node *par
             s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                              "td_trainer_create: params[%u] is node %u, which is not a parameter (td_graph_param)", i,
                              p);
+        else if (g->nodes[p].is_state)
+            s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                             "td_trainer_create: params[%u] is state '%s' (node %u), which its td_graph_state_update "
+                             "changes; only trained parameters may be listed",
+                             i, g->nodes[p].name, p);
         else if (seen[p])
             s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                              "td_trainer_create: params[%u] is node %u, which is listed twice", i, p);
@@ -390,23 +405,25 @@ static td_status check_params(td_graph *g, uint32_t n_params, const td_node *par
 }
 
 /* The sorted trainable ranges, and each rank's chunk with its state. */
-static td_status plan_owners(td_trainer *t)
+static td_status plan_owners(td_trainer *t, const td_node *listed)
 {
     td_context *ctx = t->ctx;
     const td_plan *plan = td_program_plan(t->program);
     const uint32_t n = t->mesh->count;
-    t->ranges = td_alloc(ctx, sizeof *t->ranges * (t->n_params + 1));
+    t->ranges = td_alloc(ctx, sizeof *t->ranges * (t->n_ranges + 1));
     t->owners = td_alloc_zeroed(ctx, sizeof *t->owners * n);
     if (!t->ranges || !t->owners)
         return TD_OOM(ctx, "the trainer's owners", sizeof *t->owners * n);
-    for (uint32_t i = 0; i < t->n_params; i++) {
-        t->ranges[i].lo = plan->slots[t->params[i]].offset;
-        t->ranges[i].hi = t->ranges[i].lo + (size_t)td_shape_count(&plan->shapes[t->params[i]]);
+    for (uint32_t i = 0; i < t->n_ranges; i++) {
+        td_node p = listed[i];
+        t->ranges[i].lo = plan->slots[p].offset;
+        t->ranges[i].hi = t->ranges[i].lo + (size_t)td_shape_count(&plan->shapes[p]);
+        t->ranges[i].state = i >= t->n_params;
     }
-    qsort(t->ranges, t->n_params, sizeof *t->ranges, compare_ranges);
+    qsort(t->ranges, t->n_ranges, sizeof *t->ranges, compare_ranges);
     for (uint32_t r = 0; r < n; r++) {
         trainer_owner *ow = &t->owners[r];
-        td_ring_owned_range(t->ring, r, t->n_params ? t->param_elems : 0, &ow->lo, &ow->hi);
+        td_ring_owned_range(t->ring, r, t->n_ranges ? t->param_elems : 0, &ow->lo, &ow->hi);
         size_t floats = (size_t)t->state_floats * (ow->hi - ow->lo);
         if (floats == 0)
             continue;
@@ -482,8 +499,11 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (s != TD_OK)
         return s;
 
+    /* The program computes the gradients of the listed parameters, then the
+     * states' update values, each at its node's offset in the bucket. */
+    const uint32_t n_ranges = n_params + g->n_updates;
     td_trainer *t = td_alloc_zeroed(ctx, sizeof *t);
-    td_node *grads = td_alloc(ctx, sizeof *grads * (n_params + 1));
+    td_node *grads = td_alloc(ctx, sizeof *grads * (2 * (size_t)n_ranges + 1));
     td_node *outputs = td_alloc(ctx, sizeof *outputs * ((size_t)opts.n_metrics + 1));
     if (!t || !grads || !outputs) {
         td_free(ctx, t);
@@ -503,6 +523,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (t->schedule.kind == TD_SCHEDULE_CONSTANT)
         t->schedule.init_value = opts.learning_rate;
     t->n_params = n_params;
+    t->n_ranges = n_ranges;
     t->n_metrics = opts.n_metrics;
     t->metrics = outputs; /* [loss, metrics...]; options.metrics may be the caller's memory */
     t->options.metrics = outputs + 1;
@@ -514,9 +535,16 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
             memcpy(t->params, params, sizeof *params * n_params);
         s = td_graph_value_and_grad(g, loss, n_params, params, grads);
     }
-    if (s == TD_OK)
-        s = td_program_compile(g, mesh, opts.n_metrics + 1, outputs, n_params, params, grads, true, &t->program);
-    td_free(ctx, grads);
+    td_node *listed = grads + n_ranges;
+    if (s == TD_OK) {
+        if (n_params)
+            memcpy(listed, params, sizeof *params * n_params);
+        for (uint32_t i = 0; i < g->n_updates; i++) {
+            listed[n_params + i] = g->updates[i].state;
+            grads[n_params + i] = g->updates[i].value;
+        }
+        s = td_program_compile(g, mesh, opts.n_metrics + 1, outputs, n_ranges, listed, grads, true, &t->program);
+    }
     if (s == TD_OK) {
         td_program_disown(t->program); /* the trainer destroys it */
         t->ring = td_program_ring(t->program);
@@ -531,7 +559,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
             memcpy(t->master, td_program_initial_params(t->program), t->param_elems * sizeof(float));
     }
     if (s == TD_OK)
-        s = plan_owners(t);
+        s = plan_owners(t, listed);
+    td_free(ctx, grads);
     if (s == TD_OK && opts.accumulate_steps > 1)
         s = plan_accumulators(t);
     if (s != TD_OK) {
@@ -575,6 +604,7 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     t->count_inc = t->steps + 1;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
+    td_program_set_step(t->program, t->micro_steps);
     td_status s = td_program_run(t->program, n_bindings, bindings);
     clock_gettime(CLOCK_MONOTONIC, &b);
     t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
@@ -598,7 +628,7 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     t->has_outputs = true;
     if (!last) {
         t->micro++;
-    } else if (t->n_params) {
+    } else if (t->n_ranges) {
         float *swap = t->master;
         t->master = t->pending;
         t->pending = swap;

@@ -58,6 +58,67 @@ TD_API td_status td_graph_param(td_graph *g, const char *name, uint32_t rank, co
 TD_API td_status td_graph_param_init(td_graph *g, const char *name, uint32_t rank, const int64_t *dims,
                                      const td_initializer *init, td_node *out);
 
+/* Non-trained state (flax's mutable collections, e.g. batch_stats): a
+ * parameter the optimizer never touches and td_graph_params does not list.
+ * A trainer changes it only through td_graph_state_update; programs read
+ * and write it like any parameter (td_program_set_param / read_param), and
+ * checkpoints hold it. init NULL means zeros. Named as parameters are. */
+TD_API td_status td_graph_state(td_graph *g, const char *name, uint32_t rank, const int64_t *dims,
+                                const td_initializer *init, td_node *out);
+
+/* After every optimizer step, a trainer sets `state` (a td_graph_state) to
+ * the mean over the mesh -- and over the step's accumulated micro-batches --
+ * of `value`, an f32 node of the same shape computed by the training
+ * program. One update per state; evaluation programs ignore updates. The
+ * replicas stay identical: the mean goes through the same ring and owners
+ * as the gradients. */
+TD_API td_status td_graph_state_update(td_graph *g, td_node state, td_node value);
+
+/* `training` in a training program (a trainer's step), `evaluation` in
+ * every other program (td_pmap_compile, evaluators); both f32 of one
+ * shape. Only the chosen side is computed, and the gradient flows to
+ * `training`. */
+TD_API td_status td_graph_by_mode(td_graph *g, td_node training, td_node evaluation, td_node *out);
+
+/* Dropout (flax.linen.Dropout): in a training program, each element of x is
+ * kept with probability 1 - rate and scaled by 1 / (1 - rate), else zeroed;
+ * in any other program, out is x. Axis 0 is the batch: the mask of an
+ * element is a pure function of (seed, this node, the trainer's step, the
+ * example's global index -- device position x per-device rows + row --, the
+ * element's index within the example), drawn by Philox4x32-10 on the
+ * device, so an example gets the same mask on any mesh and any backend and
+ * N devices train exactly as one. rate in [0, 1); 0 returns x itself.
+ * x has rank >= 1. */
+TD_API td_status td_graph_dropout(td_graph *g, td_node x, float rate, uint64_t seed, td_node *out);
+
+/* Batch normalization (flax.linen.BatchNorm) over every axis but the last
+ * (features). In a training program: the batch's mean and (biased)
+ * variance normalise x, and `mean` / `var` -- td_graph_state nodes of shape
+ * [features] -- get the updates
+ *   mean <- momentum * mean + (1 - momentum) * batch mean   (same for var)
+ * averaged over the mesh by the trainer. In any other program the running
+ * `mean` and `var` normalise x. y = (x - m) * rsqrt(v + epsilon) * scale +
+ * bias; scale and bias are [features] or TD_NO_NODE. */
+typedef struct td_batch_norm_options {
+    float momentum; /* [0, 1); flax's default 0.99 */
+    float epsilon;  /* (0, 1]; flax's default 1e-5 */
+    /* false: each device normalises by its own shard's statistics (what
+     * pmap gives without an axis name); true: synchronized batch norm, the
+     * statistics of the whole global batch (two pmean per layer), so N
+     * devices compute exactly what one device does on the whole batch. */
+    bool sync;
+} td_batch_norm_options;
+
+/* momentum 0.99, epsilon 1e-5, sync false. */
+TD_API void td_batch_norm_options_init(td_batch_norm_options *o);
+
+TD_API td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bias, td_node mean, td_node var,
+                                     const td_batch_norm_options *options, td_node *out);
+
+/* The input, parameter or state called `name` (layers name theirs
+ * "<layer>/<param>"); TD_ERR_INVALID_ARGUMENT naming it when there is none. */
+TD_API td_status td_graph_find(const td_graph *g, const char *name, td_node *out);
+
 /* The graph's parameters in creation order: *count receives how many there
  * are and nodes[0..min(count, capacity)-1] the nodes. nodes may be NULL with
  * capacity 0 to ask for the count; a capacity below the count is
@@ -191,6 +252,11 @@ TD_API td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node
 /* Mean over rows of softmax cross-entropy: logits [B, C] f32, labels [B] i32
  * in [0, C). A scalar. */
 TD_API td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out);
+
+/* The same per example (optax.softmax_cross_entropy_with_integer_labels):
+ * [B], for td_graph_masked_mean or a weighted loss. */
+TD_API td_status td_graph_softmax_cross_entropy_per_example(td_graph *g, td_node logits, td_node labels,
+                                                            td_node *out);
 
 /* The mean of `per_example` over the valid examples of the GLOBAL batch.
  * per_example is f32 [B] or [B, ...] (trailing axes are first reduced by

@@ -42,6 +42,14 @@ TD_API td_status td_layer_conv2d(td_graph *g, const char *name, td_node x, int64
  * epsilon (flax's default is 1e-6). */
 TD_API td_status td_layer_layer_norm(td_graph *g, const char *name, td_node x, float epsilon, td_node *out);
 
+/* flax.linen.BatchNorm over every axis of x but the last (features):
+ * parameters "<name>/scale" (ones) and "<name>/bias" (zeros), states
+ * "<name>/mean" (zeros) and "<name>/var" (ones), all [features]; see
+ * td_graph_batch_norm for the options (NULL: momentum 0.99, epsilon 1e-5,
+ * per-device statistics). */
+TD_API td_status td_layer_batch_norm(td_graph *g, const char *name, td_node x, const td_batch_norm_options *options,
+                                     td_node *out);
+
 #ifdef __cplusplus
 }
 #endif

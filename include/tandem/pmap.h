@@ -27,9 +27,23 @@ typedef struct td_binding {
 /* Compiles `g` for `mesh`, computing `outputs`. Errors: TD_ERR_NOT_DIVISIBLE
  * when a sharded input's axis 0 does not split over the mesh (the message
  * names the size and the device count), TD_ERR_SHAPE_MISMATCH, device
- * errors. Parameters start as zeros. */
+ * errors. Parameters start from their initializers (zeros without one).
+ * The program is an evaluation program: dropout passes x through, batch
+ * norm uses its running statistics, td_graph_by_mode picks `evaluation`. */
 TD_API td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
                                  td_program **out);
+
+/* The same, as a training program (what a trainer's step runs): dropout
+ * draws its masks for the step set by td_program_set_step, batch norm uses
+ * batch statistics, td_graph_by_mode picks `training`. State updates
+ * (td_graph_state_update) are the trainer's: this program does not apply
+ * them. For custom training loops and tests. */
+TD_API td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+                                          td_program **out);
+
+/* The step step-keyed ops see in the next runs (dropout's masks): 0 until
+ * set. A trainer sets it to its count of completed micro-batches. */
+TD_API td_status td_program_set_step(td_program *program, uint64_t step);
 
 TD_API void td_program_destroy(td_program *program);
 

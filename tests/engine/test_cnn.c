@@ -23,12 +23,16 @@ typedef struct cnn {
     td_graph *g;
     td_node x, y, logits, loss;
     uint32_t n_params;
-    td_node params[8];
+    td_node params[10];
+    uint32_t n_states;
+    td_node states[2];
 } cnn;
 
 /* 8x8x1 images: conv 3x3 4 + bias, relu, max-pool 2, conv 3x3 6 (VALID),
- * tanh, avg-pool 2 (SAME) to 1x1x6, dense 3. */
-static void build_cnn(td_context *ctx, cnn *m, int64_t batch)
+ * tanh, avg-pool 2 (SAME) to 1x1x6, dense 3. With `regularized`, a
+ * synchronized batch norm after the first conv and dropout 0.3 before the
+ * dense layer. */
+static void build_cnn(td_context *ctx, cnn *m, int64_t batch, bool regularized)
 {
     memset(m, 0, sizeof *m);
     TEST_OK(ctx, td_graph_create(ctx, &m->g));
@@ -36,7 +40,19 @@ static void build_cnn(td_context *ctx, cnn *m, int64_t batch)
     td_node h;
     TEST_OK(ctx, td_graph_input(m->g, "x", TD_F32, 4, xd, TD_SHARDED, &m->x));
     TEST_OK(ctx, td_graph_input(m->g, "y", TD_I32, 1, yd, TD_SHARDED, &m->y));
-    TEST_OK(ctx, td_layer_conv2d(m->g, "c1", m->x, 4, 3, 3, NULL, true, 7, &h));
+    /* No bias before batch norm: its gradient is zero up to rounding, which
+     * Adam would blow up into full-size steps in arbitrary directions. */
+    TEST_OK(ctx, td_layer_conv2d(m->g, "c1", m->x, 4, 3, 3, NULL, !regularized, 7, &h));
+    if (regularized) {
+        td_batch_norm_options bo;
+        td_batch_norm_options_init(&bo);
+        bo.sync = true;
+        bo.momentum = 0.9f;
+        TEST_OK(ctx, td_layer_batch_norm(m->g, "bn", h, &bo, &h));
+        TEST_OK(ctx, td_graph_find(m->g, "bn/mean", &m->states[0]));
+        TEST_OK(ctx, td_graph_find(m->g, "bn/var", &m->states[1]));
+        m->n_states = 2;
+    }
     TEST_OK(ctx, td_graph_relu(m->g, h, &h));
     TEST_OK(ctx, td_graph_max_pool2d(m->g, h, NULL, &h));
     td_conv2d_options o;
@@ -49,18 +65,21 @@ static void build_cnn(td_context *ctx, cnn *m, int64_t batch)
     po.padding = TD_PADDING_SAME;
     TEST_OK(ctx, td_graph_avg_pool2d(m->g, h, &po, &h));
     TEST_OK(ctx, td_graph_reshape(m->g, h, 2, flat, &h));
+    if (regularized)
+        TEST_OK(ctx, td_graph_dropout(m->g, h, 0.3f, 5, &h));
     TEST_OK(ctx, td_layer_dense(m->g, "d", h, 3, true, 7, &m->logits));
     TEST_OK(ctx, td_graph_softmax_cross_entropy(m->g, m->logits, m->y, &m->loss));
-    TEST_OK(ctx, td_graph_params(m->g, 8, m->params, &m->n_params));
+    TEST_OK(ctx, td_graph_params(m->g, 10, m->params, &m->n_params));
 }
 
-/* Trains STEPS Adam steps on fixed batches and returns every parameter. */
-static float *train(const char *spec, bool skip_when_unavailable, size_t *n_values)
+/* Trains STEPS Adam steps on fixed batches and returns every parameter
+ * and state. */
+static float *train(const char *spec, bool skip_when_unavailable, bool regularized, size_t *n_values)
 {
     td_context *ctx = test_context(0);
     td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
     cnn m;
-    build_cnn(ctx, &m, BATCH);
+    build_cnn(ctx, &m, BATCH, regularized);
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.optimizer = TD_OPTIMIZER_ADAM;
@@ -84,6 +103,8 @@ static float *train(const char *spec, bool skip_when_unavailable, size_t *n_valu
     bool identical = false;
     TEST_OK(ctx, td_trainer_replicas_identical(t, &identical));
     cr_assert(identical, "%s: replicas differ after %d steps", spec, STEPS);
+    for (uint32_t i = 0; i < m.n_states; i++)
+        m.params[m.n_params++] = m.states[i]; /* compared like the parameters */
     size_t total = 0;
     for (uint32_t i = 0; i < m.n_params; i++) {
         uint32_t rank;
@@ -113,11 +134,11 @@ static float *train(const char *spec, bool skip_when_unavailable, size_t *n_valu
     return values;
 }
 
-static void check_matches_one_device(const char *spec, bool skip_when_unavailable)
+static void check_matches_one_device(const char *spec, bool skip_when_unavailable, bool regularized)
 {
     size_t n1, nn;
-    float *one = train("cpu:1", false, &n1);
-    float *many = train(spec, skip_when_unavailable, &nn);
+    float *one = train("cpu:1", false, regularized, &n1);
+    float *many = train(spec, skip_when_unavailable, regularized, &nn);
     cr_assert_eq(n1, nn);
     double scale = 0;
     for (size_t i = 0; i < n1; i++)
@@ -129,23 +150,29 @@ static void check_matches_one_device(const char *spec, bool skip_when_unavailabl
     free(many);
 }
 
-Test(cnn, cpu3_matches_cpu1) { check_matches_one_device("cpu:3", false); }
-Test(cnn, cpu4_matches_cpu1) { check_matches_one_device("cpu:4", false); }
+Test(cnn, cpu3_matches_cpu1) { check_matches_one_device("cpu:3", false, false); }
+Test(cnn, cpu4_matches_cpu1) { check_matches_one_device("cpu:4", false, false); }
+Test(cnn, cpu3_matches_cpu1_with_batch_norm_and_dropout) { check_matches_one_device("cpu:3", false, true); }
 
 Test(cnn_devices, test_devices_match_cpu1, .timeout = 300)
 {
-    check_matches_one_device(test_devices_spec("cpu:2"), true);
+    check_matches_one_device(test_devices_spec("cpu:2"), true, false);
+}
+
+Test(cnn_devices, test_devices_match_cpu1_with_batch_norm_and_dropout, .timeout = 300)
+{
+    check_matches_one_device(test_devices_spec("cpu:2"), true, true);
 }
 
 /* A steady-state CNN step (conv, pool, their gradients, Adam, the ring)
  * allocates nothing through tandem's allocator. */
-static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_unavailable)
+static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_unavailable, bool regularized)
 {
     test_alloc_counter counter;
     td_context *ctx = test_counting_context(&counter, 30000);
     td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
     cnn m;
-    build_cnn(ctx, &m, BATCH);
+    build_cnn(ctx, &m, BATCH, regularized);
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.optimizer = TD_OPTIMIZER_ADAM;
@@ -168,11 +195,15 @@ static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_un
     td_context_destroy(ctx);
 }
 
-Test(cnn, a_steady_state_step_allocates_nothing) { check_cnn_steps_allocate_nothing("cpu:3", false); }
+Test(cnn, a_steady_state_step_allocates_nothing) { check_cnn_steps_allocate_nothing("cpu:3", false, false); }
+Test(cnn, a_steady_state_step_with_batch_norm_and_dropout_allocates_nothing)
+{
+    check_cnn_steps_allocate_nothing("cpu:3", false, true);
+}
 
 Test(cnn_devices, a_steady_state_step_allocates_nothing_on_test_devices, .timeout = 300)
 {
-    check_cnn_steps_allocate_nothing(test_devices_spec("cpu:2"), true);
+    check_cnn_steps_allocate_nothing(test_devices_spec("cpu:2"), true, true);
 }
 
 /* ---- a short real run ---- */

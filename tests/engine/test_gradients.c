@@ -439,6 +439,14 @@ Test(grad, softmax_cross_entropy)
     check_gradients(weighted_sum(y), "softmax cross-entropy");
 }
 
+Test(grad, softmax_cross_entropy_per_example_weighted)
+{
+    int64_t ld[2] = {6, 5};
+    td_node logits = param("logits", 2, ld, 0, 3), labels = labels_input(6, 5), y;
+    TEST_OK(fx.ctx, td_graph_softmax_cross_entropy_per_example(fx.g, logits, labels, &y));
+    check_gradients(weighted_sum(y), "per-example softmax cross-entropy, each row its own weight");
+}
+
 Test(grad, softmax_cross_entropy_one_class_and_one_row)
 {
     int64_t ld[2] = {1, 1};
