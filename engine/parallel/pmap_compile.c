@@ -1,0 +1,231 @@
+/* pmap, compiling: a graph traced once into a per-device plan for a mesh.
+ *
+ * The host side builds the plan, the step words and every parameter's
+ * initial values; then one job per device allocates the arena, parameter
+ * and gradient buffers, writes the initial values, emits the kernel calls,
+ * creates the segments and reserves ring staging. Destroying a program
+ * releases all of it on the devices' workers. */
+#include <string.h>
+
+#include "td_init_internal.h"
+#include "td_program_state.h"
+
+static td_status compile_device(td_program *p, uint32_t pos)
+{
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_program_device *pd = &p->devs[pos];
+    td_context *ctx = p->ctx;
+    td_status s = TD_OK;
+    for (int b = 0; b < TD_BUF_COUNT && s == TD_OK; b++) {
+        size_t elems = p->plan.size[b] ? p->plan.size[b] : 16;
+        s = md->ops->buffer_create(md->dev, elems * sizeof(float), &pd->buffers[b]);
+    }
+    if (s != TD_OK)
+        return s;
+
+    /* Parameters start from their initializers, computed once on the host
+     * so every device gets bitwise the same values; the gradient bucket's
+     * gaps must stay zero. */
+    td_kernel_call zero;
+    memset(&zero, 0, sizeof zero);
+    zero.kernel = TD_KERNEL_FILL;
+    zero.out.buffer = pd->buffers[TD_BUF_GRADS];
+    zero.n = (int64_t)p->plan.size[TD_BUF_GRADS];
+    td_segment *init = NULL;
+    uint64_t ticket;
+    if ((s = md->ops->segment_create(md->dev, &zero, 1, &init)) != TD_OK)
+        return s;
+    s = md->ops->segment_run(md->dev, init);
+    if (s == TD_OK && p->plan.size[TD_BUF_PARAMS])
+        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, p->plan.size[TD_BUF_PARAMS] * 4);
+    if (s == TD_OK)
+        s = md->ops->submit(md->dev, &ticket);
+    if (s == TD_OK)
+        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(ctx));
+    md->ops->segment_destroy(md->dev, init);
+    if (s != TD_OK)
+        return s;
+
+    pd->segments = td_alloc_zeroed(ctx, sizeof *pd->segments * (p->plan.n_steps + 1));
+    td_kernel_call *calls = td_alloc_zeroed(ctx, sizeof *calls * (p->plan.n_calls + 1));
+    if (!pd->segments || !calls) {
+        td_free(ctx, calls);
+        return TD_OOM(ctx, "device plan", sizeof *calls * p->plan.n_calls);
+    }
+    s = td_plan_emit(&p->graph, &p->plan, pd->buffers, pos, calls);
+    for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
+        const td_step *st = &p->plan.steps[i];
+        if (st->kind == TD_STEP_SEGMENT)
+            s = md->ops->segment_create(md->dev, calls + st->first_call, st->n_calls, &pd->segments[i]);
+    }
+    td_free(ctx, calls);
+    if (s == TD_OK && p->ring_bytes)
+        s = td_ring_reserve(p->ring, pos, p->ring_bytes);
+    return s;
+}
+
+static td_status release_device(td_program *p, uint32_t pos)
+{
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_program_device *pd = &p->devs[pos];
+    if (pd->segments) {
+        for (uint32_t i = 0; i < p->plan.n_steps; i++)
+            if (pd->segments[i])
+                md->ops->segment_destroy(md->dev, pd->segments[i]);
+        td_free(p->ctx, pd->segments);
+        pd->segments = NULL;
+    }
+    for (int b = 0; b < TD_BUF_COUNT; b++)
+        if (pd->buffers[b]) {
+            md->ops->buffer_destroy(md->dev, pd->buffers[b]);
+            pd->buffers[b] = NULL;
+        }
+    return TD_OK;
+}
+
+static void program_destroy_owned(td_owned *self)
+{
+    td_program_destroy((td_program *)self);
+}
+
+void td_program_destroy(td_program *p)
+{
+    if (!p)
+        return;
+    td_context *ctx = p->ctx;
+    td_context_disown(ctx, &p->owned);
+    if (p->devs && p->mesh->pool)
+        td_program_on_devices(p, release_device);
+    td_plan_free(ctx, &p->plan);
+    td_free(ctx, p->devs);
+    td_free(ctx, p->graph.nodes);
+    td_free(ctx, p->outputs);
+    td_free(ctx, p->output_offset);
+    td_free(ctx, p->out_host);
+    td_free(ctx, p->param_init);
+    td_free(ctx, p->step_words);
+    td_free(ctx, p->bound);
+    td_free(ctx, p);
+}
+
+td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+                             uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
+                             td_program **out)
+{
+    if (!g || !mesh)
+        return g ? td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: mesh is NULL")
+                 : TD_ERR_INVALID_ARGUMENT;
+    td_context *ctx = g->ctx;
+    if (!out)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: out is NULL");
+    *out = NULL;
+    if (mesh->ctx != ctx)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: the graph and the mesh belong to different contexts");
+    if (n_outputs && !outputs)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: outputs is NULL for %u outputs", n_outputs);
+    for (uint32_t i = 0; i < n_outputs; i++)
+        if (outputs[i] >= g->count)
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: output %u is node %u, which does not exist",
+                                i, outputs[i]);
+    for (uint32_t i = 0; i < n_outputs; i++)
+        if (g->nodes[outputs[i]].dtype == TD_U8)
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                "td_pmap_compile: output %u (node %u) is u8; outputs are f32 or i32 (cast it first)", i,
+                                outputs[i]);
+
+    td_ring *ring;
+    td_status s = td_mesh_ring(mesh, &ring);
+    if (s != TD_OK)
+        return s;
+    td_program *p = td_alloc_zeroed(ctx, sizeof *p);
+    if (!p)
+        return TD_OOM(ctx, "a program", sizeof *p);
+    p->ctx = ctx;
+    p->mesh = mesh;
+    p->ring = ring;
+    p->n_dev = mesh->count;
+    td_context_own(ctx, &p->owned, program_destroy_owned);
+    p->graph.ctx = ctx;
+    p->graph.count = g->count;
+    p->graph.nodes = td_alloc(ctx, sizeof *g->nodes * g->count);
+    p->outputs = td_alloc(ctx, sizeof *outputs * (n_outputs + 1));
+    p->output_offset = td_alloc(ctx, sizeof *p->output_offset * (n_outputs + 1));
+    p->bound = td_alloc_zeroed(ctx, sizeof *p->bound * g->count);
+    p->devs = td_alloc_zeroed(ctx, sizeof *p->devs * mesh->count);
+    if (!p->graph.nodes || !p->outputs || !p->output_offset || !p->bound || !p->devs) {
+        td_program_destroy(p);
+        return TD_OOM(ctx, "a program", sizeof *g->nodes * g->count);
+    }
+    memcpy(p->graph.nodes, g->nodes, sizeof *g->nodes * g->count);
+    if (n_outputs)
+        memcpy(p->outputs, outputs, sizeof *outputs * n_outputs);
+    p->n_outputs = n_outputs;
+
+    s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, n_grads, params, grads, training, &p->plan);
+    if (s != TD_OK) {
+        td_free(ctx, p->devs);
+        p->devs = NULL;
+        td_program_destroy(p);
+        return s;
+    }
+    const size_t step_words = p->plan.size[TD_BUF_STEP];
+    p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
+    if (!p->step_words) {
+        td_program_destroy(p);
+        return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
+    }
+    /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
+    for (uint32_t d = 0; d < mesh->count; d++)
+        for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)
+            p->step_words[step_words * d + 2 * k + 1] =
+                (uint32_t)((uint64_t)d * (uint64_t)p->plan.shapes[p->plan.step_nodes[k]].dims[0]);
+    size_t total = 0;
+    for (uint32_t i = 0; i < n_outputs; i++) {
+        p->output_offset[i] = total;
+        total += (size_t)td_shape_count(&p->plan.shapes[outputs[i]]) * mesh->count;
+    }
+    p->out_host = td_alloc_zeroed(ctx, (total + 1) * sizeof(float));
+    if (!p->out_host) {
+        td_program_destroy(p);
+        return TD_OOM(ctx, "program outputs", total * sizeof(float));
+    }
+    uint64_t param_elems = p->plan.size[TD_BUF_PARAMS];
+    p->param_init = td_alloc_zeroed(ctx, (param_elems + 1) * sizeof(float));
+    if (!p->param_init) {
+        td_program_destroy(p); /* frees the plan: the size was read before */
+        return TD_OOM(ctx, "initial parameters", param_elems * sizeof(float));
+    }
+    for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+        const td_node_def *nd = &p->graph.nodes[id];
+        if (nd->op == TD_OP_PARAM && nd->init.kind != TD_INIT_ZEROS)
+            td_init_fill(&nd->init, nd->name, p->plan.shapes[id].rank, p->plan.shapes[id].dims,
+                         p->param_init + p->plan.slots[id].offset);
+    }
+    for (uint32_t i = 0; i < p->plan.n_steps; i++) {
+        const td_step *st = &p->plan.steps[i];
+        if (st->kind == TD_STEP_SEGMENT)
+            continue;
+        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[st->node]) * 4;
+        if (bytes > p->ring_bytes)
+            p->ring_bytes = bytes;
+    }
+    if (n_grads && p->plan.size[TD_BUF_GRADS] * 4 > p->ring_bytes)
+        p->ring_bytes = p->plan.size[TD_BUF_GRADS] * 4;
+    if ((s = td_program_on_devices(p, compile_device)) != TD_OK) {
+        td_program_destroy(p);
+        return s;
+    }
+    *out = p;
+    return TD_OK;
+}
+
+td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs, td_program **out)
+{
+    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, false, out);
+}
+
+td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+                                   td_program **out)
+{
+    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, true, out);
+}

@@ -1,0 +1,187 @@
+/* pmap, running: one job per device uploads the bound inputs and the step
+ * words, runs the segments and collectives in plan order, then the hook
+ * (the trainer's fused all-reduce + update), and copies the outputs into
+ * host memory reserved at compile time. Inputs are checked on the host
+ * first, so a bad binding is a message, not a device fault. */
+#include <string.h>
+
+#include "td_program_state.h"
+
+static void pmean_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    const td_program *p = user;
+    (void)rank;
+    (void)offset;
+    td_ring_divide(data, count, p->n_dev);
+}
+
+static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
+{
+    const td_slot *sl = &p->plan.slots[node];
+    td_arg a = {p->devs[pos].buffers[sl->buffer], sl->offset};
+    return a;
+}
+
+static td_status run_device(td_program *p, uint32_t pos)
+{
+    td_mesh_device *md = &p->mesh->devices[pos];
+    const td_backend_ops *ops = md->ops;
+    td_device *dev = md->dev;
+    td_program_device *pd = &p->devs[pos];
+    td_status s = TD_OK;
+
+    for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
+        const td_node_def *nd = &p->graph.nodes[id];
+        if (nd->op != TD_OP_INPUT || !p->plan.needed[id])
+            continue;
+        void *host;
+        td_tensor_data(p->bound[id], &host);
+        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * (nd->dtype == TD_U8 ? 1 : 4);
+        size_t offset = nd->placement == TD_SHARDED ? bytes * pos : 0;
+        s = ops->write(dev, pd->buffers[p->plan.slots[id].buffer], p->plan.slots[id].offset * 4,
+                       (const char *)host + offset, bytes);
+    }
+    td_ring *ring = p->ring;
+    if (s == TD_OK && p->plan.n_step_nodes) {
+        const size_t words = p->plan.size[TD_BUF_STEP];
+        uint32_t *w = p->step_words + words * pos;
+        for (size_t k = 0; k < words; k += 2)
+            w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
+        s = ops->write(dev, pd->buffers[TD_BUF_STEP], 0, w, words * sizeof *w);
+    }
+    for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
+        const td_step *st = &p->plan.steps[i];
+        if (st->kind == TD_STEP_SEGMENT) {
+            s = ops->segment_run(dev, pd->segments[i]);
+            continue;
+        }
+        td_node in = p->graph.nodes[st->node].in[0];
+        td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
+        size_t count = (size_t)td_shape_count(&p->plan.shapes[in]);
+        if (st->kind == TD_STEP_ALLREDUCE)
+            s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
+                                  st->mean ? pmean_finalize : NULL, p);
+        else if (st->kind == TD_STEP_ALL_GATHER)
+            s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
+        else
+            s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
+                                  dst.offset, count);
+    }
+    if (s == TD_OK && p->hook)
+        s = p->hook(p->hook_user, pos);
+    for (uint32_t i = 0; i < p->n_outputs && s == TD_OK; i++) {
+        td_node o = p->outputs[i];
+        size_t count = (size_t)td_shape_count(&p->plan.shapes[o]);
+        td_arg a = slot_arg(p, pos, o);
+        s = ops->read(dev, a.buffer, a.offset * 4, p->out_host + p->output_offset[i] + count * pos, count * 4);
+    }
+    uint64_t ticket;
+    if (s == TD_OK && (s = ops->submit(dev, &ticket)) == TD_OK)
+        s = ops->wait(dev, ticket, td_context_timeout_ms(p->ctx));
+    return s;
+}
+
+td_status td_program_run(td_program *p, uint32_t n_bindings, const td_binding *bindings)
+{
+    if (!p)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_context *ctx = p->ctx;
+    if (n_bindings && !bindings)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_program_run: bindings is NULL for %u bindings", n_bindings);
+    memset(p->bound, 0, sizeof *p->bound * p->plan.n_nodes);
+    for (uint32_t i = 0; i < n_bindings; i++) {
+        td_node n = bindings[i].node;
+        if (n >= p->plan.n_nodes || p->graph.nodes[n].op != TD_OP_INPUT)
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: node %u is not an input of the graph", i, n);
+        if (p->bound[n])
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: input '%s' is bound twice", i,
+                                p->graph.nodes[n].name);
+        td_status s = td_program_check_tensor(ctx, bindings[i].value, p->graph.nodes[n].dtype, &p->graph.nodes[n].shape, "input",
+                                   p->graph.nodes[n].name);
+        if (s != TD_OK)
+            return s;
+        p->bound[n] = bindings[i].value;
+    }
+    for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+        const td_node_def *nd = &p->graph.nodes[id];
+        if (nd->op == TD_OP_INPUT && p->plan.needed[id] && !p->bound[id])
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "input '%s' (node %u) is not bound", nd->name, id);
+        td_node label_src = nd->op == TD_OP_XENT ? nd->in[1] : 0;
+        while (nd->op == TD_OP_XENT && p->graph.nodes[label_src].op == TD_OP_RESHAPE)
+            label_src = p->graph.nodes[label_src].in[0]; /* reshapes keep the values */
+        if (nd->op == TD_OP_XENT && p->plan.needed[id] && p->graph.nodes[label_src].op == TD_OP_INPUT) {
+            /* A label outside [0, C) would silently give NaN: say which.
+             * Labels computed on the device are not checked here; the
+             * kernel gives NaN for the row (td_kernel.h), never reads out
+             * of bounds. */
+            const td_tensor *t = p->bound[label_src];
+            int64_t classes = p->graph.nodes[nd->in[0]].shape.dims[1];
+            size_t count;
+            void *data;
+            td_tensor_count(t, &count);
+            td_tensor_data(t, &data);
+            for (size_t i = 0; i < count; i++) {
+                int32_t label = ((const int32_t *)data)[i];
+                if (label < 0 || label >= classes)
+                    return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                        "input '%s': label %d at index %zu is outside [0, %lld)",
+                                        p->graph.nodes[label_src].name, label, i, (long long)classes);
+            }
+        }
+    }
+    td_error_clear(ctx);
+    return td_program_on_devices(p, run_device);
+}
+
+td_status td_program_set_step(td_program *p, uint64_t step)
+{
+    if (!p)
+        return TD_ERR_INVALID_ARGUMENT;
+    p->step = step;
+    return TD_OK;
+}
+
+void td_program_set_hook(td_program *p, td_program_hook hook, void *user)
+{
+    p->hook = hook;
+    p->hook_user = user;
+}
+
+td_status td_program_output_shape(const td_program *p, uint32_t index, uint32_t *rank, int64_t *dims)
+{
+    if (!p)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (!rank || !dims || index >= p->n_outputs)
+        return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "td_program_output_shape: output %u of %u, or NULL arguments",
+                            index, p->n_outputs);
+    const td_shape *s = &p->plan.shapes[p->outputs[index]];
+    *rank = s->rank;
+    memcpy(dims, s->dims, sizeof(int64_t) * s->rank);
+    return TD_OK;
+}
+
+const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device)
+{
+    size_t count = (size_t)td_shape_count(&p->plan.shapes[p->outputs[index]]);
+    return p->out_host + p->output_offset[index] + count * device;
+}
+
+td_status td_program_read_output(td_program *p, uint32_t index, uint32_t device, td_tensor *out)
+{
+    if (!p)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (index >= p->n_outputs)
+        return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "output %u does not exist (program has %u)", index,
+                            p->n_outputs);
+    if (device >= p->n_dev)
+        return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "device %u is not in the mesh (%u devices)", device,
+                            p->n_dev);
+    const td_shape *sh = &p->plan.shapes[p->outputs[index]];
+    td_status s = td_program_check_tensor(p->ctx, out, p->graph.nodes[p->outputs[index]].dtype, sh, "output", "result");
+    if (s != TD_OK)
+        return s;
+    void *data;
+    td_tensor_data(out, &data);
+    memcpy(data, td_program_output_host(p, index, device), (size_t)td_shape_count(sh) * 4);
+    return TD_OK;
+}

@@ -1,0 +1,63 @@
+/* The program's fields and its jobs, shared by the files of pmap only:
+ * pmap_compile.c (compiling a graph for a mesh, and releasing it),
+ * pmap_run.c (running it), pmap_params.c (parameter I/O) and program.c
+ * (what they share). The rest of the engine sees td_program_internal.h. */
+#ifndef TD_PROGRAM_STATE_H
+#define TD_PROGRAM_STATE_H
+
+#include "td_program_internal.h"
+
+/* What a program holds on one device. */
+typedef struct td_program_device {
+    td_buffer *buffers[TD_BUF_COUNT];
+    td_segment **segments; /* per step; NULL for collective steps */
+} td_program_device;
+
+/* Work for every device's worker at once (td_program_on_devices). */
+typedef td_status (*td_program_device_fn)(td_program *p, uint32_t position);
+
+struct td_program {
+    td_owned owned;
+    td_context *ctx;
+    td_mesh *mesh;
+    td_ring *ring; /* the mesh's, shared with every program on it */
+    uint32_t n_dev;
+    td_graph graph; /* a private copy of the nodes, so the caller's graph may go */
+    td_plan plan;
+    uint32_t n_outputs;
+    td_node *outputs;
+    size_t *output_offset; /* into out_host, per output; each holds n_dev copies */
+    float *out_host;
+    float *param_init; /* every parameter's initial values, laid out as the parameter buffer */
+    /* The step buffer's host image, per device (plan.size[TD_BUF_STEP]
+     * words each): the example offsets are fixed at compile, the step is
+     * refreshed before every run. */
+    uint32_t *step_words;
+    uint64_t step;
+    td_program_device *devs;
+    const td_tensor **bound; /* per node, during a run */
+    td_program_hook hook;
+    void *hook_user;
+    size_t ring_bytes;
+    /* the job running on the devices, and its arguments */
+    td_program_device_fn job;
+    td_node job_node;
+    uint32_t job_device;
+    const void *job_src;
+    void *job_dst;
+};
+
+/* Runs fn on every device's worker at once and waits for all of them
+ * (each bounded by the context timeout); returns the first failure. A
+ * device that fails aborts the ring so its peers return instead of
+ * waiting; a ring failed by an earlier job is reset first (no worker is
+ * inside a collective between jobs). */
+td_status td_program_on_devices(td_program *p, td_program_device_fn fn);
+
+/* TD_OK when t is a `dtype` tensor of shape `want`; otherwise a status and
+ * a message naming the `what` ("input", "parameter", ...) called `name`,
+ * what the tensor has and what was expected. */
+td_status td_program_check_tensor(td_context *ctx, const td_tensor *t, td_dtype dtype, const td_shape *want,
+                                  const char *what, const char *name);
+
+#endif
