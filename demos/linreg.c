@@ -99,14 +99,13 @@ int main(int argc, char **argv)
         ys[i] = t + NOISE * td_demo_rng_normal(&rng);
     }
 
-    /* Model: pred = x w + b; loss = mean((pred - y)^2). w and b start at zero
-     * (td_graph_param), as the seed exercise does. */
-    td_node nx, ny, nw, nb, xw, pred, loss;
+    /* Model (td_model_linreg): pred = x w + b; loss = mean((pred - y)^2). w
+     * and b start at zero, as the seed exercise does. */
+    td_node nx, ny, nw, nb, pred, loss;
     if ((s = td_graph_create(ctx, &g)) != TD_OK || (s = td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &nx)) != TD_OK ||
         (s = td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &ny)) != TD_OK ||
-        (s = td_graph_param(g, "w", 2, wd, &nw)) != TD_OK || (s = td_graph_param(g, "b", 1, bd, &nb)) != TD_OK ||
-        (s = td_graph_matmul(g, nx, nw, &xw)) != TD_OK || (s = td_graph_add(g, xw, nb, &pred)) != TD_OK ||
-        (s = td_graph_mse(g, pred, ny, &loss)) != TD_OK)
+        (s = td_model_linreg(g, nx, &pred)) != TD_OK || (s = td_graph_find(g, "linreg/kernel", &nw)) != TD_OK ||
+        (s = td_graph_find(g, "linreg/bias", &nb)) != TD_OK || (s = td_graph_mse(g, pred, ny, &loss)) != TD_OK)
         return cleanup_fail(ctx, s, "building the graph", (td_tensor *[]){x, y, w, b});
 
     td_trainer_options opts;

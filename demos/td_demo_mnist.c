@@ -231,7 +231,7 @@ static td_status build_objective(demo *d)
     return s;
 }
 
-static int setup(demo *d, demo_model_fn build)
+static int setup(demo *d, const char *model)
 {
     td_status s = td_context_create(NULL, &d->ctx);
     if (s != TD_OK)
@@ -253,6 +253,11 @@ static int setup(demo *d, demo_model_fn build)
         (s = td_tensor_create(d->ctx, TD_I32, 1, ydims, &d->yb)) != TD_OK ||
         (s = td_tensor_create(d->ctx, TD_F32, 1, ydims, &d->mb)) != TD_OK)
         return fail(d, s, "batch tensors");
+    td_model_options mo;
+    td_model_options_init(&mo);
+    mo.seed = d->o.seed;
+    mo.batch_norm = d->o.batch_norm;
+    mo.dropout = d->o.dropout;
     td_node pixels, images;
     if ((s = td_graph_create(d->ctx, &d->g)) != TD_OK ||
         (s = td_graph_input(d->g, "image", TD_U8, 4, xdims, TD_SHARDED, &d->x)) != TD_OK ||
@@ -260,7 +265,7 @@ static int setup(demo *d, demo_model_fn build)
         (s = td_graph_input(d->g, "mask", TD_F32, 1, ydims, TD_SHARDED, &d->mask)) != TD_OK ||
         (s = td_graph_cast(d->g, d->x, &pixels)) != TD_OK ||
         (s = td_graph_scale(d->g, pixels, 1.0f / 255.0f, &images)) != TD_OK ||
-        (s = build(d->g, images, &d->o, &d->logits)) != TD_OK || (s = build_objective(d)) != TD_OK)
+        (s = td_model_classifier(d->g, model, images, &mo, &d->logits)) != TD_OK || (s = build_objective(d)) != TD_OK)
         return fail(d, s, "building the model");
     if ((s = td_graph_params(d->g, 0, NULL, &d->n_params)) != TD_OK)
         return fail(d, s, "td_graph_params");
@@ -357,7 +362,7 @@ static int train(demo *d)
     return identical ? 0 : 1;
 }
 
-int demo_mnist_main(const char *name, int argc, char **argv, demo_model_fn build, const demo_options *defaults)
+int demo_mnist_main(const char *name, int argc, char **argv, const char *model, const demo_options *defaults)
 {
     demo d;
     memset(&d, 0, sizeof d);
@@ -369,7 +374,7 @@ int demo_mnist_main(const char *name, int argc, char **argv, demo_model_fn build
     if (rc == 1)
         return 0; /* --help */
     if (rc == 0)
-        rc = setup(&d, build);
+        rc = setup(&d, model);
     if (rc == 0)
         rc = train(&d);
     release(&d);

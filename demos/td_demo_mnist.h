@@ -1,6 +1,5 @@
 /* The Fashion-MNIST demos' common driver: options, data, the epoch loop,
- * evaluation and the final JSON line. A demo only says how to build its
- * model from the image batch. */
+ * evaluation and the final JSON line. A demo only names its model. */
 #ifndef TD_DEMO_MNIST_H
 #define TD_DEMO_MNIST_H
 
@@ -23,11 +22,9 @@ typedef struct demo_options {
     bool cosine;         /* --schedule cosine: the rate decays to 0 over the run (optax.cosine_decay_schedule) */
 } demo_options;
 
-/* Builds logits [B, 10] from images [B, 28, 28, 1] (f32 in [0, 1]). */
-typedef td_status (*demo_model_fn)(td_graph *g, td_node images, const demo_options *options, td_node *logits);
-
-/* Parses the command line, trains with Adam on Fashion-MNIST and reports.
+/* Parses the command line, trains the built-in classifier `model` ("mlp"
+ * or "cnn", tandem/models.h) with Adam on Fashion-MNIST and reports.
  * Returns the process exit code. */
-int demo_mnist_main(const char *demo, int argc, char **argv, demo_model_fn build, const demo_options *defaults);
+int demo_mnist_main(const char *demo, int argc, char **argv, const char *model, const demo_options *defaults);
 
 #endif

@@ -11,6 +11,7 @@
 #include "tandem/init.h"
 #include "tandem/graph.h"
 #include "tandem/layers.h"
+#include "tandem/models.h"
 #include "tandem/pmap.h"
 #include "tandem/optim.h"
 #include "tandem/train.h"

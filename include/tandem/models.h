@@ -1,0 +1,49 @@
+/* tandem — the built-in models: the seed tutorials' networks as library
+ * code, so the demos, `tandem train` and an application build the very
+ * same graph. Each model only composes public layers (tandem/layers.h);
+ * parameter names are flax's ("conv1/kernel", "dense/bias", ...). */
+#ifndef TANDEM_MODELS_H
+#define TANDEM_MODELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tandem/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_model_options {
+    uint64_t seed;    /* initial parameters and dropout masks */
+    int64_t classes;  /* classifier outputs; Fashion-MNIST has 10 */
+    bool batch_norm;  /* normalise after each conv / hidden dense (their bias then dropped) */
+    float dropout;    /* rate before the classifier (cnn) or after each hidden relu (mlp); 0 = none */
+} td_model_options;
+
+/* seed 0, 10 classes, no batch norm, no dropout. */
+TD_API void td_model_options_init(td_model_options *options);
+
+/* Seed 003's MLP: images [B, H, W, C] f32 flattened, dense 512, relu,
+ * dense 512, relu, dense classes -> logits [B, classes]. options NULL:
+ * the defaults. */
+TD_API td_status td_model_mlp(td_graph *g, td_node images, const td_model_options *options, td_node *logits);
+
+/* Seed 000's CNN: images [B, H, W, C] (H and W multiples of 4): conv 3x3
+ * 32, relu, max-pool 2, conv 3x3 64, relu, max-pool 2, flatten, dense
+ * classes -> logits [B, classes]. */
+TD_API td_status td_model_cnn(td_graph *g, td_node images, const td_model_options *options, td_node *logits);
+
+/* The classifier called `name` ("mlp" or "cnn"); any other name is
+ * TD_ERR_INVALID_ARGUMENT naming it and the choices. */
+TD_API td_status td_model_classifier(td_graph *g, const char *name, td_node images, const td_model_options *options,
+                                     td_node *logits);
+
+/* The seed linear regression: x [B, F] -> x @ "linreg/kernel" [F, 1] +
+ * "linreg/bias" [1], predictions [B, 1]; parameters start at zero. */
+TD_API td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,116 @@
+/* The built-in models (tandem/models.h): the shapes and parameter names
+ * the demos and `tandem train` rely on, and bad arguments refused. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "engine_test_util.h"
+
+static td_context *ctx;
+static td_graph *g;
+static td_node images;
+
+static void setup(void)
+{
+    ctx = test_context(0);
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    const int64_t dims[4] = {8, 28, 28, 1};
+    TEST_OK(ctx, td_graph_input(g, "image", TD_F32, 4, dims, TD_SHARDED, &images));
+}
+
+static void teardown(void)
+{
+    td_context_destroy(ctx);
+}
+
+TestSuite(models, .init = setup, .fini = teardown);
+
+static void assert_shape(td_node n, uint32_t rank, const int64_t *dims, const char *what)
+{
+    uint32_t r;
+    int64_t d[TD_MAX_RANK];
+    TEST_OK(ctx, td_graph_shape(g, n, &r, d));
+    cr_assert_eq(r, rank, "%s: rank %u, expected %u", what, r, rank);
+    for (uint32_t i = 0; i < rank; i++)
+        cr_assert_eq(d[i], dims[i], "%s: dim %u is %lld, expected %lld", what, i, (long long)d[i], (long long)dims[i]);
+}
+
+static void assert_param(const char *name, uint32_t rank, const int64_t *dims)
+{
+    td_node n;
+    TEST_OK(ctx, td_graph_find(g, name, &n));
+    assert_shape(n, rank, dims, name);
+}
+
+Test(models, mlp_is_784_512_512_10)
+{
+    td_node logits;
+    TEST_OK(ctx, td_model_classifier(g, "mlp", images, NULL, &logits));
+    const int64_t ld[2] = {8, 10}, k1[2] = {784, 512}, k2[2] = {512, 512}, k3[2] = {512, 10}, b[1] = {512};
+    assert_shape(logits, 2, ld, "logits");
+    assert_param("dense1/kernel", 2, k1);
+    assert_param("dense1/bias", 1, b);
+    assert_param("dense2/kernel", 2, k2);
+    assert_param("dense3/kernel", 2, k3);
+    uint32_t count;
+    TEST_OK(ctx, td_graph_params(g, 0, NULL, &count));
+    cr_assert_eq(count, 6, "the MLP has %u parameters, expected 3 kernels and 3 biases", count);
+}
+
+Test(models, cnn_is_seed_000s)
+{
+    td_node logits;
+    TEST_OK(ctx, td_model_cnn(g, images, NULL, &logits));
+    const int64_t ld[2] = {8, 10}, c1[4] = {3, 3, 1, 32}, c2[4] = {3, 3, 32, 64}, d[2] = {7 * 7 * 64, 10};
+    assert_shape(logits, 2, ld, "logits");
+    assert_param("conv1/kernel", 4, c1);
+    assert_param("conv2/kernel", 4, c2);
+    assert_param("dense/kernel", 2, d);
+    uint32_t count;
+    TEST_OK(ctx, td_graph_params(g, 0, NULL, &count));
+    cr_assert_eq(count, 6, "the CNN has %u parameters, expected 3 kernels and 3 biases", count);
+}
+
+Test(models, cnn_with_batch_norm_drops_the_conv_biases_and_keeps_running_statistics)
+{
+    td_model_options o;
+    td_model_options_init(&o);
+    o.batch_norm = true;
+    o.dropout = 0.5f;
+    o.classes = 3;
+    td_node logits, n;
+    TEST_OK(ctx, td_model_cnn(g, images, &o, &logits));
+    const int64_t ld[2] = {8, 3}, c[1] = {32};
+    assert_shape(logits, 2, ld, "logits");
+    assert_param("norm1/mean", 1, c);
+    assert_param("norm1/var", 1, c);
+    assert_param("norm1/scale", 1, c);
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "conv1/bias", td_graph_find(g, "conv1/bias", &n));
+    uint32_t count;
+    TEST_OK(ctx, td_graph_params(g, 0, NULL, &count));
+    cr_assert_eq(count, 8, "%u trained parameters, expected 3 kernels, 2 x (scale, bias), dense bias", count);
+}
+
+Test(models, bad_arguments_are_refused_with_a_message)
+{
+    td_node logits;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "'resnet'", td_model_classifier(g, "resnet", images, NULL, &logits));
+    td_model_options o;
+    td_model_options_init(&o);
+    o.classes = 0;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "classes 0", td_model_mlp(g, images, &o, &logits));
+    td_model_options_init(&o);
+    o.dropout = 1.0f;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dropout 1", td_model_cnn(g, images, &o, &logits));
+    const int64_t odd[4] = {8, 30, 30, 1}, flat[2] = {8, 5};
+    td_node x30, x2;
+    TEST_OK(ctx, td_graph_input(g, "odd", TD_F32, 4, odd, TD_SHARDED, &x30));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "30x30", td_model_cnn(g, x30, NULL, &logits));
+    TEST_OK(ctx, td_graph_input(g, "flat", TD_F32, 2, flat, TD_SHARDED, &x2));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 2", td_model_mlp(g, x2, NULL, &logits));
+    td_node pred;
+    TEST_OK(ctx, td_model_linreg(g, x2, &pred));
+    const int64_t pd[2] = {8, 1}, kd[2] = {5, 1};
+    assert_shape(pred, 2, pd, "linreg predictions");
+    assert_param("linreg/kernel", 2, kd);
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 4", td_model_linreg(g, images, &pred));
+}
