@@ -5,13 +5,12 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TD_DEFAULT_TIMEOUT_MS 60000u
-
-static void release_objects(td_context *ctx);
 
 td_status td_context_options_init(td_context_options *options)
 {
@@ -51,6 +50,7 @@ td_status td_context_create(const td_context_options *options, td_context **out)
         return TD_ERR_OUT_OF_MEMORY;
     memset(ctx, 0, sizeof *ctx);
     ctx->options = opts;
+    ctx->owned.next = ctx->owned.prev = &ctx->owned;
     if (pthread_mutex_init(&ctx->error_lock, NULL) != 0) {
         if (opts.allocator.free)
             opts.allocator.free(opts.allocator.user, ctx);
@@ -62,16 +62,59 @@ td_status td_context_create(const td_context_options *options, td_context **out)
     return TD_OK;
 }
 
-void td_context_destroy(td_context *ctx)
+static void context_free(td_context *ctx)
 {
-    if (!ctx)
-        return;
-    release_objects(ctx);
     pthread_mutex_destroy(&ctx->error_lock);
     if (ctx->options.allocator.free)
         ctx->options.allocator.free(ctx->options.allocator.user, ctx);
     else
         free(ctx);
+}
+
+static bool owns_nothing(const td_context *ctx)
+{
+    return ctx->owned.next == &ctx->owned;
+}
+
+static void owned_unlink(td_owned *o)
+{
+    if (!o->next)
+        return;
+    o->prev->next = o->next;
+    o->next->prev = o->prev;
+    o->next = o->prev = NULL;
+}
+
+static void owned_release(td_owned *o, td_owned_state why)
+{
+    if (o->state != TD_OWNED_LIVE)
+        return;
+    o->release(o);
+    o->state = why;
+}
+
+void td_context_destroy(td_context *ctx)
+{
+    if (!ctx)
+        return;
+    /* Newest first: a program goes before the mesh it was compiled for. */
+    for (td_owned *o = ctx->owned.next; o != &ctx->owned; o = o->next)
+        owned_release(o, TD_OWNED_CONTEXT_GONE);
+    if (ctx->options.keep_handles) {
+        /* The handles' blocks stay; the last one's destroy frees ctx. The
+         * caller's log callback is not called after its context is gone. */
+        ctx->destroyed = true;
+        ctx->options.log = NULL;
+        if (owns_nothing(ctx))
+            context_free(ctx);
+        return;
+    }
+    while (!owns_nothing(ctx)) {
+        td_owned *o = ctx->owned.next;
+        owned_unlink(o);
+        td_free(ctx, o);
+    }
+    context_free(ctx);
 }
 
 const char *td_last_error(const td_context *ctx)
@@ -177,38 +220,72 @@ uint32_t td_context_timeout_ms(const td_context *ctx)
     return ctx->options.timeout_ms;
 }
 
-static void owned_init(td_context *ctx)
+td_allocator td_context_allocator(const td_context *ctx)
 {
-    if (!ctx->owned_initialised) {
-        ctx->owned.next = ctx->owned.prev = &ctx->owned;
-        ctx->owned_initialised = 1;
-    }
+    return ctx->options.allocator;
 }
 
-void td_context_own(td_context *ctx, td_owned *object, void (*destroy)(td_owned *))
+void td_free_with(const td_allocator *allocator, void *ptr)
 {
-    owned_init(ctx);
-    object->destroy = destroy;
+    if (!ptr)
+        return;
+    if (allocator->free)
+        allocator->free(allocator->user, ptr);
+    else
+        free(ptr);
+}
+
+void td_context_own(td_context *ctx, td_owned *object, const char *kind, const void *parent,
+                    void (*release)(td_owned *))
+{
+    object->ctx = ctx;
+    object->kind = kind;
+    object->parent = parent;
+    object->release = release;
+    object->state = TD_OWNED_LIVE;
     object->next = ctx->owned.next;
     object->prev = &ctx->owned;
     ctx->owned.next->prev = object;
     ctx->owned.next = object;
 }
 
-void td_context_disown(td_context *ctx, td_owned *object)
+void td_context_disown(td_owned *object)
 {
-    (void)ctx;
-    if (!object->next)
-        return;
-    object->prev->next = object->next;
-    object->next->prev = object->prev;
-    object->next = object->prev = NULL;
+    owned_unlink(object);
 }
 
-/* Newest first: a program is released before the mesh it was compiled for. */
-static void release_objects(td_context *ctx)
+void td_owned_destroy(td_owned *object)
 {
-    owned_init(ctx);
-    while (ctx->owned.next != &ctx->owned)
-        ctx->owned.next->destroy(ctx->owned.next);
+    if (!object)
+        return;
+    td_context *ctx = object->ctx;
+    owned_release(object, TD_OWNED_CONTEXT_GONE);
+    owned_unlink(object);
+    td_free(ctx, object);
+    if (ctx->destroyed && owns_nothing(ctx))
+        context_free(ctx);
+}
+
+void td_context_release_children(td_context *ctx, const void *parent)
+{
+    for (td_owned *o = ctx->owned.next; o != &ctx->owned; o = o->next)
+        if (o->parent == parent)
+            owned_release(o, TD_OWNED_MESH_GONE);
+}
+
+td_status td_owned_check_live(const td_owned *object, const char *fn)
+{
+    switch (object->state) {
+    case TD_OWNED_LIVE:
+        return TD_OK;
+    case TD_OWNED_MESH_GONE:
+        return td_error_set(object->ctx, TD_ERR_STATE,
+                            "%s: the %s was released when its mesh was destroyed; only its destroy is valid now", fn,
+                            object->kind);
+    case TD_OWNED_CONTEXT_GONE:
+    default:
+        return td_error_set(object->ctx, TD_ERR_STATE,
+                            "%s: the %s was released when its context was destroyed; only its destroy is valid now",
+                            fn, object->kind);
+    }
 }

@@ -1,6 +1,7 @@
 /* Meshes: parsing a device spec ("opencl:0,vulkan:0x2,cpu:4") into an ordered
  * list of opened devices, each with its worker thread. */
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,10 +196,8 @@ static td_status parse_spec(td_context *ctx, const char *spec, spec_list *list)
     return TD_OK;
 }
 
-static void mesh_destroy_owned(td_owned *self)
-{
-    td_mesh_destroy((td_mesh *)self);
-}
+static void mesh_release(td_owned *self);
+_Static_assert(offsetof(td_mesh, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
 td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
 {
@@ -234,7 +233,7 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
     mesh->ctx = ctx;
     mesh->devices = devices;
     snprintf(mesh->spec, sizeof mesh->spec, "%s", spec);
-    td_context_own(ctx, &mesh->owned, mesh_destroy_owned);
+    td_context_own(ctx, &mesh->owned, "mesh", NULL, mesh_release);
 
     for (uint32_t i = 0; i < list->count && s == TD_OK; i++) {
         const spec_entry *e = &list->entries[i];
@@ -261,12 +260,13 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
     return TD_OK;
 }
 
-void td_mesh_destroy(td_mesh *mesh)
+/* What runs on the mesh goes first, while the workers can still release
+ * its device memory. */
+static void mesh_release(td_owned *self)
 {
-    if (!mesh)
-        return;
+    td_mesh *mesh = (td_mesh *)self;
     td_context *ctx = mesh->ctx;
-    td_context_disown(ctx, &mesh->owned);
+    td_context_release_children(ctx, mesh);
     if (mesh->collectives)
         mesh->collectives_destroy(mesh->collectives); /* releases staging: before the devices close */
     td_worker_pool_destroy(mesh);
@@ -274,14 +274,25 @@ void td_mesh_destroy(td_mesh *mesh)
         if (mesh->devices[i].dev)
             mesh->devices[i].ops->close(mesh->devices[i].dev);
     td_free(ctx, mesh->devices);
-    td_free(ctx, mesh);
+    mesh->devices = NULL;
+    mesh->count = 0;
+}
+
+void td_mesh_destroy(td_mesh *mesh)
+{
+    if (mesh)
+        td_owned_destroy(&mesh->owned);
 }
 
 td_status td_mesh_size(const td_mesh *mesh, uint32_t *size)
 {
-    if (!mesh || !size)
-        return mesh ? td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_size: size is NULL")
-                    : TD_ERR_INVALID_ARGUMENT;
+    if (!mesh)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&mesh->owned, "td_mesh_size");
+    if (s != TD_OK)
+        return s;
+    if (!size)
+        return td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_size: size is NULL");
     *size = mesh->count;
     return TD_OK;
 }
@@ -290,6 +301,9 @@ td_status td_mesh_device_info(const td_mesh *mesh, uint32_t position, td_device_
 {
     if (!mesh)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&mesh->owned, "td_mesh_device_info");
+    if (s != TD_OK)
+        return s;
     if (!info)
         return td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_mesh_device_info: info is NULL");
     if (position >= mesh->count)

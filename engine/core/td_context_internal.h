@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "tandem/context.h"
+#include "tandem/tensor.h"
 
 #if defined(__GNUC__)
 #  define TD_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
@@ -19,6 +20,10 @@ void *td_alloc(td_context *ctx, size_t bytes);
 void *td_alloc_zeroed(td_context *ctx, size_t bytes);
 void *td_alloc_aligned(td_context *ctx, size_t bytes, size_t alignment);
 void td_free(td_context *ctx, void *ptr);
+/* The context's allocator hooks, by value, and a free through such a copy:
+ * host tensors keep one so they can be freed after their context. */
+td_allocator td_context_allocator(const td_context *ctx);
+void td_free_with(const td_allocator *allocator, void *ptr);
 
 /* Records status and message as the context's last error and returns status,
  * so callers can write `return td_error_set(ctx, TD_ERR_..., "...", ...);`.
@@ -27,20 +32,60 @@ void td_free(td_context *ctx, void *ptr);
 td_status td_error_set(td_context *ctx, td_status status, const char *fmt, ...) TD_PRINTF(3, 4);
 void td_error_clear(td_context *ctx);
 
+/* The one rule for a dtype a call does not take: TD_ERR_INVALID_ARGUMENT
+ * with "<fn>: <what> is <dtype>, expected <expected>" (a value outside
+ * td_dtype is shown by number). Returns the status. */
+td_status td_dtype_error(td_context *ctx, const char *fn, const char *what, td_dtype dtype, const char *expected);
+
 void td_log(td_context *ctx, td_log_level level, const char *fmt, ...) TD_PRINTF(3, 4);
 
 /* The wait bound every blocking wait in tandem must respect. */
 uint32_t td_context_timeout_ms(const td_context *ctx);
 
-/* Objects the context owns (meshes, graphs, programs), so td_context_destroy
- * can release what the caller forgot. Each links itself on creation and
- * unlinks on destruction; destroy() must unlink. */
+/* The objects a context owns: meshes, graphs, programs, trainers,
+ * evaluators. Each kind's struct starts with a td_owned (its address is the
+ * block's) and its destroy function is td_owned_destroy: one lifetime path
+ * for every kind, so the rules below hold for each alike.
+ *
+ * An object is released -- devices closed, threads joined, memory freed --
+ * exactly once: by its destroy, by the destroy of the mesh it runs on
+ * (`parent`), or by td_context_destroy. Released early, its block stays so
+ * its handle is still safe to pass to its destroy (and to other calls,
+ * which answer TD_ERR_STATE): the block goes with the destroy, or with the
+ * context, or, for a keep_handles context already destroyed, with the
+ * handle's destroy, the last of which also frees the context. */
+typedef enum td_owned_state {
+    TD_OWNED_LIVE = 0,
+    TD_OWNED_MESH_GONE = 1,    /* released by its mesh's destroy */
+    TD_OWNED_CONTEXT_GONE = 2, /* released by td_context_destroy */
+} td_owned_state;
+
 typedef struct td_owned {
-    struct td_owned *prev, *next;
-    void (*destroy)(struct td_owned *self);
+    struct td_owned *prev, *next; /* NULL while not in the context's list */
+    td_context *ctx;
+    const char *kind;   /* "mesh", "program", ... for messages */
+    const void *parent; /* the mesh the object runs on, or NULL */
+    void (*release)(struct td_owned *self);
+    td_owned_state state;
 } td_owned;
-void td_context_own(td_context *ctx, td_owned *object, void (*destroy)(td_owned *));
-void td_context_disown(td_context *ctx, td_owned *object);
+
+/* Links `object` into ctx's list. `release` frees everything the object
+ * holds except its block, and must accept an object that is only partly
+ * built (a failed create destroys what it made so far). */
+void td_context_own(td_context *ctx, td_owned *object, const char *kind, const void *parent,
+                    void (*release)(td_owned *));
+/* Takes the object out of the list: its holder (a trainer holding its
+ * program) destroys it, and releases it with itself. */
+void td_context_disown(td_owned *object);
+/* Each kind's destroy: releases the object unless that was done, unlinks
+ * it and frees its block. NULL is ignored. */
+void td_owned_destroy(td_owned *object);
+/* Releases every live object of ctx whose parent is `parent` (a mesh going
+ * away takes the programs compiled for it). */
+void td_context_release_children(td_context *ctx, const void *parent);
+/* TD_OK for a live object; TD_ERR_STATE naming `fn` and why once it was
+ * released. Every public call on an owned object checks this first. */
+td_status td_owned_check_live(const td_owned *object, const char *fn);
 
 /* Convenience for allocation failures. */
 #define TD_OOM(ctx, what, bytes) \

@@ -3,6 +3,7 @@
 #define TD_CONTEXT_STATE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "td_context_internal.h"
 
@@ -12,7 +13,7 @@ struct td_context {
     td_status error_status;
     char error_message[2048];
     td_owned owned; /* sentinel of the owned-object list */
-    int owned_initialised;
+    bool destroyed; /* td_context_destroy ran; kept for handles (keep_handles) */
 };
 
 #endif

@@ -5,7 +5,7 @@
 #include "td_context_internal.h"
 
 struct td_tensor {
-    td_context *ctx;
+    td_allocator allocator; /* the context's hooks: the tensor may outlive it */
     td_dtype dtype;
     uint32_t rank;
     int64_t dims[TD_MAX_RANK];
@@ -28,6 +28,15 @@ const char *td_dtype_name(td_dtype dtype)
     return (unsigned)dtype < TD_DTYPE_COUNT ? names[dtype] : "unknown";
 }
 
+td_status td_dtype_error(td_context *ctx, const char *fn, const char *what, td_dtype dtype, const char *expected)
+{
+    if ((unsigned)dtype < TD_DTYPE_COUNT)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s is %s, expected %s", fn, what, td_dtype_name(dtype),
+                            expected);
+    return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s is %d (not a td_dtype), expected %s", fn, what,
+                        (int)dtype, expected);
+}
+
 td_status td_tensor_create(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims, td_tensor **out)
 {
     if (!ctx)
@@ -37,7 +46,7 @@ td_status td_tensor_create(td_context *ctx, td_dtype dtype, uint32_t rank, const
     *out = NULL;
     size_t esize;
     if (td_dtype_size(dtype, &esize) != TD_OK)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_tensor_create: dtype %d is not a td_dtype", (int)dtype);
+        return td_dtype_error(ctx, "td_tensor_create", "dtype", dtype, "f32, f16, bf16, i32 or u8");
     if (rank > TD_MAX_RANK)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_tensor_create: rank %u exceeds the maximum %d", rank,
                             TD_MAX_RANK);
@@ -57,7 +66,7 @@ td_status td_tensor_create(td_context *ctx, td_dtype dtype, uint32_t rank, const
         td_free(ctx, data);
         return TD_OOM(ctx, "a tensor", count * esize);
     }
-    t->ctx = ctx;
+    t->allocator = td_context_allocator(ctx);
     t->dtype = dtype;
     t->rank = rank;
     for (uint32_t i = 0; i < rank; i++)
@@ -72,8 +81,8 @@ void td_tensor_destroy(td_tensor *t)
 {
     if (!t)
         return;
-    td_free(t->ctx, t->data);
-    td_free(t->ctx, t);
+    td_free_with(&t->allocator, t->data);
+    td_free_with(&t->allocator, t);
 }
 
 td_status td_tensor_data(const td_tensor *t, void **data)

@@ -1,6 +1,7 @@
 /* Batch assembly, run every step: gathering the step's examples into the
  * fixed-size batch tensor and the mask that marks which rows are real. Both
  * only check and copy; neither allocates. */
+#include <stdio.h>
 #include <string.h>
 
 #include "tandem/data.h"
@@ -19,9 +20,11 @@ static td_status gather_layout(td_context *ctx, const td_tensor *src, const td_t
     td_tensor_dtype(dst, &dd);
     td_tensor_shape(src, &sr, sdims);
     td_tensor_shape(dst, &dr, ddims);
-    if (sd != dd)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: dst is %s, expected src's dtype %s", GATHER,
-                            td_dtype_name(dd), td_dtype_name(sd));
+    if (sd != dd) {
+        char expected[32];
+        snprintf(expected, sizeof expected, "src's dtype %s", td_dtype_name(sd));
+        return td_dtype_error(ctx, GATHER, "dst", dd, expected);
+    }
     if (sr == 0)
         return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "%s: src is a scalar, expected rank >= 1 (rows on axis 0)",
                             GATHER);
@@ -86,8 +89,7 @@ td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid)
     td_tensor_dtype(mask, &dtype);
     td_tensor_shape(mask, &rank, dims);
     if (dtype != TD_F32 && dtype != TD_U8)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_batch_mask: mask is %s, expected f32 or u8",
-                            td_dtype_name(dtype));
+        return td_dtype_error(ctx, "td_batch_mask", "mask", dtype, "f32 or u8");
     if (rank != 1)
         return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "td_batch_mask: mask has rank %u, expected 1 ([B])", rank);
     size_t b = (size_t)dims[0];

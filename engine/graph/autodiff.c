@@ -2,6 +2,7 @@
  * each node's op (td_op.h) to add its inputs' gradient contributions. Only
  * nodes that lead to a requested parameter receive a gradient;
  * contributions to a node used several times are added. */
+#include <stdio.h>
 #include <string.h>
 
 #include "td_op.h"
@@ -59,19 +60,30 @@ static td_status zero_gradient(td_graph *g, td_node param, td_node *out)
 
 td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const td_node *params, td_node *grads_out)
 {
+    static const char fn[] = "td_graph_value_and_grad";
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
     td_context *ctx = g->ctx;
+    td_status live = td_owned_check_live(&g->owned, fn);
+    if (live != TD_OK)
+        return live;
     if (loss >= g->count)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "value_and_grad: loss node %u does not exist", loss);
-    if (td_shape_count(&g->nodes[loss].shape) != 1 || g->nodes[loss].dtype != TD_F32)
-        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "value_and_grad: the loss (node %u) must be an f32 scalar", loss);
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: loss node %u does not exist (graph has %u nodes)", fn,
+                            loss, g->count);
+    if (g->nodes[loss].dtype != TD_F32) {
+        char what[48];
+        snprintf(what, sizeof what, "the loss (node %u)", loss);
+        return td_dtype_error(ctx, fn, what, g->nodes[loss].dtype, "an f32 scalar");
+    }
+    if (td_shape_count(&g->nodes[loss].shape) != 1)
+        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "%s: the loss (node %u) has %lld elements, expected an f32 scalar",
+                            fn, loss, (long long)td_shape_count(&g->nodes[loss].shape));
     if (n > 0 && (!params || !grads_out))
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "value_and_grad: params or grads is NULL");
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: params or grads is NULL for %u parameters", fn, n);
     for (uint32_t i = 0; i < n; i++)
         if (params[i] >= g->count || g->nodes[params[i]].op != TD_OP_PARAM)
-            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "value_and_grad: params[%u] (node %u) is not a parameter",
-                                i, params[i]);
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: params[%u] (node %u) is not a parameter", fn, i,
+                                params[i]);
 
     td_grad_ctx c = {g, g->count, NULL, NULL, NULL};
     c.grads = td_alloc_zeroed(ctx, sizeof *c.grads * c.count);
@@ -104,8 +116,8 @@ td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const t
             continue;
         const td_op_def *op = td_op_def_of(g->nodes[id].op);
         if (!op->grad)
-            s = td_error_set(ctx, TD_ERR_UNSUPPORTED, "value_and_grad: node %lld (%s) is not differentiable",
-                             (long long)id, op->name);
+            s = td_error_set(ctx, TD_ERR_UNSUPPORTED, "%s: node %lld (%s) is not differentiable", fn, (long long)id,
+                             op->name);
         else
             s = op->grad(&c, (td_node)id, c.grads[id]);
     }

@@ -1,5 +1,6 @@
 /* Graph builders. Each validates its operands, infers the global shape at
  * once (so a mistake is reported where it is made) and appends one node. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,9 +8,17 @@
 #include "td_kernel.h"
 #include "td_init_internal.h"
 
-static void graph_destroy_owned(td_owned *self)
+_Static_assert(offsetof(td_graph, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
+
+static void graph_release(td_owned *self)
 {
-    td_graph_destroy((td_graph *)self);
+    td_graph *g = (td_graph *)self;
+    td_free(g->ctx, g->nodes);
+    td_free(g->ctx, g->updates);
+    g->nodes = NULL;
+    g->updates = NULL;
+    g->count = g->capacity = 0;
+    g->n_updates = g->updates_capacity = 0;
 }
 
 td_status td_graph_create(td_context *ctx, td_graph **out)
@@ -22,23 +31,22 @@ td_status td_graph_create(td_context *ctx, td_graph **out)
     if (!g)
         return TD_OOM(ctx, "a graph", sizeof *g);
     g->ctx = ctx;
-    td_context_own(ctx, &g->owned, graph_destroy_owned);
+    td_context_own(ctx, &g->owned, "graph", NULL, graph_release);
     *out = g;
     return TD_OK;
 }
 
 void td_graph_destroy(td_graph *g)
 {
-    if (!g)
-        return;
-    td_context_disown(g->ctx, &g->owned);
-    td_free(g->ctx, g->nodes);
-    td_free(g->ctx, g->updates);
-    td_free(g->ctx, g);
+    if (g)
+        td_owned_destroy(&g->owned);
 }
 
 td_status td_graph_append(td_graph *g, const td_node_def *def, td_node *out)
 {
+    td_status live = td_owned_check_live(&g->owned, td_op_def_of(def->op)->name);
+    if (live != TD_OK)
+        return live;
     for (uint32_t k = 0; k < def->n_in; k++)
         if (def->in[k] >= g->count)
             return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input %u is node %u, which does not exist",
@@ -99,6 +107,9 @@ static td_status check_graph(td_graph *g, td_node *out, const char *fn)
 {
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&g->owned, fn);
+    if (s != TD_OK)
+        return s;
     if (!out)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     return TD_OK;
@@ -109,9 +120,11 @@ static td_status check_node(td_graph *g, td_node n, const char *fn, td_dtype wan
     if (n >= g->count)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u does not exist (graph has %u nodes)", fn, n,
                             g->count);
-    if (g->nodes[n].dtype != want)
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u is %s, expected %s", fn, n,
-                            td_dtype_name(g->nodes[n].dtype), td_dtype_name(want));
+    if (g->nodes[n].dtype != want) {
+        char what[32];
+        snprintf(what, sizeof what, "node %u", n);
+        return td_dtype_error(g->ctx, fn, what, g->nodes[n].dtype, td_dtype_name(want));
+    }
     return TD_OK;
 }
 
@@ -182,8 +195,7 @@ td_status td_graph_input(td_graph *g, const char *name, td_dtype dtype, uint32_t
     if (s != TD_OK || (s = check_dims(g, rank, dims, "td_graph_input", 0)) != TD_OK)
         return s;
     if (dtype != TD_F32 && dtype != TD_I32 && dtype != TD_U8)
-        return td_error_set(g->ctx, TD_ERR_UNSUPPORTED, "td_graph_input: dtype %s is not supported (f32, i32 or u8)",
-                            td_dtype_name(dtype));
+        return td_dtype_error(g->ctx, "td_graph_input", "dtype", dtype, "f32, i32 or u8");
     if (placement != TD_SHARDED && placement != TD_REPLICATED)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_input: placement %d is not a td_placement",
                             (int)placement);
@@ -244,6 +256,9 @@ td_status td_graph_find(const td_graph *g, const char *name, td_node *out)
 {
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&g->owned, "td_graph_find");
+    if (s != TD_OK)
+        return s;
     if (!name || !out)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_find: name or out is NULL");
     td_node n = td_graph_find_named(g, name);
@@ -268,6 +283,9 @@ td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, 
 {
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&g->owned, "td_graph_params");
+    if (s != TD_OK)
+        return s;
     if (!count || (capacity && !nodes))
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_graph_params: count is NULL, or nodes is NULL for capacity %u", capacity);
@@ -433,9 +451,10 @@ td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t 
 
 td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out)
 {
+    const char *fn = "td_graph_mse";
     td_node diff, sq;
-    td_status s = check_graph(g, out, "td_graph_mse");
-    if (s != TD_OK)
+    td_status s = check_graph(g, out, fn);
+    if (s != TD_OK || (s = check_node(g, pred, fn, TD_F32)) != TD_OK || (s = check_node(g, target, fn, TD_F32)) != TD_OK)
         return s;
     if ((s = td_graph_sub(g, pred, target, &diff)) != TD_OK)
         return s;
@@ -546,6 +565,9 @@ td_status td_graph_shape(const td_graph *g, td_node node, uint32_t *rank, int64_
 {
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&g->owned, "td_graph_shape");
+    if (s != TD_OK)
+        return s;
     if (!rank || !dims)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_shape: rank or dims is NULL");
     if (node >= g->count)
@@ -722,9 +744,11 @@ td_status td_graph_cast(td_graph *g, td_node a, td_node *out)
     if (a >= g->count)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u does not exist (graph has %u nodes)", fn, a,
                             g->count);
-    if (g->nodes[a].dtype != TD_U8 && g->nodes[a].dtype != TD_I32)
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u is %s, expected u8 or i32", fn, a,
-                            td_dtype_name(g->nodes[a].dtype));
+    if (g->nodes[a].dtype != TD_U8 && g->nodes[a].dtype != TD_I32) {
+        char what[32];
+        snprintf(what, sizeof what, "node %u", a);
+        return td_dtype_error(g->ctx, fn, what, g->nodes[a].dtype, "u8 or i32");
+    }
     td_node_def d = td_node_make(TD_OP_CAST, 1, a, 0, 0);
     return td_graph_append(g, &d, out);
 }

@@ -149,8 +149,8 @@ td_status td_graph_state_update(td_graph *g, td_node state, td_node value)
     const char *fn = "td_graph_state_update";
     if (!g)
         return TD_ERR_INVALID_ARGUMENT;
-    td_status s;
-    if ((s = td_graph_check_node(g, state, fn, TD_F32)) != TD_OK ||
+    td_status s = td_owned_check_live(&g->owned, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, state, fn, TD_F32)) != TD_OK ||
         (s = td_graph_check_node(g, value, fn, TD_F32)) != TD_OK)
         return s;
     const td_node_def *sd = &g->nodes[state];
@@ -191,6 +191,17 @@ void td_batch_norm_options_init(td_batch_norm_options *o)
     o->sync = false;
 }
 
+td_status td_batch_norm_check_options(td_graph *g, const char *fn, const td_batch_norm_options *o)
+{
+    if (!(o->momentum >= 0.0f && o->momentum < 1.0f))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: momentum %g, expected in [0, 1)", fn,
+                            (double)o->momentum);
+    if (!(o->epsilon > 0.0f && o->epsilon <= 1.0f))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: epsilon %g, expected in (0, 1]", fn,
+                            (double)o->epsilon);
+    return TD_OK;
+}
+
 /* m * state + (1 - m) * batch, the value of a running statistic's update. */
 static td_status running_update(td_graph *g, td_node state, td_node batch, float momentum)
 {
@@ -213,10 +224,8 @@ td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bia
     td_batch_norm_options_init(&o);
     if (options)
         o = *options;
-    if (!(o.momentum >= 0.0f && o.momentum < 1.0f))
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: momentum %g, expected in [0, 1)", fn, (double)o.momentum);
-    if (!(o.epsilon > 0.0f && o.epsilon <= 1.0f))
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: epsilon %g, expected in (0, 1]", fn, (double)o.epsilon);
+    if ((s = td_batch_norm_check_options(g, fn, &o)) != TD_OK)
+        return s;
     const td_shape xs = g->nodes[x].shape;
     if (xs.rank < 2)
         return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH,

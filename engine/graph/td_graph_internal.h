@@ -142,6 +142,9 @@ bool td_shape_equal(const td_shape *a, const td_shape *b);
  * dtype `want`. Set the context error naming fn. */
 td_status td_graph_check_out(td_graph *g, td_node *out, const char *fn);
 td_status td_graph_check_node(td_graph *g, td_node n, const char *fn, td_dtype want);
+/* batch norm's momentum in [0, 1) and epsilon in (0, 1] (NaN and inf fail),
+ * for the op and for the layer, which checks before adding parameters. */
+td_status td_batch_norm_check_options(td_graph *g, const char *fn, const td_batch_norm_options *o);
 
 /* The input or parameter called `name`, or UINT32_MAX when there is none. */
 td_node td_graph_find_named(const td_graph *g, const char *name);

@@ -27,10 +27,14 @@ td_status td_layer_check(td_graph *g, const char *fn, const char *name, td_node 
     td_status s = td_graph_shape(g, x, rank, dims);
     if (s != TD_OK)
         return s;
-    if (*rank < min_rank || g->nodes[x].dtype != TD_F32)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                            "%s: layer '%s': input node %u is a %s of rank %u, expected f32 of rank >= %u", fn, name, x,
-                            td_dtype_name(g->nodes[x].dtype), *rank, min_rank);
+    if (g->nodes[x].dtype != TD_F32) {
+        char what[96];
+        snprintf(what, sizeof what, "layer '%s': input node %u", name, x);
+        return td_dtype_error(ctx, fn, what, g->nodes[x].dtype, "f32");
+    }
+    if (*rank < min_rank)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: layer '%s': input node %u has rank %u, expected rank >= %u",
+                            fn, name, x, *rank, min_rank);
     snprintf(kernel_name, 64, "%s/kernel", name);
     snprintf(bias_name, 64, "%s/bias", name);
     const char *taken = td_graph_find_named(g, kernel_name) != UINT32_MAX ? kernel_name

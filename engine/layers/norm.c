@@ -14,6 +14,11 @@ td_status td_layer_layer_norm(td_graph *g, const char *name, td_node x, float ep
     td_status s = td_layer_check(g, fn, name, x, out, 1, true, scale_name, bias_name, &rank, dims);
     if (s != TD_OK)
         return s;
+    /* td_graph_layer_norm's own check comes after the parameters exist; a
+     * refused layer must leave the graph as it was. NaN fails both tests. */
+    if (!(epsilon > 0.0f && epsilon <= 1.0f))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: layer '%s': epsilon %g, expected in (0, 1]", fn, name,
+                            (double)epsilon);
     snprintf(scale_name, sizeof scale_name, "%s/scale", name);
     if (td_graph_find_named(g, scale_name) != UINT32_MAX)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' is already used in the graph", fn,
@@ -37,6 +42,13 @@ td_status td_layer_batch_norm(td_graph *g, const char *name, td_node x, const td
     char names[4][64];
     td_status s = td_layer_check(g, fn, name, x, out, 2, true, names[0], names[1], &rank, dims);
     if (s != TD_OK)
+        return s;
+    td_batch_norm_options o;
+    td_batch_norm_options_init(&o);
+    if (options)
+        o = *options;
+    /* Before the parameters exist: a refused layer leaves the graph alone. */
+    if ((s = td_batch_norm_check_options(g, fn, &o)) != TD_OK)
         return s;
     static const char *const suffix[4] = {"scale", "bias", "mean", "var"};
     for (int i = 0; i < 4; i++) {

@@ -5,6 +5,8 @@
  * and gradient buffers, writes the initial values, emits the kernel calls,
  * creates the segments and reserves ring staging. Destroying a program
  * releases all of it on the devices' workers. */
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "td_init_internal.h"
@@ -83,17 +85,14 @@ static td_status release_device(td_program *p, uint32_t pos)
     return TD_OK;
 }
 
-static void program_destroy_owned(td_owned *self)
-{
-    td_program_destroy((td_program *)self);
-}
+_Static_assert(offsetof(td_program, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
-void td_program_destroy(td_program *p)
+/* Runs while the mesh is still open: its destroy releases its programs
+ * first. */
+static void program_release(td_owned *self)
 {
-    if (!p)
-        return;
+    td_program *p = (td_program *)self;
     td_context *ctx = p->ctx;
-    td_context_disown(ctx, &p->owned);
     if (p->devs && p->mesh->pool)
         td_program_on_devices(p, release_device);
     td_plan_free(ctx, &p->plan);
@@ -105,7 +104,14 @@ void td_program_destroy(td_program *p)
     td_free(ctx, p->param_init);
     td_free(ctx, p->step_words);
     td_free(ctx, p->bound);
-    td_free(ctx, p);
+    p->devs = NULL;
+    p->n_outputs = 0;
+}
+
+void td_program_destroy(td_program *p)
+{
+    if (p)
+        td_owned_destroy(&p->owned);
 }
 
 td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
@@ -121,6 +127,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
     *out = NULL;
     if (mesh->ctx != ctx)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: the graph and the mesh belong to different contexts");
+    td_status live = td_owned_check_live(&g->owned, "td_pmap_compile");
+    if (live == TD_OK)
+        live = td_owned_check_live(&mesh->owned, "td_pmap_compile");
+    if (live != TD_OK)
+        return live;
     if (n_outputs && !outputs)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: outputs is NULL for %u outputs", n_outputs);
     for (uint32_t i = 0; i < n_outputs; i++)
@@ -128,10 +139,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: output %u is node %u, which does not exist",
                                 i, outputs[i]);
     for (uint32_t i = 0; i < n_outputs; i++)
-        if (g->nodes[outputs[i]].dtype == TD_U8)
-            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                                "td_pmap_compile: output %u (node %u) is u8; outputs are f32 or i32 (cast it first)", i,
-                                outputs[i]);
+        if (g->nodes[outputs[i]].dtype == TD_U8) {
+            char what[48];
+            snprintf(what, sizeof what, "output %u (node %u)", i, outputs[i]);
+            return td_dtype_error(ctx, "td_pmap_compile", what, TD_U8, "f32 or i32 (cast it first)");
+        }
 
     td_ring *ring;
     td_status s = td_mesh_ring(mesh, &ring);
@@ -144,7 +156,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
     p->mesh = mesh;
     p->ring = ring;
     p->n_dev = mesh->count;
-    td_context_own(ctx, &p->owned, program_destroy_owned);
+    td_context_own(ctx, &p->owned, "program", mesh, program_release);
     p->graph.ctx = ctx;
     p->graph.count = g->count;
     p->graph.nodes = td_alloc(ctx, sizeof *g->nodes * g->count);

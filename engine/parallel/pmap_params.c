@@ -44,16 +44,25 @@ static td_status read_param_device(td_program *p, uint32_t pos)
 
 static td_status check_param(td_program *p, td_node param, const td_tensor *t, const char *fn)
 {
+    td_status live = td_owned_check_live(&p->owned, fn);
+    if (live != TD_OK)
+        return live;
     if (param >= p->plan.n_nodes || p->graph.nodes[param].op != TD_OP_PARAM)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u is not a parameter", fn, param);
-    return td_program_check_tensor(p->ctx, t, TD_F32, &p->plan.shapes[param], "parameter", p->graph.nodes[param].name);
+    return td_program_check_tensor(p->ctx, fn, t, TD_F32, &p->plan.shapes[param], "parameter",
+                                   p->graph.nodes[param].name);
 }
 
 td_status td_program_set_param(td_program *p, td_node param, const td_tensor *value)
 {
+    return td_program_set_param_for(p, param, value, "td_program_set_param");
+}
+
+td_status td_program_set_param_for(td_program *p, td_node param, const td_tensor *value, const char *fn)
+{
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
-    td_status s = check_param(p, param, value, "td_program_set_param");
+    td_status s = check_param(p, param, value, fn);
     if (s != TD_OK)
         return s;
     void *data;
@@ -65,14 +74,19 @@ td_status td_program_set_param(td_program *p, td_node param, const td_tensor *va
 
 td_status td_program_read_param(td_program *p, td_node param, uint32_t device, td_tensor *out)
 {
+    return td_program_read_param_for(p, param, device, out, "td_program_read_param");
+}
+
+td_status td_program_read_param_for(td_program *p, td_node param, uint32_t device, td_tensor *out, const char *fn)
+{
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
-    td_status s = check_param(p, param, out, "td_program_read_param");
+    td_status s = check_param(p, param, out, fn);
     if (s != TD_OK)
         return s;
     if (device >= p->n_dev)
-        return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "device %u is not in the mesh (%u devices)", device,
-                            p->n_dev);
+        return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "%s: device %u is not in the mesh (%u devices)", fn,
+                            device, p->n_dev);
     void *data;
     td_tensor_data(out, &data);
     p->job_node = param;

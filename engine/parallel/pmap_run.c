@@ -83,11 +83,19 @@ static td_status run_device(td_program *p, uint32_t pos)
 
 td_status td_program_run(td_program *p, uint32_t n_bindings, const td_binding *bindings)
 {
+    return td_program_run_for(p, n_bindings, bindings, "td_program_run");
+}
+
+td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_binding *bindings, const char *fn)
+{
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
     td_context *ctx = p->ctx;
+    td_status live = td_owned_check_live(&p->owned, fn);
+    if (live != TD_OK)
+        return live;
     if (n_bindings && !bindings)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_program_run: bindings is NULL for %u bindings", n_bindings);
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: bindings is NULL for %u bindings", fn, n_bindings);
     memset(p->bound, 0, sizeof *p->bound * p->plan.n_nodes);
     for (uint32_t i = 0; i < n_bindings; i++) {
         td_node n = bindings[i].node;
@@ -96,8 +104,8 @@ td_status td_program_run(td_program *p, uint32_t n_bindings, const td_binding *b
         if (p->bound[n])
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: input '%s' is bound twice", i,
                                 p->graph.nodes[n].name);
-        td_status s = td_program_check_tensor(ctx, bindings[i].value, p->graph.nodes[n].dtype, &p->graph.nodes[n].shape, "input",
-                                   p->graph.nodes[n].name);
+        td_status s = td_program_check_tensor(ctx, fn, bindings[i].value, p->graph.nodes[n].dtype,
+                                              &p->graph.nodes[n].shape, "input", p->graph.nodes[n].name);
         if (s != TD_OK)
             return s;
         p->bound[n] = bindings[i].value;
@@ -137,6 +145,9 @@ td_status td_program_set_step(td_program *p, uint64_t step)
 {
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status live = td_owned_check_live(&p->owned, "td_program_set_step");
+    if (live != TD_OK)
+        return live;
     p->step = step;
     return TD_OK;
 }
@@ -151,6 +162,9 @@ td_status td_program_output_shape(const td_program *p, uint32_t index, uint32_t 
 {
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status live = td_owned_check_live(&p->owned, "td_program_output_shape");
+    if (live != TD_OK)
+        return live;
     if (!rank || !dims || index >= p->n_outputs)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "td_program_output_shape: output %u of %u, or NULL arguments",
                             index, p->n_outputs);
@@ -170,6 +184,9 @@ td_status td_program_read_output(td_program *p, uint32_t index, uint32_t device,
 {
     if (!p)
         return TD_ERR_INVALID_ARGUMENT;
+    td_status live = td_owned_check_live(&p->owned, "td_program_read_output");
+    if (live != TD_OK)
+        return live;
     if (index >= p->n_outputs)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "output %u does not exist (program has %u)", index,
                             p->n_outputs);
@@ -177,7 +194,8 @@ td_status td_program_read_output(td_program *p, uint32_t index, uint32_t device,
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "device %u is not in the mesh (%u devices)", device,
                             p->n_dev);
     const td_shape *sh = &p->plan.shapes[p->outputs[index]];
-    td_status s = td_program_check_tensor(p->ctx, out, p->graph.nodes[p->outputs[index]].dtype, sh, "output", "result");
+    td_status s = td_program_check_tensor(p->ctx, "td_program_read_output", out, p->graph.nodes[p->outputs[index]].dtype,
+                                          sh, "output", "result");
     if (s != TD_OK)
         return s;
     void *data;

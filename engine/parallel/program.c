@@ -23,19 +23,21 @@ td_status td_program_on_devices(td_program *p, td_program_device_fn fn)
     return td_mesh_run(p->mesh, program_job, p);
 }
 
-td_status td_program_check_tensor(td_context *ctx, const td_tensor *t, td_dtype dtype, const td_shape *want,
-                                  const char *what, const char *name)
+td_status td_program_check_tensor(td_context *ctx, const char *fn, const td_tensor *t, td_dtype dtype,
+                                  const td_shape *want, const char *what, const char *name)
 {
     td_dtype dt;
     uint32_t rank;
     int64_t dims[TD_MAX_RANK];
     if (!t)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s '%s': the tensor is NULL", what, name);
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s '%s': the tensor is NULL", fn, what, name);
     td_tensor_dtype(t, &dt);
     td_tensor_shape(t, &rank, dims);
-    if (dt != dtype)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s '%s': tensor is %s, expected %s", what, name,
-                            td_dtype_name(dt), td_dtype_name(dtype));
+    if (dt != dtype) {
+        char operand[96];
+        snprintf(operand, sizeof operand, "the tensor for %s '%s'", what, name);
+        return td_dtype_error(ctx, fn, operand, dt, td_dtype_name(dtype));
+    }
     int same = rank == want->rank;
     for (uint32_t i = 0; same && i < rank; i++)
         same = dims[i] == want->dims[i];
@@ -48,15 +50,15 @@ td_status td_program_check_tensor(td_context *ctx, const td_tensor *t, td_dtype 
         for (uint32_t i = 0; i < want->rank; i++)
             v += (size_t)snprintf(exp + v, sizeof exp - v, "%s%lld", i ? "," : "", (long long)want->dims[i]);
         exp[v] = 0;
-        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "%s '%s': tensor has shape [%s], expected [%s]", what, name, got,
-                            exp);
+        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "%s: %s '%s': tensor has shape [%s], expected [%s]", fn, what,
+                            name, got, exp);
     }
     return TD_OK;
 }
 
 void td_program_disown(td_program *p)
 {
-    td_context_disown(p->ctx, &p->owned);
+    td_context_disown(&p->owned);
 }
 
 const td_plan *td_program_plan(const td_program *p)

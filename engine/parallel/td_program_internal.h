@@ -17,6 +17,11 @@ typedef td_status (*td_program_hook)(void *user, uint32_t position);
 td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
                              uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
                              td_program **out);
+/* td_program_run / set_param / read_param with `fn` naming the public call
+ * in messages (the trainer's, the evaluator's). */
+td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_binding *bindings, const char *fn);
+td_status td_program_set_param_for(td_program *p, td_node param, const td_tensor *value, const char *fn);
+td_status td_program_read_param_for(td_program *p, td_node param, uint32_t device, td_tensor *out, const char *fn);
 /* Makes the program owned by its caller (the trainer) rather than the context. */
 void td_program_disown(td_program *p);
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user);

@@ -55,9 +55,10 @@ struct td_program {
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn);
 
 /* TD_OK when t is a `dtype` tensor of shape `want`; otherwise a status and
- * a message naming the `what` ("input", "parameter", ...) called `name`,
- * what the tensor has and what was expected. */
-td_status td_program_check_tensor(td_context *ctx, const td_tensor *t, td_dtype dtype, const td_shape *want,
-                                  const char *what, const char *name);
+ * a message naming the public call `fn`, the `what` ("input",
+ * "parameter", ...) called `name`, what the tensor has and what was
+ * expected (a wrong dtype by the one rule, td_dtype_error). */
+td_status td_program_check_tensor(td_context *ctx, const char *fn, const td_tensor *t, td_dtype dtype,
+                                  const td_shape *want, const char *what, const char *name);
 
 #endif

@@ -6,6 +6,8 @@
  * average over exactly the valid examples of the whole data set, however
  * the last batch was padded. Sums are kept in double: a data set of many
  * batches must not drift with the batch count. */
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tandem/eval.h"
@@ -23,27 +25,40 @@ struct td_evaluator {
     double weight;  /* valid examples so far */
 };
 
-static void evaluator_destroy_owned(td_owned *self)
+_Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
+
+/* Runs while the mesh is still open: its destroy releases its evaluators
+ * first. */
+static void evaluator_release(td_owned *self)
 {
-    td_evaluator_destroy((td_evaluator *)self);
+    td_evaluator *e = (td_evaluator *)self;
+    td_program_destroy(e->program);
+    e->program = NULL;
+    td_free(e->ctx, e->staging);
+    td_free(e->ctx, e->sums);
 }
 
 void td_evaluator_destroy(td_evaluator *e)
 {
-    if (!e)
-        return;
-    td_context_disown(e->ctx, &e->owned);
-    td_program_destroy(e->program);
-    td_free(e->ctx, e->staging);
-    td_free(e->ctx, e->sums);
-    td_free(e->ctx, e);
+    if (e)
+        td_owned_destroy(&e->owned);
+}
+
+/* The first check of every call on an evaluator: not NULL, not released. */
+static td_status check_evaluator(const td_evaluator *e, const char *fn)
+{
+    return e ? td_owned_check_live(&e->owned, fn) : TD_ERR_INVALID_ARGUMENT;
 }
 
 static td_status check_nodes(td_graph *g, td_node mask, uint32_t n_metrics, const td_node *metrics)
 {
     const char *fn = "td_evaluator_create";
-    if (mask >= g->count || g->nodes[mask].op != TD_OP_INPUT || g->nodes[mask].dtype != TD_F32 ||
-        g->nodes[mask].shape.rank != 1)
+    if (mask < g->count && g->nodes[mask].op == TD_OP_INPUT && g->nodes[mask].dtype != TD_F32) {
+        char what[32];
+        snprintf(what, sizeof what, "mask (node %u)", mask);
+        return td_dtype_error(g->ctx, fn, what, g->nodes[mask].dtype, "an f32 [B] input");
+    }
+    if (mask >= g->count || g->nodes[mask].op != TD_OP_INPUT || g->nodes[mask].shape.rank != 1)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: mask is node %u, expected an f32 [B] input of the graph",
                             fn, mask);
     for (uint32_t i = 0; i < n_metrics; i++) {
@@ -52,7 +67,12 @@ static td_status check_nodes(td_graph *g, td_node mask, uint32_t n_metrics, cons
             return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
                                 "%s: metrics[%u] is node %u, which does not exist (the graph has %u nodes)", fn, i, m,
                                 g->count);
-        if (g->nodes[m].dtype != TD_F32 || td_shape_count(&g->nodes[m].shape) != 1)
+        if (g->nodes[m].dtype != TD_F32) {
+            char what[48];
+            snprintf(what, sizeof what, "metrics[%u] (node %u)", i, m);
+            return td_dtype_error(g->ctx, fn, what, g->nodes[m].dtype, "an f32 scalar");
+        }
+        if (td_shape_count(&g->nodes[m].shape) != 1)
             return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
                                 "%s: metrics[%u] is node %u with %lld elements, expected an f32 scalar", fn, i, m,
                                 (long long)td_shape_count(&g->nodes[m].shape));
@@ -71,7 +91,11 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
                             "td_evaluator_create: mesh, out or metrics is NULL, or n_metrics is %u (expected >= 1)",
                             n_metrics);
     *out = NULL;
-    td_status s = check_nodes(g, mask, n_metrics, metrics);
+    td_status s = td_owned_check_live(&g->owned, "td_evaluator_create");
+    if (s == TD_OK)
+        s = td_owned_check_live(&mesh->owned, "td_evaluator_create");
+    if (s == TD_OK)
+        s = check_nodes(g, mask, n_metrics, metrics);
     if (s != TD_OK)
         return s;
     td_evaluator *e = td_alloc_zeroed(ctx, sizeof *e);
@@ -81,7 +105,7 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->n_devices = mesh->count;
     e->n_metrics = n_metrics;
     e->mask = mask;
-    td_context_own(ctx, &e->owned, evaluator_destroy_owned);
+    td_context_own(ctx, &e->owned, "evaluator", mesh, evaluator_release);
     s = td_program_compile(g, mesh, n_metrics, metrics, 0, NULL, NULL, false, &e->program);
     if (s == TD_OK) {
         td_program_disown(e->program);
@@ -101,8 +125,9 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
 
 td_status td_evaluator_reset(td_evaluator *e)
 {
-    if (!e)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = check_evaluator(e, "td_evaluator_reset");
+    if (s != TD_OK)
+        return s;
     memset(e->sums, 0, sizeof *e->sums * e->n_metrics);
     e->weight = 0.0;
     return TD_OK;
@@ -110,10 +135,13 @@ td_status td_evaluator_reset(td_evaluator *e)
 
 td_status td_evaluator_load(td_evaluator *e, const td_trainer *t)
 {
-    if (!e)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_evaluator(e, "td_evaluator_load");
+    if (live != TD_OK)
+        return live;
     if (!t)
         return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT, "td_evaluator_load: trainer is NULL");
+    if ((live = td_trainer_check_live(t, "td_evaluator_load")) != TD_OK)
+        return live;
     const td_program *tp = td_trainer_program(t);
     const td_plan *from = td_program_plan(tp), *to = td_program_plan(e->program);
     const float *master = td_trainer_master(t);
@@ -140,9 +168,10 @@ td_status td_evaluator_load(td_evaluator *e, const td_trainer *t)
 
 td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings)
 {
-    if (!e)
-        return TD_ERR_INVALID_ARGUMENT;
-    td_status s = td_program_run(e->program, n_bindings, bindings);
+    td_status s = check_evaluator(e, "td_evaluator_run");
+    if (s != TD_OK)
+        return s;
+    s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
     if (s != TD_OK)
         return s;
     /* The run checked the bindings: the mask is bound, f32, of its shape. */
@@ -174,8 +203,9 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
 
 td_status td_evaluator_result(const td_evaluator *e, uint32_t capacity, float *values, double *examples)
 {
-    if (!e)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_evaluator(e, "td_evaluator_result");
+    if (live != TD_OK)
+        return live;
     if (capacity < e->n_metrics || !values)
         return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_evaluator_result: capacity %u (values %s), expected room for the evaluator's %u metrics",

@@ -1,6 +1,7 @@
 /* optax's learning-rate schedules. Each is evaluated in double and rounded
  * once: it is one scalar per step, and float's 24 bits would otherwise
  * show in step / decay_steps once step counts reach the millions. */
+#include <float.h>
 #include <math.h>
 
 #include "td_context_internal.h"
@@ -74,7 +75,9 @@ float td_schedule_eval(const td_schedule *s, uint64_t step)
         double v = (double)s->init_value * pow((double)s->decay_rate, p);
         if (s->has_end_value)
             v = s->decay_rate < 1.0f ? fmax(v, (double)s->end_value) : fmin(v, (double)s->end_value);
-        return (float)v;
+        /* A growing rate can pass float's range; converting such a double
+         * is undefined in C, inf is what the callers test for. */
+        return v > FLT_MAX ? INFINITY : (float)v;
     }
     case TD_SCHEDULE_COSINE_DECAY:
         return (float)cosine(s->init_value, step, s->decay_steps, s->alpha);
@@ -99,6 +102,12 @@ td_status td_schedule_value(td_context *ctx, const td_schedule *schedule, uint64
     td_status s = td_schedule_check(ctx, schedule, "td_schedule_value");
     if (s != TD_OK)
         return s;
-    *lr = td_schedule_eval(schedule, step);
+    float value = td_schedule_eval(schedule, step);
+    if (!isfinite(value))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_schedule_value: the value at step %llu overflows to %g, expected a finite rate (decay_rate "
+                            "%g > 1 grows without bound unless has_end_value caps it)",
+                            (unsigned long long)step, (double)value, (double)schedule->decay_rate);
+    *lr = value;
     return TD_OK;
 }

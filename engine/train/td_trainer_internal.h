@@ -9,5 +9,8 @@
  * program's parameter buffer: the values the devices hold between steps. */
 const float *td_trainer_master(const td_trainer *t);
 const td_program *td_trainer_program(const td_trainer *t);
+/* TD_ERR_STATE naming `fn` when the trainer was released with its mesh or
+ * context, else TD_OK. */
+td_status td_trainer_check_live(const td_trainer *t, const char *fn);
 
 #endif

@@ -31,6 +31,7 @@
  * K, and no gradient of a round that saw a failure ever reaches the
  * parameters. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,9 +122,31 @@ static td_status check_unit_interval(td_context *ctx, const char *field, float v
     return TD_OK;
 }
 
+/* Every float of the options must be finite, whichever optimizer reads
+ * it: a NaN left in a field the optimizer ignores today is read the day the
+ * caller switches optimizers. */
+static td_status check_finite_fields(td_context *ctx, const td_trainer_options *o)
+{
+    const struct {
+        const char *name;
+        float value;
+    } fields[] = {
+        {"learning_rate", o->learning_rate}, {"momentum", o->momentum},         {"b1", o->b1},
+        {"b2", o->b2},                       {"eps", o->eps},                   {"weight_decay", o->weight_decay},
+        {"decay", o->decay},                 {"max_norm", o->max_norm},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!isfinite(fields[i].value))
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: %s is %g, expected a finite value",
+                                fields[i].name, (double)fields[i].value);
+    return TD_OK;
+}
+
 static td_status check_options(td_context *ctx, const td_trainer_options *o)
 {
-    td_status s;
+    td_status s = check_finite_fields(ctx, o);
+    if (s != TD_OK)
+        return s;
     if (o->schedule.kind == TD_SCHEDULE_CONSTANT && (!isfinite(o->learning_rate) || !(o->learning_rate > 0.0f)))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: learning_rate %g must be finite and > 0",
                             (double)o->learning_rate);
@@ -338,17 +361,15 @@ static td_status update_hook(void *user, uint32_t pos)
     return s;
 }
 
-static void trainer_destroy_owned(td_owned *self)
-{
-    td_trainer_destroy((td_trainer *)self);
-}
+_Static_assert(offsetof(td_trainer, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
-void td_trainer_destroy(td_trainer *t)
+/* Runs while the mesh is still open (its destroy releases its trainers
+ * first), so the program can release its device memory. */
+static void trainer_release(td_owned *self)
 {
-    if (!t)
-        return;
-    td_context_disown(t->ctx, &t->owned);
+    td_trainer *t = (td_trainer *)self;
     td_program_destroy(t->program);
+    t->program = NULL;
     for (uint32_t r = 0; t->owners && r < t->mesh->count; r++)
         td_free(t->ctx, t->owners[r].block);
     td_free(t->ctx, t->owners);
@@ -362,7 +383,18 @@ void td_trainer_destroy(td_trainer *t)
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
     td_free(t->ctx, t->pending);
-    td_free(t->ctx, t);
+}
+
+void td_trainer_destroy(td_trainer *t)
+{
+    if (t)
+        td_owned_destroy(&t->owned);
+}
+
+/* The first check of every call on a trainer: not NULL, not released. */
+static td_status check_trainer(const td_trainer *t, const char *fn)
+{
+    return t ? td_owned_check_live(&t->owned, fn) : TD_ERR_INVALID_ARGUMENT;
 }
 
 static int compare_ranges(const void *x, const void *y)
@@ -467,10 +499,15 @@ static td_status check_metrics(td_graph *g, uint32_t n, const td_node *metrics)
             return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
                                 "td_trainer_create: metrics[%u] is node %u, which does not exist (the graph has %u nodes)",
                                 i, m, g->count);
-        if (g->nodes[m].dtype != TD_F32 || td_shape_count(&g->nodes[m].shape) != 1)
+        if (g->nodes[m].dtype != TD_F32) {
+            char what[48];
+            snprintf(what, sizeof what, "metrics[%u] (node %u)", i, m);
+            return td_dtype_error(g->ctx, "td_trainer_create", what, g->nodes[m].dtype, "an f32 scalar");
+        }
+        if (td_shape_count(&g->nodes[m].shape) != 1)
             return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
-                                "td_trainer_create: metrics[%u] is node %u of %s with %lld elements, expected an f32 scalar",
-                                i, m, td_dtype_name(g->nodes[m].dtype), (long long)td_shape_count(&g->nodes[m].shape));
+                                "td_trainer_create: metrics[%u] is node %u with %lld elements, expected an f32 scalar", i,
+                                m, (long long)td_shape_count(&g->nodes[m].shape));
     }
     return TD_OK;
 }
@@ -484,6 +521,11 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     if (!mesh || !out || (n_params && !params))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: mesh, out or params is NULL");
     *out = NULL;
+    td_status live = td_owned_check_live(&g->owned, "td_trainer_create");
+    if (live == TD_OK)
+        live = td_owned_check_live(&mesh->owned, "td_trainer_create");
+    if (live != TD_OK)
+        return live;
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     if (options) {
@@ -527,7 +569,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->n_metrics = opts.n_metrics;
     t->metrics = outputs; /* [loss, metrics...]; options.metrics may be the caller's memory */
     t->options.metrics = outputs + 1;
-    td_context_own(ctx, &t->owned, trainer_destroy_owned);
+    td_context_own(ctx, &t->owned, "trainer", mesh, trainer_release);
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     s = t->params ? TD_OK : TD_OOM(ctx, "trainer parameters", sizeof *t->params * n_params);
     if (s == TD_OK) {
@@ -574,9 +616,10 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
 
 td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *value)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
-    td_status s = td_program_set_param(t->program, param, value);
+    td_status s = check_trainer(t, "td_trainer_set_param");
+    if (s != TD_OK)
+        return s;
+    s = td_program_set_param_for(t->program, param, value, "td_trainer_set_param");
     if (s != TD_OK)
         return s;
     const td_plan *plan = td_program_plan(t->program);
@@ -588,24 +631,34 @@ td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *va
 
 td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, td_tensor *out)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
-    return td_program_read_param(t->program, param, device, out);
+    td_status s = check_trainer(t, "td_trainer_read_param");
+    if (s != TD_OK)
+        return s;
+    return td_program_read_param_for(t->program, param, device, out, "td_trainer_read_param");
 }
 
 td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_step");
+    if (live != TD_OK)
+        return live;
     const bool last = t->micro + 1 >= t->options.accumulate_steps;
     t->has_outputs = false;
     t->updated = false;
     t->step_lr = td_schedule_eval(&t->schedule, t->steps);
+    if (!isfinite(t->step_lr))
+        /* Only an exponential decay with decay_rate > 1 and no end_value
+         * grows; optax lets it, but a rate of inf would write NaN into
+         * every parameter. */
+        return td_error_set(t->ctx, TD_ERR_STATE,
+                            "td_trainer_step: the schedule's learning rate at update %llu is %g, expected a finite rate "
+                            "(cap a growing exponential decay with has_end_value)",
+                            (unsigned long long)t->steps, (double)t->step_lr);
     t->count_inc = t->steps + 1;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     td_program_set_step(t->program, t->micro_steps);
-    td_status s = td_program_run(t->program, n_bindings, bindings);
+    td_status s = td_program_run_for(t->program, n_bindings, bindings, "td_trainer_step");
     clock_gettime(CLOCK_MONOTONIC, &b);
     t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     if (s != TD_OK) {
@@ -656,8 +709,9 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
 
 td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_replicas_identical");
+    if (live != TD_OK)
+        return live;
     if (!identical)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_replicas_identical: identical is NULL");
     *identical = true;
@@ -687,8 +741,9 @@ td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
 
 td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_bytes)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_memory");
+    if (live != TD_OK)
+        return live;
     if (!state_bytes)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: state_bytes is NULL");
     if (device >= t->mesh->count)
@@ -701,8 +756,9 @@ td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_
 
 td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *steps)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_stats");
+    if (live != TD_OK)
+        return live;
     if (step_seconds)
         *step_seconds = t->seconds;
     if (steps)
@@ -712,8 +768,9 @@ td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *
 
 td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *values)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_metrics");
+    if (live != TD_OK)
+        return live;
     if (capacity < t->n_metrics || (t->n_metrics && !values))
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_trainer_metrics: capacity %u (values %s), expected room for the trainer's %u metrics",
@@ -732,8 +789,9 @@ td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *valu
 
 td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
 {
-    if (!t)
-        return TD_ERR_INVALID_ARGUMENT;
+    td_status live = check_trainer(t, "td_trainer_progress");
+    if (live != TD_OK)
+        return live;
     if (!out)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_progress: out is NULL");
     out->micro_steps = t->micro_steps;
@@ -752,4 +810,9 @@ const float *td_trainer_master(const td_trainer *t)
 const td_program *td_trainer_program(const td_trainer *t)
 {
     return t->program;
+}
+
+td_status td_trainer_check_live(const td_trainer *t, const char *fn)
+{
+    return td_owned_check_live(&t->owned, fn);
 }

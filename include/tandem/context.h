@@ -1,12 +1,24 @@
 /* tandem — the context.
  *
- * A context owns everything tandem creates: meshes, graphs, programs,
- * trainers. Two contexts share no state, so an application may run several
- * independent engines side by side. A context is used from one application
- * thread at a time; tandem's own worker threads are managed internally. */
+ * A context owns the engine objects made from it: meshes, graphs, programs,
+ * trainers, evaluators. Host tensors are the exception: they are the
+ * caller's values (tandem/tensor.h). Two contexts share no state, so an
+ * application may run several independent engines side by side. A context
+ * is used from one application thread at a time; tandem's own worker
+ * threads are managed internally.
+ *
+ * Lifetimes. Destroy objects in any order: a graph before or after the
+ * programs compiled from it, a mesh before or after its programs, trainers
+ * and evaluators (the mesh's destroy releases them; their handles then only
+ * accept their destroy, every other call answering TD_ERR_STATE). What is
+ * still alive when the context is destroyed, td_context_destroy destroys.
+ * After that the handles of the context's objects are invalid, as after
+ * their own destroy -- unless the context was created with keep_handles, in
+ * which case each handle stays valid for its destroy (see below). */
 #ifndef TANDEM_CONTEXT_H
 #define TANDEM_CONTEXT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +61,15 @@ typedef struct td_context_options {
     /* Upper bound for every blocking wait inside tandem (a collective waiting
      * for a peer, a device finishing its queue). 0 means 60000 ms. */
     uint32_t timeout_ms;
+    /* For callers that cannot order their destroys (bindings whose
+     * finalizers run in any order). false, the default: td_context_destroy
+     * destroys every object left, handles included. true: it releases what
+     * each object holds (devices, threads, memory) but keeps each handle's
+     * own small block, so that the object's destroy may still be called,
+     * once, after the context's; every other call on it answers
+     * TD_ERR_STATE. The caller must then destroy every handle: the last
+     * one's destroy frees what remains of the context. */
+    bool keep_handles;
 } td_context_options;
 
 /* Fills `options` with the defaults (no allocator hooks, silent log, 60 s
@@ -59,7 +80,10 @@ TD_API td_status td_context_options_init(td_context_options *options);
  * NULL and the status says why (there is no context to hold a message yet). */
 TD_API td_status td_context_create(const td_context_options *options, td_context **out);
 
-/* Destroys the context and everything still owned by it. NULL is ignored. */
+/* Destroys the context and every object it still owns, newest first (see
+ * "Lifetimes" above; with keep_handles their handles stay valid for their
+ * destroy only). Host tensors are not touched: they may be destroyed later,
+ * while the allocator hooks are still callable. NULL is ignored. */
 TD_API void td_context_destroy(td_context *ctx);
 
 /* The message of the most recent failure of a call on this context, naming

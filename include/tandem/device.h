@@ -77,7 +77,9 @@ TD_API td_status td_device_query(td_context *ctx, const char *backend, uint32_t 
 TD_API td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out);
 
 /* Stops the mesh's workers and releases its devices. NULL is ignored. The
- * programs and trainers compiled for the mesh must be destroyed first. */
+ * programs, trainers and evaluators compiled for the mesh are released with
+ * it: their handles then accept only their destroy (other calls answer
+ * TD_ERR_STATE), so destroying them before or after the mesh is safe. */
 TD_API void td_mesh_destroy(td_mesh *mesh);
 
 /* Number of devices in the mesh (its axis size). */

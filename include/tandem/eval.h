@@ -29,6 +29,8 @@ typedef struct td_evaluator td_evaluator;
 TD_API td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t n_metrics,
                                      const td_node *metrics, td_evaluator **out);
 
+/* Releases the evaluator's program and memory. NULL is ignored. Valid
+ * before or after its mesh's destroy (see tandem/context.h, "Lifetimes"). */
 TD_API void td_evaluator_destroy(td_evaluator *evaluator);
 
 /* Copies the trainer's current parameters (its host master copy) to every

@@ -34,7 +34,11 @@ typedef enum td_placement {
     TD_SHARDED = 1,    /* split along axis 0, device i gets slice i */
 } td_placement;
 
+/* An empty graph, owned by ctx. */
 TD_API td_status td_graph_create(td_context *ctx, td_graph **out);
+
+/* Frees the graph. Programs, trainers and evaluators compiled from it keep
+ * what they need, so it may go before them. NULL is ignored. */
 TD_API void td_graph_destroy(td_graph *graph);
 
 /* An input fed at every run (a batch, a label vector). `dims` are global.
@@ -125,7 +129,10 @@ TD_API td_status td_graph_find(const td_graph *g, const char *name, td_node *out
  * TD_ERR_INVALID_ARGUMENT (with *count set, so the caller can retry). */
 TD_API td_status td_graph_params(const td_graph *g, uint32_t capacity, td_node *nodes, uint32_t *count);
 
-/* A scalar f32 constant. */
+/* A scalar f32 constant: any value, inf and NaN included, since it is data
+ * as an input's values are (a -inf to mask with, say). The float arguments
+ * that parametrize an op (td_graph_scale's factor, layer_norm's epsilon)
+ * must be finite. */
 TD_API td_status td_graph_constant(td_graph *g, float value, td_node *out);
 
 /* a [.., M, K] x b [K, N] -> [.., M, N]. a may have leading batch dims; b is 2-D. */
@@ -250,7 +257,11 @@ TD_API td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const i
 TD_API td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out);
 
 /* Mean over rows of softmax cross-entropy: logits [B, C] f32, labels [B] i32
- * in [0, C). A scalar. */
+ * in [0, C). A scalar. Labels can only come from an i32 input, possibly
+ * reshaped (no op computes i32 values), and td_program_run /
+ * td_trainer_step check every bound label against C before anything runs:
+ * one outside [0, C) is TD_ERR_INVALID_ARGUMENT naming the input, the
+ * index and the value. */
 TD_API td_status td_graph_softmax_cross_entropy(td_graph *g, td_node logits, td_node labels, td_node *out);
 
 /* The same per example (optax.softmax_cross_entropy_with_integer_labels):

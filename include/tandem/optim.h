@@ -67,7 +67,9 @@ typedef struct td_schedule {
  * validated first: a non-finite or negative value, a decay rate <= 0, an
  * alpha outside [0, 1], zero transition or decay steps, or decay_steps not
  * above warmup_steps give TD_ERR_INVALID_ARGUMENT with a message in `ctx`
- * (which may be NULL when no message is wanted) naming the field. */
+ * (which may be NULL when no message is wanted) naming the field; so does
+ * a value that overflows float at `step` (decay_rate > 1 grows without
+ * bound unless has_end_value caps it). */
 TD_API td_status td_schedule_value(td_context *ctx, const td_schedule *schedule, uint64_t step, float *lr);
 
 #ifdef __cplusplus

@@ -45,6 +45,8 @@ TD_API td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n
  * set. A trainer sets it to its count of completed micro-batches. */
 TD_API td_status td_program_set_step(td_program *program, uint64_t step);
 
+/* Releases the program's device memory. NULL is ignored. Valid before or
+ * after its mesh's destroy (see tandem/context.h, "Lifetimes"). */
 TD_API void td_program_destroy(td_program *program);
 
 /* Runs one step. Every graph input must be bound exactly once. */

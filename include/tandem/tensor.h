@@ -1,6 +1,11 @@
 /* tandem — host tensors: a dtype, a shape of at most TD_MAX_RANK dimensions
- * (row-major) and host memory owned by the context's allocator. They carry
- * data in and out of programs; device copies live inside compiled programs. */
+ * (row-major) and host memory from the context's allocator hooks. They carry
+ * data in and out of programs; device copies live inside compiled programs.
+ *
+ * A tensor is the caller's value, not the context's: td_context_destroy
+ * leaves it alone, and it may be used and destroyed after its context (it
+ * keeps a copy of the allocator hooks, which must stay callable until then).
+ * A tensor that is never destroyed leaks, as malloc'd memory does. */
 #ifndef TANDEM_TENSOR_H
 #define TANDEM_TENSOR_H
 
@@ -39,7 +44,7 @@ TD_API const char *td_dtype_name(td_dtype dtype);
 TD_API td_status td_tensor_create(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims,
                                   td_tensor **out);
 
-/* Frees the tensor. NULL is ignored. */
+/* Frees the tensor, before or after its context's destroy. NULL is ignored. */
 TD_API void td_tensor_destroy(td_tensor *tensor);
 
 /* The tensor's memory: prod(dims) elements of its dtype, row-major, 64-byte

@@ -20,7 +20,9 @@ typedef struct td_trainer td_trainer;
 
 /* Fields after learning_rate were added later: a caller built against the
  * shorter struct passes its smaller struct_size and gets the defaults of
- * td_trainer_options_init for the rest. */
+ * td_trainer_options_init for the rest. Every float field must be finite,
+ * whichever optimizer reads it (TD_ERR_INVALID_ARGUMENT naming the field
+ * otherwise), and within its range where the optimizer reads it. */
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
     td_optimizer_kind optimizer;
@@ -64,10 +66,14 @@ typedef struct td_train_progress {
 TD_API td_status td_trainer_options_init(td_trainer_options *options);
 
 /* Builds value_and_grad of `loss` (a scalar node) with respect to `params`
- * and compiles the training step for `mesh`. */
+ * and compiles the training step for `mesh`. n_params may be 0 (params
+ * NULL): each step then computes the loss and metrics only. */
 TD_API td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params,
                                    const td_node *params, const td_trainer_options *options, td_trainer **out);
 
+/* Releases the trainer's program, master parameters and optimizer state.
+ * NULL is ignored. Valid before or after its mesh's destroy (see
+ * tandem/context.h, "Lifetimes"). */
 TD_API void td_trainer_destroy(td_trainer *trainer);
 
 /* Sets a parameter's value on every device. */
@@ -76,7 +82,9 @@ TD_API td_status td_trainer_set_param(td_trainer *trainer, td_node param, const 
 /* Reads a parameter as held by mesh device `device`. */
 TD_API td_status td_trainer_read_param(td_trainer *trainer, td_node param, uint32_t device, td_tensor *out);
 
-/* One synchronous data-parallel step. *loss (may be NULL) receives the loss
+/* One synchronous data-parallel step. A schedule whose rate overflows to
+ * inf at this update (an exponential decay growing without has_end_value)
+ * fails with TD_ERR_STATE before anything runs. *loss (may be NULL) receives the loss
  * averaged over the devices, i.e. over the global batch (build it with
  * td_graph_masked_mean when shards hold padding). With accumulate_steps K >
  * 1 the call runs one micro-batch and updates the parameters only when it

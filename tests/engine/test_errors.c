@@ -176,7 +176,7 @@ Test(errors, input_dtypes_and_placements)
 {
     int64_t d[1] = {4};
     td_node x;
-    TEST_FAILS(ctx, TD_ERR_UNSUPPORTED, "f16", td_graph_input(g, "h", TD_F16, 1, d, TD_REPLICATED, &x));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dtype is f16, expected f32, i32 or u8", td_graph_input(g, "h", TD_F16, 1, d, TD_REPLICATED, &x));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_graph_input(g, "x", TD_F32, 1, d, (td_placement)7, &x));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_graph_input(g, "x", TD_F32, 1, (int64_t[]){-1}, TD_SHARDED, &x));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_graph_input(g, "x", TD_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, TD_SHARDED, &x));

@@ -288,7 +288,7 @@ Test(graph_ops, conv_and_pool_refuse_bad_shapes_with_the_values)
     const int64_t ld[1] = {2};
     TEST_OK(ctx, td_graph_input(g, "u8labels", TD_U8, 1, ld, TD_SHARDED, &lab));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "expected i32", td_graph_softmax_cross_entropy(g, x, lab, &y));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "is u8; outputs are f32 or i32",
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "is u8, expected f32 or i32",
                td_pmap_compile(g, test_mesh(ctx, "cpu:1"), 1, &lab, &(td_program *){NULL}));
 }
 
