@@ -182,13 +182,14 @@ td_status td_graph_state_update(td_graph *g, td_node state, td_node value)
 
 /* ---- batch norm, from the ops above and existing ones ---- */
 
-void td_batch_norm_options_init(td_batch_norm_options *o)
+td_status td_batch_norm_options_init(td_batch_norm_options *o)
 {
     if (!o)
-        return;
+        return TD_ERR_INVALID_ARGUMENT;
     o->momentum = 0.99f;
     o->epsilon = 1e-5f;
     o->sync = false;
+    return TD_OK;
 }
 
 td_status td_batch_norm_check_options(td_graph *g, const char *fn, const td_batch_norm_options *o)

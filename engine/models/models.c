@@ -5,12 +5,13 @@
 #include "tandem/models.h"
 #include "td_graph_internal.h"
 
-void td_model_options_init(td_model_options *o)
+td_status td_model_options_init(td_model_options *o)
 {
     if (!o)
-        return;
+        return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
     o->classes = 10;
+    return TD_OK;
 }
 
 static td_status check(td_graph *g, td_node images, const td_model_options *in, td_model_options *o,

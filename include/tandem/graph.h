@@ -114,7 +114,7 @@ typedef struct td_batch_norm_options {
 } td_batch_norm_options;
 
 /* momentum 0.99, epsilon 1e-5, sync false. */
-TD_API void td_batch_norm_options_init(td_batch_norm_options *o);
+TD_API td_status td_batch_norm_options_init(td_batch_norm_options *o);
 
 TD_API td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bias, td_node mean, td_node var,
                                      const td_batch_norm_options *options, td_node *out);

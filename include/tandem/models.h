@@ -22,7 +22,7 @@ typedef struct td_model_options {
 } td_model_options;
 
 /* seed 0, 10 classes, no batch norm, no dropout. */
-TD_API void td_model_options_init(td_model_options *options);
+TD_API td_status td_model_options_init(td_model_options *options);
 
 /* Seed 003's MLP: images [B, H, W, C] f32 flattened, dense 512, relu,
  * dense 512, relu, dense classes -> logits [B, classes]. options NULL:
