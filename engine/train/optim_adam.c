@@ -49,5 +49,5 @@ static void adamw_update(const td_optimizer_args *a)
     adam_run(a, a->options->weight_decay);
 }
 
-const td_optimizer td_optimizer_adam = {"adam", adam_state_floats, adam_update};
-const td_optimizer td_optimizer_adamw = {"adamw", adam_state_floats, adamw_update};
+const td_optimizer td_optimizer_adam = {"adam", adam_state_floats, adam_update, {"mu", "nu"}};
+const td_optimizer td_optimizer_adamw = {"adamw", adam_state_floats, adamw_update, {"mu", "nu"}};

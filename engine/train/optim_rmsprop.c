@@ -32,4 +32,4 @@ static void rmsprop_update(const td_optimizer_args *a)
     }
 }
 
-const td_optimizer td_optimizer_rmsprop = {"rmsprop", rmsprop_state_floats, rmsprop_update};
+const td_optimizer td_optimizer_rmsprop = {"rmsprop", rmsprop_state_floats, rmsprop_update, {"nu", "trace"}};

@@ -24,4 +24,4 @@ static void sgd_update(const td_optimizer_args *a)
     }
 }
 
-const td_optimizer td_optimizer_sgd = {"sgd", sgd_state_floats, sgd_update};
+const td_optimizer td_optimizer_sgd = {"sgd", sgd_state_floats, sgd_update, {"trace", NULL}};

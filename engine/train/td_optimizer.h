@@ -27,10 +27,16 @@ typedef struct td_optimizer_args {
     uint64_t count_inc;  /* 1 on the first step: optax's count after its increment */
 } td_optimizer_args;
 
+/* An optimizer never keeps more than this many state floats per parameter. */
+#define TD_OPTIMIZER_MAX_SLOTS 2
+
 typedef struct td_optimizer {
     const char *name;
     uint32_t (*state_floats)(const td_trainer_options *options);
     void (*update)(const td_optimizer_args *args);
+    /* The state arrays' names, as optax calls them, in storage order (the
+     * first state_floats are used): checkpoints key the state on them. */
+    const char *slot_names[TD_OPTIMIZER_MAX_SLOTS];
 } td_optimizer;
 
 extern const td_optimizer td_optimizer_sgd;

@@ -816,3 +816,61 @@ td_status td_trainer_check_live(const td_trainer *t, const char *fn)
 {
     return td_owned_check_live(&t->owned, fn);
 }
+
+void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)
+{
+    out->ctx = t->ctx;
+    out->program = t->program;
+    out->optimizer = t->optimizer;
+    out->state_floats = t->n_params ? t->state_floats : 0;
+    out->n_params = t->n_params;
+    out->params = t->params;
+    out->n_devices = t->mesh->count;
+    out->updates = t->steps;
+    out->micro_steps = t->micro_steps;
+    out->allreduces = t->allreduces;
+    out->accumulated = t->micro;
+}
+
+float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run)
+{
+    /* The chunks partition the buffer; a linear walk over the ranks is
+     * nothing next to the copying a caller does with each run. */
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        const trainer_owner *ow = &t->owners[r];
+        if (at < ow->lo || at >= ow->hi)
+            continue;
+        const size_t chunk = ow->hi - ow->lo;
+        *run = ow->hi - at;
+        return (staged ? ow->next_state : ow->state) + (size_t)slot * chunk + (at - ow->lo);
+    }
+    *run = 0;
+    return NULL;
+}
+
+float *td_trainer_stage_params(td_trainer *t)
+{
+    memcpy(t->pending, t->master, t->param_elems * sizeof(float));
+    return t->pending;
+}
+
+td_status td_trainer_commit_restore(td_trainer *t, uint64_t updates, uint64_t micro_steps, uint64_t allreduces)
+{
+    /* The same swap as a successful step's: the staged copies become
+     * current, the old ones the next step's scratch. */
+    float *swap = t->master;
+    t->master = t->pending;
+    t->pending = swap;
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        float *st = t->owners[r].state;
+        t->owners[r].state = t->owners[r].next_state;
+        t->owners[r].next_state = st;
+    }
+    t->steps = updates;
+    t->micro_steps = micro_steps;
+    t->allreduces = allreduces;
+    t->micro = 0;
+    t->has_outputs = false;
+    t->updated = false;
+    return td_program_write_all_params(t->program, t->master);
+}
