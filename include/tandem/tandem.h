@@ -16,6 +16,7 @@
 #include "tandem/optim.h"
 #include "tandem/train.h"
 #include "tandem/eval.h"
+#include "tandem/checkpoint.h"
 #include "tandem/data.h"
 
 #endif

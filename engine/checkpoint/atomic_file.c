@@ -1,0 +1,166 @@
+/* Atomic replacement of a file: temporary file, fsync, rename, fsync of the
+ * directory (see td_atomic_file.h). The temporary name carries the pid and
+ * a per-process counter, and is created with O_EXCL, so two writers never
+ * share a temporary file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "td_atomic_file.h"
+
+static td_write_stage crash_stage = TD_WRITE_STAGE_NONE;
+static atomic_uint temp_counter;
+
+void td_atomic_file_test_crash_at(td_write_stage stage)
+{
+    crash_stage = stage;
+}
+
+void td_atomic_file_reached(td_atomic_file *f, td_write_stage stage)
+{
+    if (crash_stage == TD_WRITE_STAGE_NONE || stage != crash_stage)
+        return;
+    /* Hand buffered bytes to the kernel first: a killed process loses its
+     * stdio buffer but not what it already wrote, and the test wants the
+     * partial file a real crash leaves. */
+    if (f->stream)
+        fflush(f->stream);
+    _exit(TD_WRITE_CRASH_EXIT);
+}
+
+static char *copy_string(td_context *ctx, const char *s, size_t len)
+{
+    char *out = td_alloc(ctx, len + 1);
+    if (out) {
+        memcpy(out, s, len);
+        out[len] = '\0';
+    }
+    return out;
+}
+
+static void release(td_atomic_file *f)
+{
+    td_free(f->ctx, f->final_path);
+    td_free(f->ctx, f->temp_path);
+    td_free(f->ctx, f->dir);
+    f->final_path = f->temp_path = f->dir = NULL;
+    f->stream = NULL;
+}
+
+td_status td_atomic_file_create(td_context *ctx, const char *path, td_atomic_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->ctx = ctx;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (*base == '\0')
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "checkpoint path '%s' names a directory, expected a file",
+                            path);
+    const size_t dir_len = slash ? (size_t)(slash - path) : 1;
+    const size_t temp_cap = strlen(path) + 64;
+    f->final_path = copy_string(ctx, path, strlen(path));
+    f->dir = slash ? copy_string(ctx, dir_len ? path : "/", dir_len ? dir_len : 1) : copy_string(ctx, ".", 1);
+    f->temp_path = td_alloc(ctx, temp_cap);
+    if (!f->final_path || !f->dir || !f->temp_path) {
+        release(f);
+        return TD_OOM(ctx, "checkpoint paths", 3 * temp_cap);
+    }
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 100; attempt++) {
+        snprintf(f->temp_path, temp_cap, "%.*s.tmp-%s-%ld-%u", (int)(base - path), path, base, (long)getpid(),
+                 atomic_fetch_add(&temp_counter, 1u));
+        fd = open(f->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        td_status s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: cannot create the temporary file %s: %s", path,
+                                   f->temp_path, strerror(errno));
+        release(f);
+        return s;
+    }
+    f->stream = fdopen(fd, "wb");
+    if (!f->stream) {
+        td_status s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: %s", path, strerror(errno));
+        close(fd);
+        unlink(f->temp_path);
+        release(f);
+        return s;
+    }
+    td_atomic_file_reached(f, TD_WRITE_STAGE_CREATED);
+    return TD_OK;
+}
+
+td_status td_atomic_file_write(td_atomic_file *f, const void *data, size_t bytes)
+{
+    if (bytes && fwrite(data, 1, bytes, f->stream) != bytes)
+        return td_error_set(f->ctx, TD_ERR_IO, "checkpoint %s: writing %s: %s", f->final_path, f->temp_path,
+                            strerror(errno));
+    return TD_OK;
+}
+
+void td_atomic_file_discard(td_atomic_file *f)
+{
+    if (f->stream)
+        fclose(f->stream);
+    if (f->temp_path)
+        unlink(f->temp_path);
+    release(f);
+}
+
+td_status td_sync_directory(td_context *ctx, const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s: cannot open it to sync: %s", dir,
+                            strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    /* Some file systems cannot sync a directory and say so; the rename is
+     * as durable there as they make it. */
+    if (rc != 0 && err != EINVAL && err != ENOTSUP)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s: fsync: %s", dir, strerror(err));
+    return TD_OK;
+}
+
+td_status td_atomic_file_commit(td_atomic_file *f)
+{
+    td_context *ctx = f->ctx;
+    const char *failed = NULL;
+    int err = 0;
+    if (fflush(f->stream) != 0) {
+        failed = "writing";
+        err = errno;
+    }
+    td_atomic_file_reached(f, TD_WRITE_STAGE_BEFORE_FSYNC);
+    if (!failed && fsync(fileno(f->stream)) != 0) {
+        failed = "fsync of";
+        err = errno;
+    }
+    if (fclose(f->stream) != 0 && !failed) {
+        failed = "closing";
+        err = errno;
+    }
+    f->stream = NULL;
+    if (!failed) {
+        td_atomic_file_reached(f, TD_WRITE_STAGE_BEFORE_RENAME);
+        if (rename(f->temp_path, f->final_path) != 0) {
+            failed = "renaming it into place";
+            err = errno;
+        }
+    }
+    if (failed) {
+        td_status s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: %s %s: %s", f->final_path, failed, f->temp_path,
+                                   strerror(err));
+        unlink(f->temp_path);
+        release(f);
+        return s;
+    }
+    td_atomic_file_reached(f, TD_WRITE_STAGE_BEFORE_DIR_SYNC);
+    td_status s = td_sync_directory(ctx, f->dir);
+    release(f);
+    return s;
+}

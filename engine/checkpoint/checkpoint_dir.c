@@ -1,0 +1,160 @@
+/* Listing and pruning a checkpoint directory (see td_checkpoint_dir.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "td_atomic_file.h"
+#include "td_checkpoint_dir.h"
+
+#define CKPT_PREFIX "ckpt-"
+#define CKPT_SUFFIX ".safetensors"
+#define TEMP_PREFIX ".tmp-" CKPT_PREFIX
+
+int td_ckpt_path(const char *dir, uint64_t step, char *buf, size_t capacity)
+{
+    return snprintf(buf, capacity, "%s/" CKPT_PREFIX "%08llu" CKPT_SUFFIX, dir, (unsigned long long)step);
+}
+
+/* "ckpt-<1 to 20 digits>.safetensors", the number within 64 bits. */
+static bool parse_name(const char *name, uint64_t *step)
+{
+    const size_t prefix = strlen(CKPT_PREFIX), suffix = strlen(CKPT_SUFFIX), len = strlen(name);
+    if (len <= prefix + suffix || len - prefix - suffix > 20 || strncmp(name, CKPT_PREFIX, prefix) != 0 ||
+        strcmp(name + len - suffix, CKPT_SUFFIX) != 0)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = prefix; i < len - suffix; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        uint64_t digit = (uint64_t)(name[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return false;
+        v = v * 10 + digit;
+    }
+    *step = v;
+    return true;
+}
+
+static int by_step(const void *x, const void *y)
+{
+    const td_ckpt_file *a = x, *b = y;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+td_status td_ckpt_list(td_context *ctx, const char *dir, td_ckpt_file **files, size_t *count)
+{
+    *files = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s: %s", dir, strerror(errno));
+    size_t n = 0, cap = 0;
+    td_ckpt_file *list = NULL;
+    td_status s = TD_OK;
+    struct dirent *e;
+    while (s == TD_OK && (e = readdir(d)) != NULL) {
+        uint64_t step;
+        if (strlen(e->d_name) >= sizeof list->name || !parse_name(e->d_name, &step))
+            continue;
+        if (n == cap) {
+            size_t grown = cap ? 2 * cap : 16;
+            td_ckpt_file *bigger = td_alloc(ctx, grown * sizeof *bigger);
+            if (!bigger) {
+                s = TD_OOM(ctx, "a checkpoint listing", grown * sizeof *bigger);
+                break;
+            }
+            if (n)
+                memcpy(bigger, list, n * sizeof *list);
+            td_free(ctx, list);
+            list = bigger;
+            cap = grown;
+        }
+        list[n].step = step;
+        snprintf(list[n].name, sizeof list[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (s != TD_OK) {
+        td_free(ctx, list);
+        return s;
+    }
+    if (n)
+        qsort(list, n, sizeof *list, by_step);
+    *files = list;
+    *count = n;
+    return TD_OK;
+}
+
+/* ".tmp-ckpt-...-<pid>-<n>" of a process that no longer exists: its writer
+ * died mid-write and nobody will finish or remove it. A live pid -- this
+ * process, or another writer -- leaves the file alone. */
+static bool is_dead_writers_temp(const char *name)
+{
+    if (strncmp(name, TEMP_PREFIX, strlen(TEMP_PREFIX)) != 0)
+        return false;
+    const char *last = strrchr(name, '-');
+    if (!last || last == name)
+        return false;
+    const char *p = last - 1;
+    while (p > name && *p != '-')
+        p--;
+    char *end;
+    long pid = strtol(p + 1, &end, 10);
+    if (end != last || pid <= 0 || pid == (long)getpid())
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static td_status remove_dead_temps(td_context *ctx, const char *dir, bool *removed)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (!is_dead_writers_temp(e->d_name))
+            continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path && unlink(path) == 0)
+            *removed = true;
+    }
+    closedir(d);
+    return TD_OK;
+}
+
+td_status td_ckpt_prune(td_context *ctx, const char *dir, uint32_t keep, uint64_t written)
+{
+    bool removed = false;
+    td_status s = remove_dead_temps(ctx, dir, &removed);
+    td_ckpt_file *files = NULL;
+    size_t n = 0;
+    if (s == TD_OK && keep > 0)
+        s = td_ckpt_list(ctx, dir, &files, &n);
+    /* Newest first: the first `keep` survive, and `written` always does
+     * (a run resumed from an older checkpoint writes below newer ones). */
+    size_t kept = 0;
+    char path[4096];
+    for (size_t i = n; s == TD_OK && i-- > 0;) {
+        if (files[i].step == written || kept < keep) {
+            kept++;
+            continue;
+        }
+        if (snprintf(path, sizeof path, "%s/%s", dir, files[i].name) >= (int)sizeof path)
+            continue;
+        if (unlink(path) != 0 && errno != ENOENT)
+            s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: cannot remove it (keeping %u): %s", path, keep,
+                             strerror(errno));
+        else
+            removed = true;
+    }
+    td_free(ctx, files);
+    if (s == TD_OK && removed)
+        s = td_sync_directory(ctx, dir);
+    return s;
+}

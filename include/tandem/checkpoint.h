@@ -1,0 +1,139 @@
+/* tandem — checkpoints: a trainer's whole state in one safetensors file.
+ *
+ * safetensors is the format PyTorch, JAX, numpy and Hugging Face users load:
+ * an 8-byte little-endian header length, a JSON header naming each tensor's
+ * dtype, shape and byte range, then the raw little-endian values. A tandem
+ * checkpoint holds, as F32 tensors:
+ *   - every parameter and every state (td_graph_state: batch norm's running
+ *     statistics) of the trainer's graph, under its graph name, with its
+ *     graph shape -- trained or not;
+ *   - the optimizer's state, one tensor per trained parameter and state
+ *     slot, "opt/<slot>/<parameter name>" with the parameter's shape (slots
+ *     as optax names them: adam/adamw "mu" and "nu", sgd with momentum
+ *     "trace", rmsprop "nu" and with momentum "trace"). The layout does not
+ *     depend on the mesh: a checkpoint written on cpu:4 loads on cpu:2, on
+ *     a GPU, or in numpy.
+ * and in "__metadata__" (string values, as safetensors requires) the
+ * trainer's counters under reserved "tandem." keys -- the optimizer's name,
+ * its update count (Adam's bias correction and the schedule), the
+ * micro-step count (the dropout masks' step key: with the graph's seeds, the
+ * whole random state), the all-reduce count -- plus the caller's own pairs:
+ * epoch, position in the data order, seed, model, options.
+ *
+ * Files are written atomically: a temporary file in the same directory,
+ * fsync, rename over the final name, fsync of the directory. A process
+ * killed at any point leaves either the previous file or the new one, never
+ * a partial file under a checkpoint's name. Loading checks everything before
+ * it trusts anything: the header length, the JSON, every entry's dtype,
+ * shape and offsets (inside the file, not overlapping, covering the data
+ * area exactly), then the tensors against the trainer's graph; a corrupt or
+ * mismatched file is refused with a message naming the file, the tensor and
+ * the problem, and the trainer is left as it was.
+ *
+ * Only available when tandem was built with checkpoints (meson option
+ * -Dcheckpoint, which needs the Jansson JSON library); otherwise every
+ * function here returns TD_ERR_UNSUPPORTED. */
+#ifndef TANDEM_CHECKPOINT_H
+#define TANDEM_CHECKPOINT_H
+
+#include "tandem/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An opened checkpoint file whose format has been validated. */
+typedef struct td_checkpoint td_checkpoint;
+
+/* One caller metadata pair: both strings are copied into the file. */
+typedef struct td_checkpoint_entry {
+    const char *key;
+    const char *value;
+} td_checkpoint_entry;
+
+typedef struct td_checkpoint_options {
+    size_t struct_size; /* sizeof(td_checkpoint_options); 0 = current */
+    /* td_checkpoint_save_dir: how many checkpoints the directory keeps,
+     * the newest by update count; the one just written is always kept.
+     * 0 keeps them all. Default 3. */
+    uint32_t keep;
+    /* Caller pairs for "__metadata__": keys of 1 to 127 bytes, unique, not
+     * starting with "tandem." (reserved); values any string. */
+    uint32_t n_metadata;
+    const td_checkpoint_entry *metadata;
+} td_checkpoint_options;
+
+/* keep 3, no metadata. */
+TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
+
+/* Writes the trainer's state to `path` atomically (see above); an existing
+ * file there is replaced only once the new one is complete on disk. The
+ * trainer must be between accumulation rounds (td_train_progress.accumulated
+ * == 0), else TD_ERR_STATE: a checkpoint never holds half a round. I/O
+ * failures are TD_ERR_IO naming the path and the system's reason; nothing
+ * is left under `path` or in a temporary file. */
+TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const td_checkpoint_options *options);
+
+/* td_checkpoint_save to "<dir>/ckpt-<updates>.safetensors" (the update
+ * count zero-padded to 8 digits, so names sort by step), then removes the
+ * oldest checkpoints beyond options->keep, and temporary files left by
+ * writers that died. `dir` must exist. The file's path goes to path[0..
+ * capacity-1] when path is not NULL (TD_ERR_INVALID_ARGUMENT, before
+ * writing anything, when it does not fit). One writer per directory. */
+TD_API td_status td_checkpoint_save_dir(td_trainer *trainer, const char *dir, const td_checkpoint_options *options,
+                                        char *path, size_t capacity);
+
+/* Opens and validates the format of the checkpoint at `path` (nothing of a
+ * trainer is needed yet). TD_ERR_IO when it cannot be read,
+ * TD_ERR_CORRUPT_DATA naming the file, the tensor and the problem when its
+ * header or layout is wrong. Owned by ctx until td_checkpoint_close. */
+TD_API td_status td_checkpoint_open(td_context *ctx, const char *path, td_checkpoint **out);
+
+/* Opens the newest valid checkpoint of `dir`: among the files named
+ * ckpt-<number>.safetensors, by number from the highest, the first that
+ * td_checkpoint_open accepts; the ones it refuses are skipped with a
+ * warning in the context's log (a torn disk, a file copied in by hand).
+ * TD_ERR_IO when the directory cannot be read or holds no such file;
+ * TD_ERR_CORRUPT_DATA, with the newest one's problem, when none is valid. */
+TD_API td_status td_checkpoint_open_latest(td_context *ctx, const char *dir, td_checkpoint **out);
+
+TD_API void td_checkpoint_close(td_checkpoint *checkpoint);
+
+/* The file's path (valid until close). */
+TD_API td_status td_checkpoint_path(const td_checkpoint *checkpoint, const char **path);
+
+/* *value = the metadata value of `key` (valid until close), or NULL when
+ * the file has no such key. The trainer's own keys ("tandem.updates",
+ * "tandem.micro_steps", "tandem.allreduces", "tandem.optimizer",
+ * "tandem.format", "tandem.version", "tandem.devices") are readable too. */
+TD_API td_status td_checkpoint_metadata(const td_checkpoint *checkpoint, const char *key, const char **value);
+
+/* The metadata value of `key` as a decimal unsigned 64-bit number (digits
+ * only, as td_checkpoint_save writes counters): TD_ERR_INVALID_ARGUMENT when
+ * the key is absent, TD_ERR_CORRUPT_DATA naming it when the value is not
+ * such a number. */
+TD_API td_status td_checkpoint_metadata_u64(const td_checkpoint *checkpoint, const char *key, uint64_t *value);
+
+/* Loads the checkpoint into `trainer`, on any mesh: every parameter and
+ * state of the trainer's graph must be in the file with the graph's shape,
+ * and so must the optimizer state of every trained parameter, for the
+ * trainer's optimizer (its name must be the file's); a tensor the trainer
+ * has no place for is refused too (another model, another optimizer).
+ * Everything is checked -- and read -- before anything changes; then every
+ * device's parameters are rewritten and the counters set, so the next
+ * td_trainer_step does bitwise what the saving trainer's next step would
+ * have done on the same mesh (on another mesh: the same up to the order of
+ * the float sums over devices). A round of accumulated gradients in progress
+ * is dropped. Hyper-parameters (learning rate, schedule, clipping) are the
+ * trainer's own, not the file's. The checkpoint must have been opened on
+ * the trainer's context. Refusals, each naming the file and the tensor or
+ * key: TD_ERR_SHAPE_MISMATCH for a tensor of another shape;
+ * TD_ERR_INVALID_ARGUMENT for a missing or extra tensor or another
+ * optimizer; TD_ERR_CORRUPT_DATA for missing or malformed "tandem." keys;
+ * TD_ERR_IO when the data cannot be read. */
+TD_API td_status td_checkpoint_restore(const td_checkpoint *checkpoint, td_trainer *trainer);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
