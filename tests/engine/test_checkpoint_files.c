@@ -1,0 +1,287 @@
+/* Checkpoint files: refusing corrupt and mismatched files (written by hand,
+ * so the reader is tested against more than its own writer), refusing to
+ * save half an accumulation round, and a process killed at five points of
+ * a write. The model is the smallest trainable one: linear regression, one
+ * parameter w. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint_test_util.h"
+#include "engine_test_util.h"
+#include "td_atomic_file.h"
+
+/* A safetensors file by hand: the length of `json`, `json`, then `data`
+ * (data_bytes of it; zeros when data is NULL). */
+static void write_raw(const char *path, const char *json, const void *data, size_t data_bytes)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "create %s", path);
+    uint64_t n = strlen(json);
+    unsigned char len[8];
+    for (int b = 0; b < 8; b++)
+        len[b] = (unsigned char)(n >> (8 * b));
+    fwrite(len, 1, 8, f);
+    fwrite(json, 1, n, f);
+    for (size_t i = 0; i < data_bytes; i++)
+        fputc(data ? ((const unsigned char *)data)[i] : 0, f);
+    fclose(f);
+}
+
+Test(checkpoint_files, saving_mid_accumulation_round_is_refused)
+{
+    td_context *ctx = test_context(30000);
+    char *dir = ckpt_test_temp_dir();
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.accumulate_steps = 2;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, &o, &t));
+    int64_t xd[2] = {4, 3}, yd[2] = {4, 1};
+    td_tensor *xt = test_tensor(ctx, TD_F32, 2, xd), *yt = test_tensor(ctx, TD_F32, 2, yd);
+    td_binding b[2] = {{x, xt}, {y, yt}};
+    TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
+    TEST_FAILS(ctx, TD_ERR_STATE, "accumulation round", td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-"), 0);
+    TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
+    TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-00000001"), 1);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* ---- refusing corrupt and mismatched files ---- */
+
+/* The linreg trainer (w [4, 1], plain SGD: the file is w alone) and files
+ * written by hand, so the reader is tested against more than its writer. */
+#define META                                                                                               \
+    "\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":\"5\","   \
+    "\"tandem.micro_steps\":\"5\",\"tandem.allreduces\":\"5\"}"
+#define ENTRY_W "\"w\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[0,16]}"
+
+typedef struct corrupt_case {
+    const char *json;
+    size_t data_bytes;
+    td_status open_status, restore_status;
+    const char *needle;
+} corrupt_case;
+
+Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_problem)
+{
+    td_context *ctx = test_context(30000);
+    char *dir = ckpt_test_temp_dir();
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 4, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    int64_t wd[2] = {4, 1};
+    const float w0[4] = {0.5f, -1.5f, 2.0f, 0.25f};
+    TEST_OK(ctx, td_trainer_set_param(t, w, test_tensor_f32(ctx, 2, wd, w0)));
+    char path[512];
+    snprintf(path, sizeof path, "%s/case.safetensors", dir);
+
+    /* A good hand-written file loads. */
+    const float w1[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    write_raw(path, "{" META "," ENTRY_W "}", w1, sizeof w1);
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    TEST_OK(ctx, td_checkpoint_restore(c, t));
+    td_checkpoint_close(c);
+    td_tensor *got = test_tensor(ctx, TD_F32, 2, wd);
+    TEST_OK(ctx, td_trainer_read_param(t, w, 1, got));
+    cr_assert(memcmp(test_f32(got), w1, sizeof w1) == 0, "w was not restored from the hand-written file");
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(t, &p));
+    cr_assert_eq(p.updates, 5u);
+
+    const corrupt_case cases[] = {
+        {"{not json", 0, TD_ERR_CORRUPT_DATA, TD_OK, "not valid JSON"},
+        {"[1, 2]", 0, TD_ERR_CORRUPT_DATA, TD_OK, "does not start with '{'"},
+        {"{" META "," ENTRY_W "," ENTRY_W "}", 16, TD_ERR_CORRUPT_DATA, TD_OK, "duplicate"},
+        {"{" META ",\"w\":{\"dtype\":\"F16\",\"shape\":[4,1],\"data_offsets\":[0,8]}}", 8, TD_ERR_CORRUPT_DATA, TD_OK,
+         "tensor 'w': dtype 'F16', expected F32"},
+        {"{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[0,12]}}", 12, TD_ERR_CORRUPT_DATA, TD_OK,
+         "tensor 'w': data_offsets [0, 12] span 12 bytes"},
+        {"{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[0,16]},"
+         "\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+         16, TD_ERR_CORRUPT_DATA, TD_OK, "overlaps"},
+        {"{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[0,16]},"
+         "\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[20,28]}}",
+         28, TD_ERR_CORRUPT_DATA, TD_OK, "bytes [16, 20) of the data area belong to no tensor"},
+        {"{" META "," ENTRY_W "}", 20, TD_ERR_CORRUPT_DATA, TD_OK, "bytes past the last tensor"},
+        {"{" META "," ENTRY_W "}", 10, TD_ERR_CORRUPT_DATA, TD_OK, "tensor 'w': data_offsets [0, 16] run past"},
+        {"{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[4,-1],\"data_offsets\":[0,16]}}", 16, TD_ERR_CORRUPT_DATA,
+         TD_OK, "tensor 'w': shape axis 1"},
+        {"{\"__metadata__\":{\"epoch\":3}," ENTRY_W "}", 16, TD_ERR_CORRUPT_DATA, TD_OK, "metadata entry 'epoch'"},
+        /* Valid files that are not this trainer's. */
+        {"{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 16, TD_OK,
+         TD_ERR_SHAPE_MISMATCH, "tensor 'w' has shape [2, 2], the trainer's graph has [4, 1]"},
+        {"{" META "}", 0, TD_OK, TD_ERR_INVALID_ARGUMENT, "has no tensor 'w'"},
+        {"{" META ",\"v\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[0,16]}}", 16, TD_OK,
+         TD_ERR_INVALID_ARGUMENT, "has no tensor 'w'"},
+        {"{" META "," ENTRY_W ",\"opt/trace/w\":{\"dtype\":\"F32\",\"shape\":[4,1],\"data_offsets\":[16,32]}}", 32, TD_OK,
+         TD_ERR_INVALID_ARGUMENT, "tensor 'opt/trace/w', which this trainer has no place for"},
+        {"{" ENTRY_W "}", 16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.format' is absent"},
+        {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"adam\"}," ENTRY_W "}", 16, TD_OK,
+         TD_ERR_INVALID_ARGUMENT, "optimizer 'adam', this trainer's is 'sgd'"},
+        {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":\"12x\"}," ENTRY_W "}",
+         16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.updates' is '12x'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const corrupt_case *k = &cases[i];
+        write_raw(path, k->json, NULL, k->data_bytes);
+        c = NULL;
+        td_status s = td_checkpoint_open(ctx, path, &c);
+        cr_assert_eq(s, k->open_status, "case %zu: open gave %s, expected %s (%s)", i, td_status_name(s),
+                     td_status_name(k->open_status), td_last_error(ctx));
+        if (s == TD_OK) {
+            s = td_checkpoint_restore(c, t);
+            cr_assert_eq(s, k->restore_status, "case %zu: restore gave %s, expected %s (%s)", i, td_status_name(s),
+                         td_status_name(k->restore_status), td_last_error(ctx));
+            td_checkpoint_close(c);
+        } else {
+            cr_assert_null(c);
+        }
+        cr_assert(test_message_mentions(ctx, k->needle), "case %zu: message '%s' does not mention '%s'", i,
+                  td_last_error(ctx), k->needle);
+        cr_assert(test_message_mentions(ctx, "case.safetensors"), "case %zu: message '%s' does not name the file", i,
+                  td_last_error(ctx));
+    }
+
+    /* The header length itself: too short a file, past the file, past the cap. */
+    FILE *f = fopen(path, "wb");
+    fwrite("abc", 1, 3, f);
+    fclose(f);
+    TEST_FAILS(ctx, TD_ERR_CORRUPT_DATA, "too few for the 8-byte header length", td_checkpoint_open(ctx, path, &c));
+    const uint64_t lengths[2] = {64, (uint64_t)1 << 40};
+    const char *needles[2] = {"header length 64 runs past the end of the file", "over the 100000000-byte limit"};
+    for (int i = 0; i < 2; i++) {
+        unsigned char bytes[8 + 16];
+        for (int b = 0; b < 8; b++)
+            bytes[b] = (unsigned char)(lengths[i] >> (8 * b));
+        memcpy(bytes + 8, "{\"__metadata__\":", 16);
+        f = fopen(path, "wb");
+        fwrite(bytes, 1, sizeof bytes, f);
+        fclose(f);
+        TEST_FAILS(ctx, TD_ERR_CORRUPT_DATA, needles[i], td_checkpoint_open(ctx, path, &c));
+    }
+    snprintf(path, sizeof path, "%s/absent.safetensors", dir);
+    TEST_FAILS(ctx, TD_ERR_IO, "absent.safetensors: cannot open", td_checkpoint_open(ctx, path, &c));
+
+    /* Nothing refused changed the trainer. */
+    TEST_OK(ctx, td_trainer_read_param(t, w, 0, got));
+    cr_assert(memcmp(test_f32(got), w1, sizeof w1) == 0, "a refused file changed w");
+    TEST_OK(ctx, td_trainer_progress(t, &p));
+    cr_assert_eq(p.updates, 5u);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* A real checkpoint cut short anywhere in its data is refused. */
+/* ---- a process killed while writing ---- */
+
+/* In a forked child: trains the linreg model one step, saves (step 1),
+ * trains another, and saves again with the crash hook at `stage`. */
+static void crash_child(const char *dir, td_write_stage stage)
+{
+    td_context *ctx = NULL;
+    if (td_context_create(NULL, &ctx) != TD_OK)
+        _exit(10);
+    td_graph *g;
+    td_mesh *mesh;
+    td_trainer *t;
+    td_node x, y, w, xw, loss;
+    int64_t xd[2] = {4, 3}, yd[2] = {4, 1}, wd[2] = {3, 1};
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.momentum = 0.9f;
+    if (td_graph_create(ctx, &g) || td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x) ||
+        td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &y) || td_graph_param(g, "w", 2, wd, &w) ||
+        td_graph_matmul(g, x, w, &xw) || td_graph_mse(g, xw, y, &loss) || td_mesh_create(ctx, "cpu:2", &mesh) ||
+        td_trainer_create(g, mesh, loss, 1, &w, &o, &t))
+        _exit(11);
+    td_tensor *xt, *yt;
+    if (td_tensor_create(ctx, TD_F32, 2, xd, &xt) || td_tensor_create(ctx, TD_F32, 2, yd, &yt))
+        _exit(12);
+    float *xv, *yv;
+    td_tensor_data(xt, (void **)&xv);
+    td_tensor_data(yt, (void **)&yv);
+    for (int i = 0; i < 12; i++)
+        xv[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < 4; i++)
+        yv[i] = (float)i;
+    td_binding b[2] = {{x, xt}, {y, yt}};
+    if (td_trainer_step(t, 2, b, NULL) || td_checkpoint_save_dir(t, dir, NULL, NULL, 0) ||
+        td_trainer_step(t, 2, b, NULL))
+        _exit(13);
+    td_atomic_file_test_crash_at(stage);
+    td_checkpoint_save_dir(t, dir, NULL, NULL, 0);
+    _exit(14); /* the hook did not fire */
+}
+
+Test(checkpoint_files, a_process_killed_while_writing_leaves_the_previous_checkpoint)
+{
+    enum { STAGES = 5 };
+    const td_write_stage stages[STAGES] = {TD_WRITE_STAGE_CREATED, TD_WRITE_STAGE_MID_DATA,
+                                           TD_WRITE_STAGE_BEFORE_FSYNC, TD_WRITE_STAGE_BEFORE_RENAME,
+                                           TD_WRITE_STAGE_BEFORE_DIR_SYNC};
+    char *dirs[STAGES];
+    /* Every child first, while this process has no threads of its own. */
+    for (int i = 0; i < STAGES; i++) {
+        dirs[i] = ckpt_test_temp_dir();
+        pid_t pid = fork();
+        cr_assert(pid >= 0, "fork: %s", strerror(errno));
+        if (pid == 0)
+            crash_child(dirs[i], stages[i]);
+        int status = 0;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == TD_WRITE_CRASH_EXIT,
+                  "stage %d: the child ended with status %d, expected exit %d from the crash hook", stages[i], status,
+                  TD_WRITE_CRASH_EXIT);
+    }
+    td_context *ctx = test_context(30000);
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.momentum = 0.9f;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:4"), loss, 1, &w, &o, &t));
+    for (int i = 0; i < STAGES; i++) {
+        /* Until the rename, the new file exists only under its temporary
+         * name; after it, it is complete. Either way the newest checkpoint
+         * loads. */
+        const bool renamed = stages[i] == TD_WRITE_STAGE_BEFORE_DIR_SYNC;
+        char path[512];
+        snprintf(path, sizeof path, "%s/ckpt-00000002.safetensors", dirs[i]);
+        cr_assert_eq(ckpt_test_file_exists(path), renamed, "stage %d: %s %s", stages[i], path,
+                     renamed ? "is missing" : "exists, partially written");
+        cr_assert_eq(ckpt_test_count_prefixed(dirs[i], ".tmp-"), renamed ? 0 : 1, "stage %d: temporary files", stages[i]);
+        td_checkpoint *c = NULL;
+        TEST_OK(ctx, td_checkpoint_open_latest(ctx, dirs[i], &c));
+        uint64_t updates = 0;
+        TEST_OK(ctx, td_checkpoint_metadata_u64(c, "tandem.updates", &updates));
+        cr_assert_eq(updates, renamed ? 2u : 1u, "stage %d: the newest loadable checkpoint is of update %llu",
+                     stages[i], (unsigned long long)updates);
+        TEST_OK(ctx, td_checkpoint_restore(c, t));
+        td_checkpoint_close(c);
+        /* The next writer removes the dead writer's temporary file. */
+        TEST_OK(ctx, td_checkpoint_save_dir(t, dirs[i], NULL, NULL, 0));
+        cr_assert_eq(ckpt_test_count_prefixed(dirs[i], ".tmp-"), 0, "stage %d: the dead writer's temporary file is still there",
+                     stages[i]);
+        ckpt_test_remove_dir(dirs[i]);
+    }
+    td_context_destroy(ctx);
+}
