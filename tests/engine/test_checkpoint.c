@@ -94,6 +94,12 @@ static void make_dataset(td_context *ctx, dataset *d)
         test_i32(d->y)[i] = (x[i * FEATURES] + x[i * FEATURES + 1] > 0.0f) + (x[i * FEATURES + 2] > 0.3f);
 }
 
+static void dataset_free(dataset *d)
+{
+    td_tensor_destroy(d->x);
+    td_tensor_destroy(d->y);
+}
+
 /* The data order as a resumable position: (epoch, examples consumed). */
 typedef struct feeder {
     td_context *ctx;
@@ -114,6 +120,13 @@ static void feeder_init(td_context *ctx, feeder *f, const dataset *data, uint64_
     f->x = test_tensor(ctx, TD_F32, 2, xd);
     f->y = test_tensor(ctx, TD_I32, 1, bd);
     f->mask = test_tensor(ctx, TD_F32, 1, bd);
+}
+
+static void feeder_free(feeder *f)
+{
+    td_tensor_destroy(f->x);
+    td_tensor_destroy(f->y);
+    td_tensor_destroy(f->mask);
 }
 
 static void train(td_context *ctx, td_trainer *t, const model *m, feeder *f, int steps, float *losses)
@@ -239,6 +252,8 @@ Test(checkpoint, save_then_restore_gives_back_every_value_and_counter)
               (unsigned long long)pa.micro_steps, (unsigned long long)pa.allreduces, (unsigned long long)pb.updates,
               (unsigned long long)pb.micro_steps, (unsigned long long)pb.allreduces);
     ckpt_test_remove_dir(dir);
+    feeder_free(&f);
+    dataset_free(&data);
     td_context_destroy(ctx);
 }
 
@@ -302,6 +317,10 @@ Test(checkpoint, resume_on_the_same_mesh_is_bitwise_the_uninterrupted_run)
     TEST_OK(ctx, td_trainer_replicas_identical(tc, &identical));
     cr_assert(identical);
     ckpt_test_remove_dir(dir);
+    feeder_free(&fa);
+    feeder_free(&fb);
+    feeder_free(&fc);
+    dataset_free(&data);
     td_context_destroy(ctx);
 }
 
@@ -394,6 +413,10 @@ Test(checkpoint, resume_on_another_mesh_continues_the_same_run)
     double worst = compare_files(ctx, pa, pc, 1e-5, 1e-4, true);
     cr_log_info("cpu:4 -> cpu:3 resume: largest difference from the uninterrupted run %.3g", worst);
     ckpt_test_remove_dir(dir);
+    feeder_free(&fa);
+    feeder_free(&fb);
+    feeder_free(&fc);
+    dataset_free(&data);
     td_context_destroy(ctx);
 }
 
@@ -461,6 +484,8 @@ Test(checkpoint, a_directory_keeps_the_newest_k_and_opens_the_newest_valid)
     rmdir(path);
     cr_assert_eq(ckpt_test_count_prefixed(dir, ".tmp-"), 0);
     ckpt_test_remove_dir(dir);
+    feeder_free(&f);
+    dataset_free(&data);
     td_context_destroy(ctx);
 }
 
@@ -593,5 +618,7 @@ Test(checkpoint, numpy_reads_the_parameters_tandem_wrote)
     cr_assert(saw_position, "numpy did not see the caller's metadata");
     free(text);
     ckpt_test_remove_dir(dir);
+    feeder_free(&f);
+    dataset_free(&data);
     td_context_destroy(ctx);
 }

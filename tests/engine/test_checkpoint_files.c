@@ -54,6 +54,8 @@ Test(checkpoint_files, saving_mid_accumulation_round_is_refused)
     TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
     TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
     cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-00000001"), 1);
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
     ckpt_test_remove_dir(dir);
     td_context_destroy(ctx);
 }
@@ -86,7 +88,9 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
     TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
     int64_t wd[2] = {4, 1};
     const float w0[4] = {0.5f, -1.5f, 2.0f, 0.25f};
-    TEST_OK(ctx, td_trainer_set_param(t, w, test_tensor_f32(ctx, 2, wd, w0)));
+    td_tensor *initial = test_tensor_f32(ctx, 2, wd, w0);
+    TEST_OK(ctx, td_trainer_set_param(t, w, initial));
+    td_tensor_destroy(initial);
     char path[512];
     snprintf(path, sizeof path, "%s/case.safetensors", dir);
 
@@ -183,6 +187,7 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
     cr_assert(memcmp(test_f32(got), w1, sizeof w1) == 0, "a refused file changed w");
     TEST_OK(ctx, td_trainer_progress(t, &p));
     cr_assert_eq(p.updates, 5u);
+    td_tensor_destroy(got);
     ckpt_test_remove_dir(dir);
     td_context_destroy(ctx);
 }
