@@ -290,3 +290,44 @@ Test(checkpoint_files, a_process_killed_while_writing_leaves_the_previous_checkp
     }
     td_context_destroy(ctx);
 }
+
+/* ---- lifetimes ---- */
+
+/* A trainer released by its mesh's destroy and a checkpoint released by
+ * its context's (keep_handles) answer TD_ERR_STATE; their destroys still
+ * work, in any order. */
+Test(checkpoint_files, released_trainers_and_checkpoints_answer_state)
+{
+    td_context_options co;
+    td_context_options_init(&co);
+    co.keep_handles = true;
+    td_context *ctx = NULL;
+    TEST_OK(ctx, td_context_create(&co, &ctx));
+    char *dir = ckpt_test_temp_dir();
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, 1, &w, NULL, &t));
+    char path[512];
+    TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, path, sizeof path));
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+
+    td_mesh_destroy(mesh);
+    TEST_FAILS(ctx, TD_ERR_STATE, "td_checkpoint_save: the trainer was released", td_checkpoint_save(t, path, NULL));
+    TEST_FAILS(ctx, TD_ERR_STATE, "td_checkpoint_restore: the trainer was released", td_checkpoint_restore(c, t));
+    const char *value = NULL;
+    TEST_OK(ctx, td_checkpoint_metadata(c, "tandem.format", &value));
+    cr_assert(value && strcmp(value, "1") == 0);
+
+    td_context_destroy(ctx);
+    cr_assert_eq(td_checkpoint_metadata(c, "tandem.format", &value), TD_ERR_STATE);
+    cr_assert_eq(td_checkpoint_restore(c, t), TD_ERR_STATE);
+    td_checkpoint_close(c);
+    td_trainer_destroy(t);
+    td_graph_destroy(g); /* the last handle: frees what is left of the context */
+    ckpt_test_remove_dir(dir);
+}
