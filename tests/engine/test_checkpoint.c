@@ -52,7 +52,7 @@ static void build_model(td_context *ctx, model *m, bool sync_bn)
     td_node h, n, r, d, logits, per;
     TEST_OK(ctx, td_layer_dense(m->g, "dense1", m->x, HIDDEN, false, 11, &h));
     td_batch_norm_options o;
-    td_batch_norm_options_init(&o);
+    TEST_OK(ctx, td_batch_norm_options_init(&o));
     o.momentum = 0.9f;
     o.sync = sync_bn;
     TEST_OK(ctx, td_layer_batch_norm(m->g, "bn", h, &o, &n));
