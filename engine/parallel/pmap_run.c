@@ -4,6 +4,7 @@
  * host memory reserved at compile time. Inputs are checked on the host
  * first, so a bad binding is a message, not a device fault. */
 #include <string.h>
+#include <time.h>
 
 #include "td_program_state.h"
 
@@ -13,6 +14,30 @@ static void pmean_finalize(void *user, uint32_t rank, float *data, size_t offset
     (void)rank;
     (void)offset;
     td_ring_divide(data, count, p->n_dev);
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Ends a phase: waits for the device first when the program asks for it,
+ * so the phase owns the work it queued. */
+static td_status end_phase(td_program *p, uint32_t pos, td_program_phase phase, double *mark)
+{
+    td_status s = TD_OK;
+    if (p->phase_waits) {
+        td_mesh_device *md = &p->mesh->devices[pos];
+        uint64_t ticket;
+        if ((s = md->ops->submit(md->dev, &ticket)) == TD_OK)
+            s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
+    }
+    double t = seconds_now();
+    p->devs[pos].phase_seconds[phase] = t - *mark;
+    *mark = t;
+    return s;
 }
 
 static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
@@ -29,6 +54,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     td_device *dev = md->dev;
     td_program_device *pd = &p->devs[pos];
     td_status s = TD_OK;
+    double mark = seconds_now();
 
     for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
@@ -49,6 +75,8 @@ static td_status run_device(td_program *p, uint32_t pos)
             w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
         s = ops->write(dev, pd->buffers[TD_BUF_STEP], 0, w, words * sizeof *w);
     }
+    if (s == TD_OK)
+        s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
@@ -67,8 +95,15 @@ static td_status run_device(td_program *p, uint32_t pos)
             s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
                                   dst.offset, count);
     }
+    if (s == TD_OK)
+        s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
     if (s == TD_OK && p->hook)
         s = p->hook(p->hook_user, pos);
+    if (s == TD_OK) {
+        double t = seconds_now();
+        pd->phase_seconds[TD_PHASE_HOOK] = t - mark;
+        mark = t;
+    }
     for (uint32_t i = 0; i < p->n_outputs && s == TD_OK; i++) {
         td_node o = p->outputs[i];
         size_t count = (size_t)td_shape_count(&p->plan.shapes[o]);
@@ -78,6 +113,8 @@ static td_status run_device(td_program *p, uint32_t pos)
     uint64_t ticket;
     if (s == TD_OK && (s = ops->submit(dev, &ticket)) == TD_OK)
         s = ops->wait(dev, ticket, td_context_timeout_ms(p->ctx));
+    if (s == TD_OK)
+        pd->phase_seconds[TD_PHASE_DOWNLOAD] = seconds_now() - mark;
     return s;
 }
 
@@ -150,6 +187,16 @@ td_status td_program_set_step(td_program *p, uint64_t step)
         return live;
     p->step = step;
     return TD_OK;
+}
+
+void td_program_set_phase_waits(td_program *p, bool on)
+{
+    p->phase_waits = on;
+}
+
+void td_program_phase_seconds(const td_program *p, uint32_t position, double *seconds)
+{
+    memcpy(seconds, p->devs[position].phase_seconds, sizeof p->devs[position].phase_seconds);
 }
 
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user)

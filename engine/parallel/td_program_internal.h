@@ -37,6 +37,25 @@ td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
  * all-reduce uses the same one. */
 td_ring *td_program_ring(const td_program *p);
 const td_node_def *td_program_node(const td_program *p, td_node node);
+/* The phases of a run on one device, timed on the host clock by the
+ * device's worker: inputs up, the plan's segments and collectives, the
+ * hook, outputs down (with the final wait for the device). */
+typedef enum td_program_phase {
+    TD_PHASE_UPLOAD = 0,
+    TD_PHASE_COMPUTE = 1,
+    TD_PHASE_HOOK = 2,
+    TD_PHASE_DOWNLOAD = 3,
+    TD_PHASE_COUNT = 4,
+} td_program_phase;
+/* With waits on, the worker also waits for the device after the upload and
+ * after the compute, so an asynchronous device's time is charged to the
+ * phase that queued the work (two device round trips per run); off, the
+ * device's time lands in the phase where the host first waits. Devices in
+ * host memory run synchronously and pay nothing either way. */
+void td_program_set_phase_waits(td_program *p, bool on);
+/* seconds[0..TD_PHASE_COUNT) = device `position`'s phases in the last run
+ * (zeros before any). */
+void td_program_phase_seconds(const td_program *p, uint32_t position, double *seconds);
 /* Host copy of output `index` as computed by `device` (valid after a run). */
 const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device);
 

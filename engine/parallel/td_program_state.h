@@ -11,6 +11,7 @@
 typedef struct td_program_device {
     td_buffer *buffers[TD_BUF_COUNT];
     td_segment **segments; /* per step; NULL for collective steps */
+    double phase_seconds[TD_PHASE_COUNT]; /* the last run's, host clock (td_program_phase) */
 } td_program_device;
 
 /* Work for every device's worker at once (td_program_on_devices). */
@@ -38,6 +39,7 @@ struct td_program {
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
     void *hook_user;
+    bool phase_waits; /* wait for the device at the phase boundaries (td_program_set_phase_waits) */
     size_t ring_bytes;
     /* the job running on the devices, and its arguments */
     td_program_device_fn job;

@@ -56,6 +56,7 @@ typedef struct trainer_owner {
     float *state;      /* state_floats arrays of hi - lo floats */
     float *next_state; /* the step's new state; swapped in on success */
     float g_norm;      /* this step's global gradient norm, when clipping */
+    double update_seconds; /* this step's optimizer time on the chunk (td_step_timing.update) */
 } trainer_owner;
 
 /* A device's gradient accumulator. */
@@ -248,9 +249,27 @@ static void clip_total(void *user, uint32_t rank, double total)
  * over devices (already the mean when clipping) -- and, at an updated
  * state's offset, the sum of its update's values --, and leaves holding the
  * new parameters, which the all-gather distributes. */
+static void update_slice(td_trainer *t, uint32_t rank, float *data, size_t offset, size_t count);
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Times the owner's update, so td_trainer_timing can tell it from the
+ * ring's own work around it. */
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
     td_trainer *t = user;
+    const double start = seconds_now();
+    update_slice(t, rank, data, offset, count);
+    t->owners[rank].update_seconds += seconds_now() - start;
+}
+
+static void update_slice(td_trainer *t, uint32_t rank, float *data, size_t offset, size_t count)
+{
     trainer_owner *ow = &t->owners[rank];
     const float max_norm = t->options.max_norm;
     if (max_norm == 0.0f)
@@ -610,6 +629,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
         return s;
     }
     td_program_set_hook(t->program, update_hook, t);
+    td_program_set_phase_waits(t->program, opts.timing_waits);
     *out = t;
     return TD_OK;
 }
@@ -655,6 +675,8 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
                             "(cap a growing exponential decay with has_end_value)",
                             (unsigned long long)t->steps, (double)t->step_lr);
     t->count_inc = t->steps + 1;
+    for (uint32_t r = 0; r < t->mesh->count; r++)
+        t->owners[r].update_seconds = 0.0;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     td_program_set_step(t->program, t->micro_steps);
@@ -751,6 +773,30 @@ td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_
                             device, t->mesh->count);
     const trainer_owner *ow = &t->owners[device];
     *state_bytes = 2 * (size_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
+    return TD_OK;
+}
+
+td_status td_trainer_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
+{
+    td_status live = check_trainer(t, "td_trainer_timing");
+    if (live != TD_OK)
+        return live;
+    if (!timing)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: timing is NULL");
+    if (device >= t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: device %u is not in the mesh (%u devices)",
+                            device, t->mesh->count);
+    if (!t->has_outputs)
+        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_timing: no successful td_trainer_step since the last failure "
+                                                  "or restore");
+    double phase[TD_PHASE_COUNT];
+    td_program_phase_seconds(t->program, device, phase);
+    const double update = t->owners[device].update_seconds;
+    timing->upload = phase[TD_PHASE_UPLOAD];
+    timing->compute = phase[TD_PHASE_COMPUTE];
+    timing->update = update;
+    timing->allreduce = phase[TD_PHASE_HOOK] > update ? phase[TD_PHASE_HOOK] - update : 0.0;
+    timing->download = phase[TD_PHASE_DOWNLOAD];
     return TD_OK;
 }
 

@@ -45,6 +45,14 @@ typedef struct td_trainer_options {
      * td_trainer_metrics (the array is copied at create). */
     uint32_t n_metrics;
     const td_node *metrics;
+    /* td_trainer_timing's split: each device's worker also waits for its
+     * device after the upload and after the forward + backward, so that an
+     * asynchronous device's (a GPU's) time is charged to the phase that
+     * queued the work. Costs two device round trips per step; nothing on
+     * CPU devices, which run synchronously. Off (the default), a GPU's
+     * compute time shows up in the phase where the host first waits for it
+     * (usually the all-reduce). */
+    bool timing_waits;
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer
@@ -58,6 +66,20 @@ typedef struct td_train_progress {
     uint32_t accumulated;
     bool updated;
 } td_train_progress;
+
+/* Where one device's time went in a step, in seconds on the host clock of
+ * its worker thread. The all-reduce and the update are one fused pass (the
+ * owner updates each reduced slice of its chunk as it arrives), so `update`
+ * is the time the optimizer ran on this device's chunk and `allreduce` the
+ * rest of the pass: moving, summing and waiting for peers (and, with
+ * gradient accumulation, reading the gradients back). */
+typedef struct td_step_timing {
+    double upload;    /* the bound inputs (and step words) to the device */
+    double compute;   /* forward and backward, in-graph collectives included */
+    double allreduce; /* the gradient all-reduce and all-gather, less the update */
+    double update;    /* the optimizer on the parameter chunk this device owns */
+    double download;  /* the loss and metrics back to the host, and the final wait */
+} td_step_timing;
 
 /* Fills `options` with the defaults: SGD without momentum at a constant
  * 0.01, no clipping, and optax's defaults for the other optimizers (b1 0.9,
@@ -113,6 +135,12 @@ TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identi
  * over the devices rather than copied to each; it is kept twice (current
  * and the step's pending copy) so that a failed step changes nothing. */
 TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, size_t *state_bytes);
+
+/* *timing = mesh device `device`'s split of the last td_trainer_step (see
+ * td_step_timing and options.timing_waits). TD_ERR_STATE when the last call
+ * failed or none ran; TD_ERR_INVALID_ARGUMENT for a device outside the
+ * mesh. Reads values the step already measured: costs nothing. */
+TD_API td_status td_trainer_timing(const td_trainer *trainer, uint32_t device, td_step_timing *timing);
 
 /* Time spent inside td_trainer_step so far, in seconds, and the number of
  * optimizer updates (the calls, unless gradients are accumulated). */
