@@ -1,25 +1,13 @@
-/* tandem — the command-line tool.
+/* tandem — the command-line tool: dispatches to the subcommands.
+ *   tandem train ...          train a built-in model (cmd_train.c)
+ *   tandem eval ...           evaluate a checkpoint (cmd_eval.c)
+ *   tandem plot ...           draw a metrics file (cmd_plot.c)
  *   tandem devices [--json]   every device of every backend compiled in
  *   tandem version            library version */
 #include <stdio.h>
 #include <string.h>
 
-#include "tandem/tandem.h"
-
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
+#include "td_cli.h"
 
 static int cmd_devices(td_context *ctx, int json)
 {
@@ -35,9 +23,9 @@ static int cmd_devices(td_context *ctx, int json)
             const char *why = s != TD_OK ? td_last_error(ctx) : bi.reason;
             if (json) {
                 printf("%s\n {\"backend\":", first ? "" : ",");
-                json_string(bi.name);
+                td_cli_json_string(stdout, bi.name);
                 printf(",\"available\":false,\"reason\":");
-                json_string(why);
+                td_cli_json_string(stdout, why);
                 printf("}");
             } else {
                 printf("%-7s -  unavailable: %s\n", bi.name, why);
@@ -50,9 +38,9 @@ static int cmd_devices(td_context *ctx, int json)
             if ((s = td_device_query(ctx, bi.name, d, &di)) != TD_OK) {
                 if (json) {
                     printf("%s\n {\"backend\":", first ? "" : ",");
-                    json_string(bi.name);
+                    td_cli_json_string(stdout, bi.name);
                     printf(",\"index\":%u,\"available\":false,\"reason\":", d);
-                    json_string(td_last_error(ctx));
+                    td_cli_json_string(stdout, td_last_error(ctx));
                     printf("}");
                 } else {
                     printf("%-7s %u  error: %s\n", bi.name, d, td_last_error(ctx));
@@ -62,15 +50,15 @@ static int cmd_devices(td_context *ctx, int json)
             }
             if (json) {
                 printf("%s\n {\"backend\":", first ? "" : ",");
-                json_string(di.backend);
+                td_cli_json_string(stdout, di.backend);
                 printf(",\"index\":%u,\"available\":true,\"name\":", di.index);
-                json_string(di.name);
+                td_cli_json_string(stdout, di.name);
                 printf(",\"vendor\":");
-                json_string(di.vendor);
+                td_cli_json_string(stdout, di.vendor);
                 printf(",\"driver\":");
-                json_string(di.driver_version);
+                td_cli_json_string(stdout, di.driver_version);
                 printf(",\"language\":");
-                json_string(di.language_version);
+                td_cli_json_string(stdout, di.language_version);
                 printf(",\"compute_units\":%u,\"global_memory\":%llu,\"max_allocation\":%llu,"
                        "\"max_buffer_range\":%llu,\"max_workgroup_size\":%u,\"subgroup_size\":%u,"
                        "\"unified_memory\":%s}",
@@ -91,14 +79,25 @@ static int cmd_devices(td_context *ctx, int json)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tandem devices [--json]\n"
-               "       tandem version\n");
+    fprintf(f, "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--checkpoint DIR] [--metrics FILE] ...\n"
+               "       tandem eval --checkpoint DIR [--devices SPEC]\n"
+               "       tandem plot METRICS -o FILE.png\n"
+               "       tandem devices [--json]\n"
+               "       tandem version\n"
+               "`tandem COMMAND --help` describes each command's flags.\n"
+               "Exit codes: 0 done, 1 failed, 2 bad command line, 128+N stopped by signal N after writing its\n"
+               "checkpoint (130 SIGINT, 143 SIGTERM).\n");
 }
 
-int main(int argc, char **argv)
+static int run_devices(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
+    const int json = argc == 3 && strcmp(argv[2], "--json") == 0;
+    if (argc > 3 || (argc == 3 && !json)) {
+        if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            printf("usage: tandem devices [--json]\nLists every device of every backend built in.\n");
+            return 0;
+        }
+        fprintf(stderr, "tandem devices: unknown argument '%s' (usage: tandem devices [--json])\n", argv[2]);
         return 2;
     }
     td_context *ctx;
@@ -107,19 +106,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem: cannot create a context: %s\n", td_status_describe(s));
         return 1;
     }
-    int rc;
-    if (strcmp(argv[1], "devices") == 0 && (argc == 2 || (argc == 3 && strcmp(argv[2], "--json") == 0))) {
-        rc = cmd_devices(ctx, argc == 3);
-    } else if (strcmp(argv[1], "version") == 0 && argc == 2) {
-        printf("tandem %s\n", td_version_string());
-        rc = 0;
-    } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(stdout);
-        rc = 0;
-    } else {
-        usage(stderr);
-        rc = 2;
-    }
+    int rc = cmd_devices(ctx, json);
     td_context_destroy(ctx);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *command = argv[1];
+    if (strcmp(command, "train") == 0)
+        return td_cli_train(argc - 1, argv + 1);
+    if (strcmp(command, "eval") == 0)
+        return td_cli_eval(argc - 1, argv + 1);
+    if (strcmp(command, "plot") == 0)
+        return td_cli_plot(argc - 1, argv + 1);
+    if (strcmp(command, "devices") == 0)
+        return run_devices(argc, argv);
+    if (strcmp(command, "version") == 0 && argc == 2) {
+        printf("tandem %s\n", td_version_string());
+        return 0;
+    }
+    if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0 || strcmp(command, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "tandem: unknown command '%s'\n", command);
+    usage(stderr);
+    return 2;
 }

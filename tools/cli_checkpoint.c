@@ -1,0 +1,243 @@
+/* Checkpoint metadata for the CLI (see td_cli_checkpoint.h). Values are
+ * strings, as safetensors' metadata must be; floats are written with 9
+ * significant digits, which read back to the same float. */
+#include "td_cli_checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_COUNT 14
+
+td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_position at, char *path, size_t capacity)
+{
+    const td_cli_config *c = &s->config;
+    char epochs[24], batch[24], limit[24], accumulate[24], seed[24], lr[32], dropout[32], epoch[24], position[24];
+    snprintf(epochs, sizeof epochs, "%lld", (long long)c->epochs);
+    snprintf(batch, sizeof batch, "%lld", (long long)c->batch);
+    snprintf(limit, sizeof limit, "%lld", (long long)c->limit);
+    snprintf(accumulate, sizeof accumulate, "%lld", (long long)c->accumulate);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    snprintf(lr, sizeof lr, "%.9g", (double)c->lr);
+    snprintf(dropout, sizeof dropout, "%.9g", (double)c->dropout);
+    snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)at.epoch);
+    snprintf(position, sizeof position, "%llu", (unsigned long long)at.position);
+    const td_checkpoint_entry entries[KEY_COUNT] = {
+        {"model", c->model},       {"data", c->data},
+        {"optimizer", c->optimizer}, {"schedule", c->schedule},
+        {"epochs", epochs},        {"batch", batch},
+        {"limit", limit},          {"accumulate", accumulate},
+        {"seed", seed},            {"lr", lr},
+        {"dropout", dropout},      {"batch_norm", c->batch_norm ? "1" : "0"},
+        {"epoch", epoch},          {"position", position},
+    };
+    td_checkpoint_options o;
+    td_checkpoint_options_init(&o);
+    o.n_metadata = KEY_COUNT;
+    o.metadata = entries;
+    return td_checkpoint_save_dir(s->trainer, dir, &o, path, capacity);
+}
+
+/* One metadata value, or a message naming the key and the file. */
+static bool value_of(const char *command, const td_checkpoint *ck, const char *key, const char **value)
+{
+    const char *path = "";
+    td_checkpoint_path(ck, &path);
+    if (td_checkpoint_metadata(ck, key, value) != TD_OK || !*value) {
+        fprintf(stderr, "tandem %s: checkpoint '%s' has no '%s' in its metadata (not written by tandem train?)\n",
+                command, path, key);
+        return false;
+    }
+    return true;
+}
+
+static bool copy_string(const char *command, const td_checkpoint *ck, const char *key, char *out, size_t capacity,
+                        const char *const *choices)
+{
+    const char *v;
+    if (!value_of(command, ck, key, &v))
+        return false;
+    if (strlen(v) >= capacity) {
+        fprintf(stderr, "tandem %s: checkpoint metadata '%s' is too long (%zu bytes)\n", command, key, strlen(v));
+        return false;
+    }
+    if (choices) {
+        bool known = false;
+        for (size_t i = 0; choices[i] && !known; i++)
+            known = strcmp(choices[i], v) == 0;
+        if (!known) {
+            fprintf(stderr, "tandem %s: checkpoint metadata '%s' is '%s', which this tandem does not know\n", command,
+                    key, v);
+            return false;
+        }
+    }
+    memcpy(out, v, strlen(v) + 1);
+    return true;
+}
+
+static bool read_i64(const char *command, const td_checkpoint *ck, const char *key, int64_t *out)
+{
+    const char *v;
+    if (!value_of(command, ck, key, &v))
+        return false;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < 0) {
+        fprintf(stderr, "tandem %s: checkpoint metadata '%s' is '%s', expected a non-negative integer\n", command, key,
+                v);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+static bool read_float(const char *command, const td_checkpoint *ck, const char *key, float *out)
+{
+    const char *v;
+    if (!value_of(command, ck, key, &v))
+        return false;
+    char *end;
+    float f = strtof(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "tandem %s: checkpoint metadata '%s' is '%s', expected a number\n", command, key, v);
+        return false;
+    }
+    *out = f;
+    return true;
+}
+
+/* The file's config into *c, field by field. */
+static bool read_config(const char *command, const td_checkpoint *ck, td_cli_config *c, td_cli_saved_config *st,
+                        td_cli_position *at)
+{
+    int64_t seed, epoch, position, batch_norm;
+    if (!copy_string(command, ck, "model", st->model, sizeof st->model, td_cli_models) ||
+        !copy_string(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
+        !copy_string(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
+        !copy_string(command, ck, "data", st->data, sizeof st->data, NULL) ||
+        !read_i64(command, ck, "epochs", &c->epochs) || !read_i64(command, ck, "batch", &c->batch) ||
+        !read_i64(command, ck, "limit", &c->limit) || !read_i64(command, ck, "accumulate", &c->accumulate) ||
+        !read_i64(command, ck, "seed", &seed) || !read_float(command, ck, "lr", &c->lr) ||
+        !read_float(command, ck, "dropout", &c->dropout) || !read_i64(command, ck, "batch_norm", &batch_norm) ||
+        !read_i64(command, ck, "epoch", &epoch) || !read_i64(command, ck, "position", &position))
+        return false;
+    if (c->batch < 1 || c->accumulate < 1) {
+        fprintf(stderr, "tandem %s: checkpoint metadata has batch %lld and accumulate %lld; both must be at least 1\n",
+                command, (long long)c->batch, (long long)c->accumulate);
+        return false;
+    }
+    c->model = st->model;
+    c->optimizer = st->optimizer;
+    c->schedule = st->schedule;
+    c->data = st->data;
+    c->seed = (uint64_t)seed;
+    c->batch_norm = batch_norm != 0;
+    at->epoch = (uint64_t)epoch;
+    at->position = (uint64_t)position;
+    return true;
+}
+
+/* A flag given on the command line that contradicts the file. */
+static bool differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,
+                    const char *saved)
+{
+    if (!(must_match & bit) || strcmp(given, saved) == 0)
+        return false;
+    fprintf(stderr,
+            "tandem %s: %s %s differs from the checkpoint's %s; a resumed run keeps the model and the data order "
+            "(leave the flag out)\n",
+            command, flag, given, saved);
+    return true;
+}
+
+int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
+                                  unsigned must_match, td_cli_saved_config *storage, td_cli_position *at)
+{
+    td_context *ctx;
+    td_status s = td_context_create(NULL, &ctx);
+    if (s != TD_OK)
+        return td_cli_fail(command, NULL, s, "creating a context");
+    td_checkpoint *ck = NULL;
+    if ((s = td_checkpoint_open_latest(ctx, dir, &ck)) != TD_OK) {
+        int rc = td_cli_fail(command, ctx, s, "--checkpoint");
+        td_context_destroy(ctx);
+        return rc;
+    }
+    td_cli_config saved = *c;
+    bool ok = read_config(command, ck, &saved, storage, at);
+    td_checkpoint_close(ck);
+    td_context_destroy(ctx);
+    if (!ok)
+        return TD_CLI_EXIT_FAILURE;
+
+    char a[32], b[32];
+    bool bad = differs(command, must_match, TD_CLI_SET_MODEL, "--model", c->model, saved.model) ||
+               differs(command, must_match, TD_CLI_SET_OPTIMIZER, "--optimizer", c->optimizer, saved.optimizer);
+    snprintf(a, sizeof a, "%lld", (long long)c->batch);
+    snprintf(b, sizeof b, "%lld", (long long)saved.batch);
+    bad = bad || differs(command, must_match, TD_CLI_SET_BATCH, "--batch", a, b);
+    snprintf(a, sizeof a, "%lld", (long long)c->limit);
+    snprintf(b, sizeof b, "%lld", (long long)saved.limit);
+    bad = bad || differs(command, must_match, TD_CLI_SET_LIMIT, "--limit", a, b);
+    snprintf(a, sizeof a, "%lld", (long long)c->accumulate);
+    snprintf(b, sizeof b, "%lld", (long long)saved.accumulate);
+    bad = bad || differs(command, must_match, TD_CLI_SET_ACCUMULATE, "--accumulate", a, b);
+    snprintf(a, sizeof a, "%llu", (unsigned long long)c->seed);
+    snprintf(b, sizeof b, "%llu", (unsigned long long)saved.seed);
+    bad = bad || differs(command, must_match, TD_CLI_SET_SEED, "--seed", a, b);
+    snprintf(a, sizeof a, "%.9g", (double)c->dropout);
+    snprintf(b, sizeof b, "%.9g", (double)saved.dropout);
+    bad = bad || differs(command, must_match, TD_CLI_SET_DROPOUT, "--dropout", a, b);
+    bad = bad || differs(command, must_match, TD_CLI_SET_BATCH_NORM, "--batch-norm", c->batch_norm ? "on" : "off",
+                         saved.batch_norm ? "on" : "off");
+    if (bad)
+        return TD_CLI_EXIT_USAGE;
+
+    /* The file's values, except where the caller keeps its own. */
+    const td_cli_config given = *c;
+    *c = saved;
+    c->devices = given.devices;
+    c->checkpoint = given.checkpoint;
+    c->resume = given.resume;
+    c->metrics = given.metrics;
+    if (keep & TD_CLI_SET_DATA)
+        c->data = given.data;
+    if (keep & TD_CLI_SET_EPOCHS)
+        c->epochs = given.epochs;
+    if (keep & TD_CLI_SET_BATCH)
+        c->batch = given.batch;
+    if (keep & TD_CLI_SET_LR)
+        c->lr = given.lr;
+    if (keep & TD_CLI_SET_SCHEDULE)
+        c->schedule = given.schedule;
+    return TD_CLI_EXIT_OK;
+}
+
+int td_cli_checkpoint_restore(td_cli_session *s, const char *dir, char *path, size_t capacity)
+{
+    td_checkpoint *ck = NULL;
+    td_status st = td_checkpoint_open_latest(s->ctx, dir, &ck);
+    if (st == TD_OK) {
+        const char *p = "";
+        td_checkpoint_path(ck, &p);
+        snprintf(path, capacity, "%s", p);
+        st = td_checkpoint_restore(ck, s->trainer);
+        td_checkpoint_close(ck);
+    }
+    return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(s->command, s->ctx, st, "restoring the checkpoint");
+}
+
+bool td_cli_checkpoint_dir_used(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool used = false;
+    struct dirent *e;
+    while (!used && (e = readdir(d)) != NULL)
+        used = strncmp(e->d_name, "ckpt-", 5) == 0;
+    closedir(d);
+    return used;
+}

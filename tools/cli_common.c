@@ -1,0 +1,35 @@
+/* Small things every subcommand uses: failure messages, the clock, JSON
+ * strings. */
+#include <time.h>
+
+#include "td_cli.h"
+
+int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what)
+{
+    const char *detail = ctx ? td_last_error(ctx) : "";
+    fprintf(stderr, "tandem %s: %s: %s%s%s\n", command, what, td_status_name(s), detail && *detail ? ": " : "",
+            detail ? detail : "");
+    return TD_CLI_EXIT_FAILURE;
+}
+
+double td_cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void td_cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}

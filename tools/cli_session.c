@@ -1,0 +1,344 @@
+/* A run's model and data (see td_cli_session.h).
+ *
+ * The classifiers are the demos' recipe through the same library calls:
+ * images travel as bytes and are cast and scaled on the device, the loss
+ * and the accuracy are masked means over the global batch, so the padded
+ * last batch of an epoch trains and evaluates on its real rows only.
+ * Linear regression is the seed exercise (x ~ N(0, 1), y = x w + b +
+ * noise) with its squared error made a masked mean too, so it shares the
+ * loop, the evaluator and the checkpoints. */
+#include "td_cli_session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "td_demo_rng.h"
+
+#define LINREG_FEATURES 5
+#define LINREG_NOISE 0.1f
+#define GENERATED_TRAIN 4096 /* examples, when --limit does not say */
+#define GENERATED_TEST 1024
+#define IMAGE_SIDE 28
+#define CLASSES 10
+
+const char *const td_cli_models[] = {"linreg", "mlp", "cnn", NULL};
+const char *const td_cli_optimizers[] = {"sgd", "momentum", "adam", "adamw", "rmsprop", NULL};
+const char *const td_cli_schedules[] = {"constant", "cosine", "warmup-cosine", NULL};
+
+void td_cli_config_defaults(td_cli_config *c, unsigned set)
+{
+    const bool linreg = strcmp(c->model, "linreg") == 0;
+    if (!(set & TD_CLI_SET_OPTIMIZER))
+        c->optimizer = linreg ? "sgd" : "adam";
+    if (!(set & TD_CLI_SET_LR)) {
+        const bool sgd = strcmp(c->optimizer, "sgd") == 0 || strcmp(c->optimizer, "momentum") == 0;
+        c->lr = linreg ? 0.05f : sgd ? 0.01f : 1e-3f;
+    }
+    if (!(set & TD_CLI_SET_DATA) && linreg)
+        c->data = "generated";
+}
+
+static int fail(td_cli_session *s, td_status st, const char *what)
+{
+    return td_cli_fail(s->command, s->ctx, st, what);
+}
+
+/* Seed exercise data: one (w, b) for the seed, train and test drawn from
+ * their own streams so neither depends on the other's size. */
+static td_status generate_linreg(td_cli_session *s, size_t n_train)
+{
+    td_demo_rng rng = {s->config.seed * 0x5851F42D4C957F2Dull + 12345};
+    float w[LINREG_FEATURES], b;
+    for (int j = 0; j < LINREG_FEATURES; j++)
+        w[j] = td_demo_rng_normal(&rng);
+    b = td_demo_rng_normal(&rng);
+    td_cli_split *splits[2] = {&s->train, &s->test};
+    const size_t counts[2] = {n_train, GENERATED_TEST};
+    for (int k = 0; k < 2; k++) {
+        td_cli_split *sp = splits[k];
+        const int64_t xd[2] = {(int64_t)counts[k], LINREG_FEATURES}, yd[2] = {(int64_t)counts[k], 1};
+        td_status st = td_tensor_create(s->ctx, TD_F32, 2, xd, &sp->x);
+        if (st == TD_OK)
+            st = td_tensor_create(s->ctx, TD_F32, 2, yd, &sp->y);
+        if (st != TD_OK)
+            return st;
+        sp->count = counts[k];
+        float *xs, *ys;
+        td_tensor_data(sp->x, (void **)&xs);
+        td_tensor_data(sp->y, (void **)&ys);
+        td_demo_rng stream = {rng.state ^ (0x9E3779B97F4A7C15ull * (uint64_t)(k + 1))};
+        for (size_t i = 0; i < counts[k]; i++) {
+            float t = b;
+            for (int j = 0; j < LINREG_FEATURES; j++) {
+                xs[i * LINREG_FEATURES + j] = td_demo_rng_normal(&stream);
+                t += xs[i * LINREG_FEATURES + j] * w[j];
+            }
+            ys[i] = t + LINREG_NOISE * td_demo_rng_normal(&stream);
+        }
+    }
+    return TD_OK;
+}
+
+/* Images for smoke tests: noise, plus a bright band of rows whose place
+ * is the label, so a model can learn them quickly and the curves move. */
+static td_status generate_images(td_cli_session *s, size_t n_train)
+{
+    td_cli_split *splits[2] = {&s->train, &s->test};
+    const size_t counts[2] = {n_train, GENERATED_TEST};
+    for (int k = 0; k < 2; k++) {
+        td_cli_split *sp = splits[k];
+        const int64_t xd[4] = {(int64_t)counts[k], IMAGE_SIDE, IMAGE_SIDE, 1}, yd[1] = {(int64_t)counts[k]};
+        td_status st = td_tensor_create(s->ctx, TD_U8, 4, xd, &sp->x);
+        if (st == TD_OK)
+            st = td_tensor_create(s->ctx, TD_I32, 1, yd, &sp->y);
+        if (st != TD_OK)
+            return st;
+        sp->count = counts[k];
+        uint8_t *px;
+        int32_t *labels;
+        td_tensor_data(sp->x, (void **)&px);
+        td_tensor_data(sp->y, (void **)&labels);
+        td_demo_rng rng = {s->config.seed * 0x2545F4914F6CDD1Dull + 777 + (uint64_t)k};
+        for (size_t i = 0; i < counts[k]; i++) {
+            int32_t label = (int32_t)(td_demo_rng_next(&rng) % CLASSES);
+            labels[i] = label;
+            for (int r = 0; r < IMAGE_SIDE; r++)
+                for (int c = 0; c < IMAGE_SIDE; c++) {
+                    unsigned v = (unsigned)(td_demo_rng_next(&rng) & 127u);
+                    if (r >= 4 + 2 * label && r < 6 + 2 * label)
+                        v += 128u;
+                    px[((size_t)i * IMAGE_SIDE + (size_t)r) * IMAGE_SIDE + (size_t)c] = (uint8_t)v;
+                }
+        }
+    }
+    return TD_OK;
+}
+
+static int load_data(td_cli_session *s)
+{
+    const td_cli_config *c = &s->config;
+    const bool generated = strcmp(c->data, "generated") == 0;
+    td_status st;
+    if (!s->classifier && !generated) {
+        fprintf(stderr, "tandem %s: --model linreg trains on generated data only; got --data '%s'\n", s->command,
+                c->data);
+        return TD_CLI_EXIT_USAGE;
+    }
+    if (generated) {
+        size_t n = c->limit ? (size_t)c->limit : GENERATED_TRAIN;
+        st = s->classifier ? generate_images(s, n) : generate_linreg(s, n);
+        if (st != TD_OK)
+            return fail(s, st, "generating data");
+        return TD_CLI_EXIT_OK;
+    }
+    if ((st = td_dataset_load_mnist(s->ctx, c->data, "train", &s->train.x, &s->train.y)) != TD_OK ||
+        (st = td_dataset_load_mnist(s->ctx, c->data, "t10k", &s->test.x, &s->test.y)) != TD_OK)
+        return fail(s, st, "loading Fashion-MNIST (--data DIR, or --data generated)");
+    td_tensor_count(s->train.y, &s->train.count);
+    td_tensor_count(s->test.y, &s->test.count);
+    return TD_CLI_EXIT_OK;
+}
+
+/* logits -> per-example cross-entropy and correctness, each a masked
+ * mean over the global batch; for linreg the per-example squared error. */
+static td_status build_graph(td_cli_session *s)
+{
+    const int64_t B = s->config.batch;
+    const int64_t bd[1] = {B};
+    uint32_t rank;
+    int64_t dims[TD_MAX_RANK];
+    td_tensor_shape(s->train.x, &rank, dims);
+    dims[0] = B;
+    td_status st = td_graph_create(s->ctx, &s->g);
+    if (st == TD_OK)
+        st = td_graph_input(s->g, s->classifier ? "image" : "x", s->classifier ? TD_U8 : TD_F32, rank, dims,
+                            TD_SHARDED, &s->x);
+    if (st == TD_OK)
+        st = td_graph_input(s->g, "mask", TD_F32, 1, bd, TD_SHARDED, &s->mask);
+    if (st != TD_OK)
+        return st;
+    td_node per_example;
+    if (!s->classifier) {
+        const int64_t yd[2] = {B, 1}, rows[1] = {-1}; /* -1: each device reshapes its own shard */
+        td_node pred, diff, squared;
+        if ((st = td_graph_input(s->g, "y", TD_F32, 2, yd, TD_SHARDED, &s->y)) == TD_OK &&
+            (st = td_model_linreg(s->g, s->x, &pred)) == TD_OK && (st = td_graph_sub(s->g, pred, s->y, &diff)) == TD_OK &&
+            (st = td_graph_mul(s->g, diff, diff, &squared)) == TD_OK &&
+            (st = td_graph_reshape(s->g, squared, 1, rows, &per_example)) == TD_OK)
+            st = td_graph_masked_mean(s->g, per_example, s->mask, &s->loss);
+        return st;
+    }
+    td_model_options mo;
+    td_model_options_init(&mo);
+    mo.seed = s->config.seed;
+    mo.batch_norm = s->config.batch_norm;
+    mo.dropout = s->config.dropout;
+    mo.classes = CLASSES;
+    td_node pixels, images, logits, predicted, label_f32, correct;
+    if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK &&
+        (st = td_graph_cast(s->g, s->x, &pixels)) == TD_OK &&
+        (st = td_graph_scale(s->g, pixels, 1.0f / 255.0f, &images)) == TD_OK &&
+        (st = td_model_classifier(s->g, s->config.model, images, &mo, &logits)) == TD_OK &&
+        (st = td_graph_softmax_cross_entropy_per_example(s->g, logits, s->y, &per_example)) == TD_OK &&
+        (st = td_graph_masked_mean(s->g, per_example, s->mask, &s->loss)) == TD_OK &&
+        (st = td_graph_argmax(s->g, logits, &predicted)) == TD_OK && (st = td_graph_cast(s->g, s->y, &label_f32)) == TD_OK &&
+        (st = td_graph_equal(s->g, predicted, label_f32, &correct)) == TD_OK)
+        st = td_graph_masked_mean(s->g, correct, s->mask, &s->accuracy);
+    return st;
+}
+
+static void trainer_options(td_cli_session *s)
+{
+    const td_cli_config *c = &s->config;
+    td_trainer_options *o = &s->trainer_options;
+    td_trainer_options_init(o);
+    if (strcmp(c->optimizer, "momentum") == 0)
+        o->momentum = 0.9f;
+    o->optimizer = strcmp(c->optimizer, "adam") == 0      ? TD_OPTIMIZER_ADAM
+                   : strcmp(c->optimizer, "adamw") == 0   ? TD_OPTIMIZER_ADAMW
+                   : strcmp(c->optimizer, "rmsprop") == 0 ? TD_OPTIMIZER_RMSPROP
+                                                          : TD_OPTIMIZER_SGD;
+    o->learning_rate = c->lr;
+    o->schedule.kind = TD_SCHEDULE_CONSTANT;
+    o->schedule.init_value = c->lr;
+    const uint64_t updates = s->total_updates;
+    if (strcmp(c->schedule, "cosine") == 0) {
+        o->schedule.kind = TD_SCHEDULE_COSINE_DECAY;
+        o->schedule.decay_steps = updates;
+    } else if (strcmp(c->schedule, "warmup-cosine") == 0) {
+        /* A tenth of the run warms up linearly from 0, the rest decays to 0. */
+        o->schedule.kind = TD_SCHEDULE_WARMUP_COSINE_DECAY;
+        o->schedule.init_value = 0.0f;
+        o->schedule.peak_value = c->lr;
+        o->schedule.end_value = 0.0f;
+        o->schedule.warmup_steps = updates / 10 ? updates / 10 : 1;
+        o->schedule.decay_steps = updates > o->schedule.warmup_steps ? updates : o->schedule.warmup_steps + 1;
+    }
+    o->accumulate_steps = (uint32_t)c->accumulate;
+    o->n_metrics = s->classifier ? 1 : 0;
+    o->metrics = s->classifier ? &s->accuracy : NULL;
+    /* Only a metrics file reads the split; on CPU devices the waits are free. */
+    o->timing_waits = c->metrics != NULL;
+}
+
+int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_config *config)
+{
+    memset(s, 0, sizeof *s);
+    s->command = command;
+    s->config = *config;
+    s->classifier = strcmp(config->model, "linreg") != 0;
+    td_status st = td_context_create(NULL, &s->ctx);
+    if (st != TD_OK) {
+        fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
+        return fail(s, st, "--devices");
+    td_mesh_size(s->mesh, &s->n_devices);
+    if (config->batch % s->n_devices != 0) {
+        fprintf(stderr,
+                "tandem %s: --batch %lld does not split evenly over the %u devices of '%s'; choose a multiple of %u\n",
+                command, (long long)config->batch, s->n_devices, config->devices, s->n_devices);
+        return TD_CLI_EXIT_USAGE;
+    }
+    int rc = load_data(s);
+    if (rc != TD_CLI_EXIT_OK)
+        return rc;
+    const size_t B = (size_t)config->batch;
+    s->per_epoch = config->limit && (size_t)config->limit < s->train.count ? (size_t)config->limit : s->train.count;
+    s->steps_per_epoch = (s->per_epoch + B - 1) / B;
+    s->total_updates = s->steps_per_epoch * (uint64_t)config->epochs / (uint64_t)config->accumulate;
+    if (s->total_updates == 0)
+        s->total_updates = 1;
+
+    if ((st = build_graph(s)) != TD_OK)
+        return fail(s, st, "building the model");
+    uint32_t xr, yr;
+    int64_t xd[TD_MAX_RANK], yd[TD_MAX_RANK];
+    td_dtype xt, yt;
+    td_tensor_shape(s->train.x, &xr, xd);
+    td_tensor_shape(s->train.y, &yr, yd);
+    td_tensor_dtype(s->train.x, &xt);
+    td_tensor_dtype(s->train.y, &yt);
+    xd[0] = yd[0] = (int64_t)B;
+    const int64_t md[1] = {(int64_t)B};
+    if ((st = td_tensor_create(s->ctx, xt, xr, xd, &s->xb)) != TD_OK ||
+        (st = td_tensor_create(s->ctx, yt, yr, yd, &s->yb)) != TD_OK ||
+        (st = td_tensor_create(s->ctx, TD_F32, 1, md, &s->mb)) != TD_OK)
+        return fail(s, st, "batch tensors");
+    if ((st = td_graph_params(s->g, 0, NULL, &s->n_params)) != TD_OK)
+        return fail(s, st, "td_graph_params");
+    s->params = calloc(s->n_params + 1u, sizeof *s->params);
+    s->index = calloc(B, sizeof *s->index);
+    s->order = calloc(s->train.count ? s->train.count : 1, sizeof *s->order);
+    if (!s->params || !s->index || !s->order) {
+        fprintf(stderr, "tandem %s: out of memory\n", command);
+        return TD_CLI_EXIT_FAILURE;
+    }
+    if ((st = td_graph_params(s->g, s->n_params, s->params, &s->n_params)) != TD_OK)
+        return fail(s, st, "td_graph_params");
+    trainer_options(s);
+    if ((st = td_trainer_create(s->g, s->mesh, s->loss, s->n_params, s->params, &s->trainer_options, &s->trainer)) !=
+        TD_OK)
+        return fail(s, st, "creating the trainer");
+    const td_node metrics[2] = {s->loss, s->accuracy};
+    if ((st = td_evaluator_create(s->g, s->mesh, s->mask, s->classifier ? 2 : 1, metrics, &s->evaluator)) != TD_OK)
+        return fail(s, st, "creating the evaluator");
+    return TD_CLI_EXIT_OK;
+}
+
+void td_cli_session_close(td_cli_session *s)
+{
+    free(s->params);
+    free(s->index);
+    free(s->order);
+    td_tensor *tensors[] = {s->train.x, s->train.y, s->test.x, s->test.y, s->xb, s->yb, s->mb};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
+        td_tensor_destroy(tensors[i]);
+    td_context_destroy(s->ctx); /* the mesh, graph, trainer and evaluator with it */
+    memset(s, 0, sizeof *s);
+}
+
+static td_status fill_batch(td_cli_session *s, const td_cli_split *split, const uint32_t *rows, size_t count)
+{
+    td_status st = td_batch_gather(s->ctx, split->x, rows, count, s->xb);
+    if (st == TD_OK)
+        st = td_batch_gather(s->ctx, split->y, rows, count, s->yb);
+    if (st == TD_OK)
+        st = td_batch_mask(s->ctx, s->mb, count);
+    return st;
+}
+
+td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t count, float *loss, float *accuracy)
+{
+    td_status st = fill_batch(s, &s->train, rows, count);
+    const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
+    if (st == TD_OK)
+        st = td_trainer_step(s->trainer, 3, b, loss);
+    *accuracy = 0.0f;
+    if (st == TD_OK && s->classifier)
+        st = td_trainer_metrics(s->trainer, 1, accuracy);
+    return st;
+}
+
+td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, size_t count, double *loss,
+                                  double *accuracy)
+{
+    const size_t B = (size_t)s->config.batch;
+    td_status st = td_evaluator_load(s->evaluator, s->trainer);
+    for (size_t start = 0; start < count && st == TD_OK; start += B) {
+        size_t valid = count - start < B ? count - start : B;
+        for (size_t i = 0; i < valid; i++)
+            s->index[i] = (uint32_t)(start + i);
+        if ((st = fill_batch(s, split, s->index, valid)) != TD_OK)
+            break;
+        const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
+        st = td_evaluator_run(s->evaluator, 3, b);
+    }
+    float values[2] = {0.0f, 0.0f};
+    if (st == TD_OK)
+        st = td_evaluator_result(s->evaluator, 2, values, NULL);
+    *loss = values[0];
+    *accuracy = values[1];
+    return st;
+}

@@ -1,0 +1,78 @@
+/* `tandem eval --checkpoint DIR`: the loss and accuracy of a training
+ * checkpoint on the test set, on any mesh. The checkpoint's metadata names
+ * the model and its options, so the same graph is rebuilt; a trainer of
+ * the checkpoint's optimizer takes the restore (the checkpoint API
+ * restores trainers), and the evaluator reads its parameters. */
+#include <string.h>
+
+#include "td_cli_checkpoint.h"
+#include "td_cli_flags.h"
+#include "td_cli_session.h"
+
+static const char usage_text[] =
+    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data DIR] [--batch N]\n"
+    "Evaluates the newest valid checkpoint in DIR on the test set (Fashion-MNIST t10k, or the generated\n"
+    "test set the run used). Prints a line and a final JSON line. Exit codes: 0, 1 failed, 2 bad command line.";
+
+int td_cli_eval(int argc, char **argv)
+{
+    td_cli_config c = {.devices = "cpu:4", .data = NULL, .batch = 0};
+    const td_cli_flag flags[] = {
+        {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "DIR", "the run's checkpoint directory"},
+        {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
+        {"--data", TD_CLI_STRING, &c.data, 0, 0, 0, NULL, TD_CLI_SET_DATA, "DIR",
+         "Fashion-MNIST IDX folder (default: the run's)"},
+        {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
+         "global batch, a multiple of the device count (default: the run's)"},
+    };
+    const size_t n_flags = sizeof flags / sizeof flags[0];
+    unsigned set = 0;
+    int rc = td_cli_parse("eval", argc, argv, flags, n_flags, &set, NULL, 0, NULL);
+    if (rc == TD_CLI_HELP) {
+        td_cli_print_help(stdout, usage_text, flags, n_flags);
+        return TD_CLI_EXIT_OK;
+    }
+    if (rc != TD_CLI_PARSED)
+        return TD_CLI_EXIT_USAGE;
+    if (!c.checkpoint) {
+        fprintf(stderr, "tandem eval: --checkpoint DIR is required (see tandem eval --help)\n");
+        return TD_CLI_EXIT_USAGE;
+    }
+    td_cli_saved_config saved;
+    td_cli_position at;
+    if ((rc = td_cli_checkpoint_read_config("eval", c.checkpoint, &c, set, 0, &saved, &at)) != TD_CLI_EXIT_OK)
+        return rc;
+    c.metrics = NULL;
+    td_cli_session s;
+    char path[4096] = "";
+    rc = td_cli_session_open(&s, "eval", &c);
+    if (rc == TD_CLI_EXIT_OK)
+        rc = td_cli_checkpoint_restore(&s, c.checkpoint, path, sizeof path);
+    double loss = 0.0, accuracy = 0.0, seconds = 0.0;
+    if (rc == TD_CLI_EXIT_OK) {
+        const double t0 = td_cli_now();
+        td_status st = td_cli_session_evaluate(&s, &s.test, s.test.count, &loss, &accuracy);
+        seconds = td_cli_now() - t0;
+        if (st != TD_OK)
+            rc = td_cli_fail("eval", s.ctx, st, "evaluating");
+    }
+    if (rc == TD_CLI_EXIT_OK) {
+        td_train_progress p;
+        td_trainer_progress(s.trainer, &p);
+        printf("tandem eval: %s (%s, epoch %llu + %llu steps, %llu updates) on %u device(s) [%s]: %zu test "
+               "examples, loss %.4f",
+               path, c.model, (unsigned long long)at.epoch, (unsigned long long)at.position,
+               (unsigned long long)p.updates, s.n_devices, c.devices, s.test.count, loss);
+        if (s.classifier)
+            printf(", accuracy %.4f", accuracy);
+        printf(", %.2f s\n", seconds);
+        printf("{\"command\":\"eval\",\"checkpoint\":\"%s\",\"model\":\"%s\",\"devices\":\"%s\",\"device_count\":%u,"
+               "\"updates\":%llu,\"examples\":%zu,\"test_loss\":%.6g",
+               path, c.model, c.devices, s.n_devices, (unsigned long long)p.updates, s.test.count, loss);
+        if (s.classifier)
+            printf(",\"test_accuracy\":%.4f", accuracy);
+        printf(",\"seconds\":%.3f}\n", seconds);
+    }
+    td_cli_session_close(&s);
+    return rc;
+}

@@ -1,0 +1,337 @@
+/* `tandem plot METRICS -o FILE.png`: loss and accuracy curves from a
+ * `tandem train --metrics` file, drawn by gnuplot.
+ *
+ * The JSON lines are read with Jansson (the library the checkpoints
+ * already use); the curves go to a temporary folder as gnuplot data files
+ * with a script next to them, and gnuplot is started with posix_spawnp,
+ * no shell, so no path is ever parsed as a command. A resumed run appends
+ * to its metrics file and may repeat steps taken after its last
+ * checkpoint; a record whose step is not past the previous one's replaces
+ * the records from there on, so the curves show the run that counted. */
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "td_cli.h"
+#include "td_cli_flags.h"
+
+#ifdef TD_CLI_HAVE_JANSSON
+#include <jansson.h>
+#endif
+
+extern char **environ;
+
+static const char usage_text[] =
+    "usage: tandem plot METRICS -o FILE.png\n"
+    "Draws the loss and accuracy curves (training per step and per epoch, test per epoch) of a\n"
+    "`tandem train --metrics METRICS` file with gnuplot (Debian: gnuplot-nox).";
+
+typedef struct step_point {
+    double global, progress, loss, accuracy;
+} step_point;
+
+typedef struct epoch_point {
+    double epoch, train_loss, train_accuracy, test_loss, test_accuracy;
+} epoch_point;
+
+typedef struct curves {
+    step_point *steps;
+    size_t n_steps, cap_steps;
+    epoch_point *epochs;
+    size_t n_epochs, cap_epochs;
+    bool has_accuracy;
+} curves;
+
+static bool grow(void **items, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return true;
+    size_t next = *cap ? *cap * 2 : 256;
+    void *p = realloc(*items, next * size);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = next;
+    return true;
+}
+
+#ifdef TD_CLI_HAVE_JANSSON
+static double number_of(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Reads every line; returns an exit code. */
+static int read_metrics(const char *path, curves *c)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tandem plot: cannot open '%s': %s\n", path, strerror(errno));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    size_t line_no = 0;
+    int rc = TD_CLI_EXIT_OK;
+    while (rc == TD_CLI_EXIT_OK && (len = getline(&line, &cap, f)) >= 0) {
+        line_no++;
+        if (len <= 1)
+            continue;
+        json_error_t err;
+        json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+        const char *kind = json_string_value(json_object_get(o, "kind"));
+        if (!o || !kind) {
+            /* A run killed mid-write leaves a torn last line: say so, keep the rest. */
+            fprintf(stderr, "tandem plot: %s:%zu: skipped, not a metrics record (%s)\n", path, line_no,
+                    o ? "no \"kind\"" : err.text);
+            json_decref(o);
+            continue;
+        }
+        if (strcmp(kind, "step") == 0) {
+            step_point p = {number_of(o, "global_step"), number_of(o, "progress"), number_of(o, "loss"),
+                            number_of(o, "accuracy")};
+            while (c->n_steps && !(c->steps[c->n_steps - 1].global < p.global))
+                c->n_steps--;
+            if (!grow((void **)&c->steps, &c->cap_steps, c->n_steps, sizeof p))
+                rc = TD_CLI_EXIT_FAILURE;
+            else
+                c->steps[c->n_steps++] = p;
+            c->has_accuracy = c->has_accuracy || isfinite(p.accuracy);
+        } else if (strcmp(kind, "epoch") == 0) {
+            epoch_point p = {number_of(o, "epoch"), number_of(o, "train_loss"), number_of(o, "train_accuracy"),
+                             number_of(o, "test_loss"), number_of(o, "test_accuracy")};
+            while (c->n_epochs && !(c->epochs[c->n_epochs - 1].epoch < p.epoch))
+                c->n_epochs--;
+            if (!grow((void **)&c->epochs, &c->cap_epochs, c->n_epochs, sizeof p))
+                rc = TD_CLI_EXIT_FAILURE;
+            else
+                c->epochs[c->n_epochs++] = p;
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (rc != TD_CLI_EXIT_OK)
+        fprintf(stderr, "tandem plot: out of memory reading '%s'\n", path);
+    else if (!c->n_steps && !c->n_epochs) {
+        fprintf(stderr, "tandem plot: '%s' holds no step or epoch records (written by tandem train --metrics?)\n", path);
+        rc = TD_CLI_EXIT_FAILURE;
+    }
+    return rc;
+}
+#endif
+
+/* gnuplot's single-quoted strings take everything literally but a quote,
+ * which is doubled. */
+static void quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static void value(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, " %.9g", v);
+    else
+        fprintf(f, " NaN");
+}
+
+/* Data files: per step (with an exponential moving average, since one
+ * batch's loss is noisy) and per epoch. */
+static bool write_data(const curves *c, const char *steps_path, const char *epochs_path)
+{
+    FILE *f = fopen(steps_path, "w");
+    if (!f)
+        return false;
+    /* About 1/50 of the run per time constant: smooth, but still shaped. */
+    const double alpha = c->n_steps > 50 ? 50.0 / (double)c->n_steps : 1.0;
+    double loss_avg = NAN, acc_avg = NAN;
+    for (size_t i = 0; i < c->n_steps; i++) {
+        const step_point *p = &c->steps[i];
+        loss_avg = isfinite(loss_avg) ? loss_avg + alpha * (p->loss - loss_avg) : p->loss;
+        acc_avg = isfinite(acc_avg) ? acc_avg + alpha * (p->accuracy - acc_avg) : p->accuracy;
+        const double x = isfinite(p->progress) ? p->progress : p->global;
+        value(f, x);
+        value(f, p->loss);
+        value(f, loss_avg);
+        value(f, p->accuracy);
+        value(f, acc_avg);
+        fputc('\n', f);
+    }
+    bool ok = fclose(f) == 0;
+    if (!(f = fopen(epochs_path, "w")))
+        return false;
+    for (size_t i = 0; i < c->n_epochs; i++) {
+        const epoch_point *p = &c->epochs[i];
+        value(f, p->epoch);
+        value(f, p->train_loss);
+        value(f, p->train_accuracy);
+        value(f, p->test_loss);
+        value(f, p->test_accuracy);
+        fputc('\n', f);
+    }
+    return fclose(f) == 0 && ok;
+}
+
+/* One plot command of the clauses whose data exists (a file with no
+ * points would make gnuplot stop with an error). */
+static void plot(FILE *f, const char *const clauses[4], const bool present[4])
+{
+    bool first = true;
+    for (int i = 0; i < 4; i++) {
+        if (!present[i])
+            continue;
+        fprintf(f, "%s%s", first ? "plot " : ", \\\n     ", clauses[i]);
+        first = false;
+    }
+    fputc('\n', f);
+}
+
+static bool write_script(const curves *c, const char *script, const char *steps, const char *epochs,
+                         const char *out, const char *title)
+{
+    FILE *f = fopen(script, "w");
+    if (!f)
+        return false;
+    const bool two = c->has_accuracy;
+    fprintf(f, "set terminal pngcairo size %d,480 font 'sans,10'\nset output ", two ? 1200 : 640);
+    quoted(f, out);
+    fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right\nset xlabel 'epoch'\n");
+    fprintf(f, "steps = ");
+    quoted(f, steps);
+    fprintf(f, "\nepochs = ");
+    quoted(f, epochs);
+    fprintf(f, "\n");
+    if (two)
+        fprintf(f, "set multiplot layout 1,2 title ");
+    else
+        fprintf(f, "set title ");
+    quoted(f, title);
+    fprintf(f, "\n");
+    /* Linear regression's loss falls by orders of magnitude. */
+    if (!two)
+        fprintf(f, "set logscale y\n");
+    const bool st = c->n_steps > 0, ep = c->n_epochs > 0;
+    const char *loss[4] = {
+        "steps using 1:2 with lines lc rgb '#c6dbef' title 'train (step)'",
+        "steps using 1:3 with lines lw 2 lc rgb '#2171b5' title 'train (moving average)'",
+        "epochs using 1:2 with linespoints pt 7 lc rgb '#08306b' title 'train (epoch)'",
+        "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
+    };
+    const bool present[4] = {st, st, ep, ep};
+    fprintf(f, "set ylabel 'loss'\n");
+    plot(f, loss, present);
+    if (two) {
+        const char *acc[4] = {
+            "steps using 1:4 with lines lc rgb '#c7e9c0' title 'train (step)'",
+            "steps using 1:5 with lines lw 2 lc rgb '#238b45' title 'train (moving average)'",
+            "epochs using 1:3 with linespoints pt 7 lc rgb '#00441b' title 'train (epoch)'",
+            "epochs using 1:5 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
+        };
+        fprintf(f, "set key bottom right\nset ylabel 'accuracy'\nset yrange [0:1]\n");
+        plot(f, acc, present);
+        fprintf(f, "unset multiplot\n");
+    }
+    return fclose(f) == 0;
+}
+
+static int run_gnuplot(const char *script)
+{
+    char *const args[] = {"gnuplot", (char *)script, NULL};
+    pid_t pid;
+    int err = posix_spawnp(&pid, "gnuplot", NULL, NULL, args, environ);
+    if (err != 0) {
+        if (err == ENOENT)
+            fprintf(stderr, "tandem plot: gnuplot is not installed (Debian: apt-get install gnuplot-nox, or "
+                            "scripts/install-deps)\n");
+        else
+            fprintf(stderr, "tandem plot: cannot start gnuplot: %s\n", strerror(err));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            fprintf(stderr, "tandem plot: waiting for gnuplot: %s\n", strerror(errno));
+            return TD_CLI_EXIT_FAILURE;
+        }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "tandem plot: gnuplot failed (%s %d)\n", WIFEXITED(status) ? "exit status" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    return TD_CLI_EXIT_OK;
+}
+
+int td_cli_plot(int argc, char **argv)
+{
+    const char *out = NULL;
+    const char *title = NULL;
+    const td_cli_flag flags[] = {
+        {"-o", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE.png", "where the picture goes (required)"},
+        {"--output", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE.png", "the same as -o"},
+        {"--title", TD_CLI_STRING, &title, 0, 0, 0, NULL, 0, "TEXT", "the picture's title (default: the file's name)"},
+    };
+    const size_t n_flags = sizeof flags / sizeof flags[0];
+    const char *positional[1];
+    int n_positional = 0;
+    int rc = td_cli_parse("plot", argc, argv, flags, n_flags, NULL, positional, 1, &n_positional);
+    if (rc == TD_CLI_HELP) {
+        td_cli_print_help(stdout, usage_text, flags, n_flags);
+        return TD_CLI_EXIT_OK;
+    }
+    if (rc != TD_CLI_PARSED)
+        return TD_CLI_EXIT_USAGE;
+    if (n_positional != 1 || !out) {
+        fprintf(stderr, "tandem plot: %s (see tandem plot --help)\n",
+                n_positional != 1 ? "the METRICS file is required" : "-o FILE.png is required");
+        return TD_CLI_EXIT_USAGE;
+    }
+#ifndef TD_CLI_HAVE_JANSSON
+    (void)title;
+    fprintf(stderr, "tandem plot: this tandem was built without Jansson (libjansson-dev), which reads the metrics\n");
+    return TD_CLI_EXIT_FAILURE;
+#else
+    curves c = {0};
+    if ((rc = read_metrics(positional[0], &c)) == TD_CLI_EXIT_OK) {
+        const char *tmp = getenv("TMPDIR");
+        char dir[4096], steps[4200], epochs[4200], script[4200];
+        snprintf(dir, sizeof dir, "%s/tandem-plot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            fprintf(stderr, "tandem plot: cannot make a temporary folder '%s': %s\n", dir, strerror(errno));
+            rc = TD_CLI_EXIT_FAILURE;
+        } else {
+            snprintf(steps, sizeof steps, "%s/steps.dat", dir);
+            snprintf(epochs, sizeof epochs, "%s/epochs.dat", dir);
+            snprintf(script, sizeof script, "%s/curves.gp", dir);
+            if (!write_data(&c, steps, epochs) ||
+                !write_script(&c, script, steps, epochs, out, title ? title : positional[0])) {
+                fprintf(stderr, "tandem plot: cannot write to '%s': %s\n", dir, strerror(errno));
+                rc = TD_CLI_EXIT_FAILURE;
+            } else {
+                rc = run_gnuplot(script);
+            }
+            unlink(steps);
+            unlink(epochs);
+            unlink(script);
+            rmdir(dir);
+        }
+    }
+    if (rc == TD_CLI_EXIT_OK)
+        printf("tandem plot: %s (%zu steps, %zu epochs)\n", out, c.n_steps, c.n_epochs);
+    free(c.steps);
+    free(c.epochs);
+    return rc;
+#endif
+}

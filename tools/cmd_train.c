@@ -1,0 +1,334 @@
+/* `tandem train`: trains a built-in model data-parallel on a mesh.
+ *
+ * Each epoch visits the training set in td_data_order(seed, epoch), which
+ * is the same on every mesh, so a checkpoint's (epoch, position) says
+ * exactly which global batches are done: --resume restores the trainer and
+ * skips them, and the run goes on as if it had never stopped (bitwise on
+ * the same mesh). SIGINT and SIGTERM only raise a flag; the loop checks it
+ * between steps, finishes the accumulation round if one is open (a
+ * checkpoint never holds half a round), writes a checkpoint and exits with
+ * 128 + the signal's number. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "td_cli_checkpoint.h"
+#include "td_cli_flags.h"
+#include "td_cli_metrics.h"
+#include "td_cli_progress.h"
+#include "td_cli_session.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int signo)
+{
+    stop_signal = signo;
+}
+
+/* A second Ctrl-C kills at once (SA_RESETHAND): the user may not want to
+ * wait for the step. */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+#define FLAG(name, kind, target, lo, hi, bit, value, help) {name, kind, target, lo, hi, 0, NULL, bit, value, help}
+
+static const char usage_text[] =
+    "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--epochs N] [--checkpoint DIR [--resume]]\n"
+    "                    [--metrics FILE] [options]\n"
+    "Trains a built-in model data-parallel. mlp and cnn train on Fashion-MNIST (or --data generated);\n"
+    "linreg on generated data (x ~ N(0,1), y = x w + b + noise). Exit codes: 0 done, 1 failed, 2 bad\n"
+    "command line, 130 / 143 stopped by SIGINT / SIGTERM after its step (checkpoint written with\n"
+    "--checkpoint).";
+
+typedef struct train_run {
+    td_cli_session s;
+    td_cli_metrics metrics;
+    td_cli_progress progress;
+    td_step_timing *timing;
+    char path[4096];
+} train_run;
+
+/* Saves when the trainer is between accumulation rounds; *saved says
+ * whether it could. */
+static int save(train_run *r, td_cli_position at, bool *saved)
+{
+    td_train_progress p;
+    td_trainer_progress(r->s.trainer, &p);
+    *saved = false;
+    if (p.accumulated != 0)
+        return TD_CLI_EXIT_OK; /* mid-round: the caller tries again after the next step */
+    td_status st = td_cli_checkpoint_write(&r->s, r->s.config.checkpoint, at, r->path, sizeof r->path);
+    if (st != TD_OK)
+        return td_cli_fail("train", r->s.ctx, st, "writing a checkpoint");
+    *saved = true;
+    return TD_CLI_EXIT_OK;
+}
+
+static void print_header(const train_run *r, td_cli_position start)
+{
+    const td_cli_config *c = &r->s.config;
+    printf("tandem train: %s on %u device(s) [%s], data %s (%zu training examples per epoch, %zu test), global batch "
+           "%lld, %zu steps per epoch, %s lr %g (%s), accumulate %lld, batch norm %s, dropout %g, seed %llu\n",
+           c->model, r->s.n_devices, c->devices, c->data, r->s.per_epoch, r->s.test.count, (long long)c->batch,
+           r->s.steps_per_epoch, c->optimizer, (double)c->lr, c->schedule, (long long)c->accumulate,
+           c->batch_norm ? "on" : "off", (double)c->dropout, (unsigned long long)c->seed);
+    if (c->resume)
+        printf("resumed from %s: epoch %llu, %llu of %zu steps done\n", r->path,
+               (unsigned long long)start.epoch + 1, (unsigned long long)start.position, r->s.steps_per_epoch);
+    fflush(stdout);
+}
+
+typedef struct epoch_result {
+    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+} epoch_result;
+
+/* Runs the whole loop from `start`; returns an exit code. */
+static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
+{
+    td_cli_session *s = &r->s;
+    const td_cli_config *c = &s->config;
+    const size_t B = (size_t)c->batch, steps = s->steps_per_epoch;
+    const uint64_t remaining = ((uint64_t)c->epochs - start.epoch) * steps - start.position;
+    td_cli_progress_init(&r->progress, c->epochs, steps, remaining);
+    bool want_save = false, saved;
+    int rc;
+    td_status st;
+    for (uint64_t epoch = start.epoch; epoch < (uint64_t)c->epochs; epoch++) {
+        if ((st = td_data_order(s->ctx, c->seed, epoch, s->train.count, s->order)) != TD_OK)
+            return td_cli_fail("train", s->ctx, st, "td_data_order");
+        const double t_epoch = td_cli_now();
+        double loss_sum = 0.0, acc_sum = 0.0, examples = 0.0;
+        size_t first = epoch == start.epoch ? (size_t)start.position : 0;
+        for (size_t step = first; step < steps; step++) {
+            const size_t valid = s->per_epoch - step * B < B ? s->per_epoch - step * B : B;
+            td_train_progress before, after;
+            td_trainer_progress(s->trainer, &before);
+            float lr = 0.0f, loss, accuracy;
+            td_schedule_value(s->ctx, &s->trainer_options.schedule, before.updates, &lr);
+            const double t0 = td_cli_now();
+            if ((st = td_cli_session_step(s, s->order + step * B, valid, &loss, &accuracy)) != TD_OK) {
+                td_cli_progress_clear(&r->progress);
+                return td_cli_fail("train", s->ctx, st, "training step");
+            }
+            const double seconds = td_cli_now() - t0;
+            td_trainer_progress(s->trainer, &after);
+            loss_sum += (double)loss * (double)valid;
+            acc_sum += (double)accuracy * (double)valid;
+            examples += (double)valid;
+            if (r->metrics.file) {
+                for (uint32_t d = 0; d < s->n_devices; d++)
+                    td_trainer_timing(s->trainer, d, &r->timing[d]);
+                const td_cli_step_record rec = {
+                    .epoch = (int64_t)epoch + 1, .step = step + 1, .steps = steps, .global = after.micro_steps,
+                    .loss = loss, .accuracy = accuracy, .lr = lr, .samples_per_second = (double)valid / seconds,
+                    .seconds = seconds, .has_accuracy = s->classifier, .n_devices = s->n_devices, .timing = r->timing};
+                td_cli_metrics_step(&r->metrics, &rec);
+            }
+            td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, (double)valid / seconds, loss);
+            if (step + 1 == steps)
+                break; /* the epoch's end saves, and stops if asked */
+            if ((stop_signal || want_save) && c->checkpoint) {
+                const td_cli_position at = {epoch, step + 1};
+                if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
+                    return rc;
+                want_save = want_save && !saved;
+                if (stop_signal && saved) {
+                    td_cli_progress_clear(&r->progress);
+                    printf("interrupted at epoch %llu, step %zu/%zu: checkpoint %s\n", (unsigned long long)epoch + 1,
+                           step + 1, steps, r->path);
+                    return TD_CLI_EXIT_SIGNAL + stop_signal;
+                }
+            } else if (stop_signal) {
+                td_cli_progress_clear(&r->progress);
+                printf("interrupted at epoch %llu, step %zu/%zu (no --checkpoint: nothing saved)\n",
+                       (unsigned long long)epoch + 1, step + 1, steps);
+                return TD_CLI_EXIT_SIGNAL + stop_signal;
+            }
+        }
+        const double train_seconds = td_cli_now() - t_epoch;
+        last->train_loss = examples > 0 ? loss_sum / examples : 0.0;
+        last->train_accuracy = examples > 0 ? acc_sum / examples : 0.0;
+        last->seconds = train_seconds;
+        last->samples_per_second = train_seconds > 0 ? examples / train_seconds : 0.0;
+        if ((st = td_cli_session_evaluate(s, &s->test, s->test.count, &last->test_loss, &last->test_accuracy)) != TD_OK)
+            return td_cli_fail("train", s->ctx, st, "evaluating on the test set");
+        td_cli_progress_clear(&r->progress);
+        if (s->classifier)
+            printf("epoch %llu/%lld: train loss %.4f accuracy %.4f, test loss %.4f accuracy %.4f, %.1f s, %.0f "
+                   "samples/s\n",
+                   (unsigned long long)epoch + 1, (long long)c->epochs, last->train_loss, last->train_accuracy,
+                   last->test_loss, last->test_accuracy, train_seconds, last->samples_per_second);
+        else
+            printf("epoch %llu/%lld: train loss %.6f, test loss %.6f, %.2f s, %.0f samples/s\n",
+                   (unsigned long long)epoch + 1, (long long)c->epochs, last->train_loss, last->test_loss,
+                   train_seconds, last->samples_per_second);
+        const td_cli_epoch_record rec = {
+            .epoch = (int64_t)epoch + 1, .train_loss = last->train_loss, .train_accuracy = last->train_accuracy,
+            .test_loss = last->test_loss, .test_accuracy = last->test_accuracy, .seconds = train_seconds,
+            .samples_per_second = last->samples_per_second, .has_accuracy = s->classifier};
+        td_cli_metrics_epoch(&r->metrics, &rec);
+        if (c->checkpoint) {
+            const td_cli_position at = {epoch + 1, 0};
+            if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
+                return rc;
+            if (saved)
+                printf("checkpoint %s\n", r->path);
+            else
+                printf("checkpoint deferred: an accumulation round is open; it is written after the round\n");
+            want_save = !saved;
+        }
+        fflush(stdout);
+        if (stop_signal && (!c->checkpoint || !want_save)) {
+            printf("interrupted after epoch %llu%s\n", (unsigned long long)epoch + 1,
+                   c->checkpoint ? "" : " (no --checkpoint: nothing saved)");
+            return TD_CLI_EXIT_SIGNAL + stop_signal;
+        }
+    }
+    return TD_CLI_EXIT_OK;
+}
+
+static int prepare_checkpoint_dir(const char *dir, bool resume)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tandem train: --checkpoint '%s': cannot create the directory: %s\n", dir, strerror(errno));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    if (!resume && td_cli_checkpoint_dir_used(dir)) {
+        fprintf(stderr,
+                "tandem train: --checkpoint '%s' already holds checkpoints of another run; add --resume to continue "
+                "it, or choose an empty directory\n",
+                dir);
+        return TD_CLI_EXIT_USAGE;
+    }
+    return TD_CLI_EXIT_OK;
+}
+
+int td_cli_train(int argc, char **argv)
+{
+    td_cli_config c = {.model = "mlp", .devices = "cpu:4", .data = TD_FASHION_MNIST_DIR, .schedule = "constant",
+                       .epochs = 5, .batch = 128, .accumulate = 1};
+    const td_cli_flag flags[] = {
+        {"--model", TD_CLI_CHOICE, &c.model, 0, 0, 0, td_cli_models, TD_CLI_SET_MODEL, "NAME", "the model (default mlp)"},
+        FLAG("--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, "SPEC", "e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)"),
+        FLAG("--data", TD_CLI_STRING, &c.data, 0, 0, TD_CLI_SET_DATA, "DIR",
+             "Fashion-MNIST IDX folder, or 'generated' (default " TD_FASHION_MNIST_DIR ")"),
+        FLAG("--epochs", TD_CLI_INT, &c.epochs, 1, 1e6, TD_CLI_SET_EPOCHS, "N", "passes over the training set (default 5)"),
+        FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_SET_BATCH, "N",
+             "global batch; a multiple of the device count (default 128)"),
+        {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
+         "default adam (linreg: sgd); momentum is SGD with momentum 0.9"},
+        FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_SET_LR, "X",
+             "learning rate, the peak of a schedule (default 1e-3; sgd 1e-2; linreg 0.05)"),
+        {"--schedule", TD_CLI_CHOICE, &c.schedule, 0, 0, 0, td_cli_schedules, TD_CLI_SET_SCHEDULE, "NAME",
+         "the rate over the run; warmup-cosine warms up over the first tenth"},
+        FLAG("--accumulate", TD_CLI_INT, &c.accumulate, 1, 1024, TD_CLI_SET_ACCUMULATE, "K",
+             "average K batches' gradients per update (default 1)"),
+        FLAG("--seed", TD_CLI_U64, &c.seed, 0, 0, TD_CLI_SET_SEED, "N", "initial parameters, dropout, data order (default 0)"),
+        FLAG("--batch-norm", TD_CLI_SWITCH, &c.batch_norm, 0, 0, TD_CLI_SET_BATCH_NORM, "", "batch norm in the model"),
+        {"--dropout", TD_CLI_FLOAT, &c.dropout, 0, 1, 1, NULL, TD_CLI_SET_DROPOUT, "P", "dropout rate (default 0)"},
+        FLAG("--limit", TD_CLI_INT, &c.limit, 1, 1e12, TD_CLI_SET_LIMIT, "N",
+             "train on N examples per epoch (generated data: N examples in all)"),
+        FLAG("--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, "DIR",
+             "save after every epoch and on SIGINT/SIGTERM, keeping the newest 3"),
+        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
+        FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
+             "JSON lines per step and per epoch (appended to when resuming)"),
+    };
+    const size_t n_flags = sizeof flags / sizeof flags[0];
+    unsigned set = 0;
+    int rc = td_cli_parse("train", argc, argv, flags, n_flags, &set, NULL, 0, NULL);
+    if (rc == TD_CLI_HELP) {
+        td_cli_print_help(stdout, usage_text, flags, n_flags);
+        return TD_CLI_EXIT_OK;
+    }
+    if (rc != TD_CLI_PARSED)
+        return TD_CLI_EXIT_USAGE;
+    if (c.resume && !c.checkpoint) {
+        fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
+        return TD_CLI_EXIT_USAGE;
+    }
+    td_cli_saved_config saved;
+    td_cli_position start = {0, 0};
+    if (c.resume) {
+        const unsigned keep = set & (TD_CLI_SET_DATA | TD_CLI_SET_EPOCHS | TD_CLI_SET_LR | TD_CLI_SET_SCHEDULE);
+        const unsigned must_match = set & ~keep;
+        if ((rc = td_cli_checkpoint_read_config("train", c.checkpoint, &c, keep, must_match, &saved, &start)) !=
+            TD_CLI_EXIT_OK)
+            return rc;
+    } else {
+        td_cli_config_defaults(&c, set);
+    }
+    if (c.checkpoint && (rc = prepare_checkpoint_dir(c.checkpoint, c.resume)) != TD_CLI_EXIT_OK)
+        return rc;
+
+    train_run *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "tandem train: out of memory\n");
+        return TD_CLI_EXIT_FAILURE;
+    }
+    rc = td_cli_session_open(&r->s, "train", &c);
+    if (rc == TD_CLI_EXIT_OK && c.resume)
+        rc = td_cli_checkpoint_restore(&r->s, c.checkpoint, r->path, sizeof r->path);
+    if (rc == TD_CLI_EXIT_OK && start.position > r->s.steps_per_epoch) {
+        fprintf(stderr, "tandem train: the checkpoint is at step %llu of an epoch of %zu steps\n",
+                (unsigned long long)start.position, r->s.steps_per_epoch);
+        rc = TD_CLI_EXIT_FAILURE;
+    }
+    if (rc == TD_CLI_EXIT_OK && !(r->timing = calloc(r->s.n_devices, sizeof *r->timing))) {
+        fprintf(stderr, "tandem train: out of memory\n");
+        rc = TD_CLI_EXIT_FAILURE;
+    }
+    if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, c.metrics, c.resume))
+        rc = TD_CLI_EXIT_FAILURE;
+    epoch_result last = {0};
+    double train_seconds = 0.0;
+    if (rc == TD_CLI_EXIT_OK) {
+        print_header(r, start);
+        catch_signals();
+        const double t0 = td_cli_now();
+        if (start.epoch < (uint64_t)c.epochs) {
+            rc = run_loop(r, start, &last);
+        } else {
+            printf("nothing to train: the checkpoint is at the end of epoch %llu of %lld (raise --epochs)\n",
+                   (unsigned long long)start.epoch, (long long)c.epochs);
+            td_status st = td_cli_session_evaluate(&r->s, &r->s.test, r->s.test.count, &last.test_loss,
+                                                   &last.test_accuracy);
+            if (st != TD_OK)
+                rc = td_cli_fail("train", r->s.ctx, st, "evaluating on the test set");
+        }
+        train_seconds = td_cli_now() - t0;
+    }
+    if (!td_cli_metrics_close(&r->metrics, c.metrics) && rc == TD_CLI_EXIT_OK)
+        rc = TD_CLI_EXIT_FAILURE;
+    if (rc == TD_CLI_EXIT_OK) {
+        bool identical = false;
+        td_status st = td_trainer_replicas_identical(r->s.trainer, &identical);
+        if (st != TD_OK)
+            rc = td_cli_fail("train", r->s.ctx, st, "td_trainer_replicas_identical");
+        td_train_progress p = {0};
+        td_trainer_progress(r->s.trainer, &p);
+        printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"device_count\":%u,\"epochs\":%lld,"
+               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,",
+               c.model, c.devices, r->s.n_devices, (long long)c.epochs, (long long)c.batch, c.optimizer,
+               (unsigned long long)p.updates, last.train_loss, last.test_loss);
+        if (r->s.classifier)
+            printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
+        printf("\"seconds\":%.3f,\"replicas_bitwise_identical\":%s}\n", train_seconds, identical ? "true" : "false");
+        if (!identical && rc == TD_CLI_EXIT_OK)
+            rc = TD_CLI_EXIT_FAILURE;
+    }
+    free(r->timing);
+    td_cli_session_close(&r->s);
+    free(r);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* The live progress line (see td_cli_progress.h). */
+#include "td_cli_progress.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#include "td_cli.h"
+
+void td_cli_progress_init(td_cli_progress *p, int64_t epochs, size_t steps_per_epoch, uint64_t remaining_steps)
+{
+    p->live = isatty(STDOUT_FILENO) == 1;
+    p->drawn = false;
+    p->epochs = epochs;
+    p->steps = steps_per_epoch;
+    p->remaining = remaining_steps;
+    p->done = 0;
+    p->started = td_cli_now();
+    p->last_draw = 0.0;
+}
+
+static void format_duration(char *out, size_t capacity, double seconds)
+{
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(out, capacity, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(out, capacity, "%ld:%02ld", s / 60, s % 60);
+}
+
+void td_cli_progress_step(td_cli_progress *p, int64_t epoch, size_t step, double samples_per_second, float loss)
+{
+    p->done++;
+    if (!p->live)
+        return;
+    const double now = td_cli_now();
+    if (now - p->last_draw < 0.1 && step != p->steps)
+        return;
+    p->last_draw = now;
+    const double per_step = (now - p->started) / (double)p->done;
+    const uint64_t left = p->remaining > p->done ? p->remaining - p->done : 0;
+    char eta[32];
+    format_duration(eta, sizeof eta, per_step * (double)left);
+    const int width = 24;
+    const int filled = (int)((double)width * (double)step / (double)(p->steps ? p->steps : 1));
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[width] = '\0';
+    /* \033[K erases what a longer previous line left behind. */
+    printf("\repoch %lld/%lld [%s] step %zu/%zu  %.0f samples/s  loss %.4f  ETA %s\033[K", (long long)epoch,
+           (long long)p->epochs, bar, step, p->steps, samples_per_second, (double)loss, eta);
+    fflush(stdout);
+    p->drawn = true;
+}
+
+void td_cli_progress_clear(td_cli_progress *p)
+{
+    if (p->drawn) {
+        printf("\r\033[K");
+        p->drawn = false;
+    }
+}

@@ -1,0 +1,79 @@
+/* What the files of the `tandem` command line share: the exit codes, the
+ * run configuration that train, eval and the checkpoint metadata carry,
+ * and the entry points of the subcommands. The CLI only uses the public
+ * headers: it is a user of the library like any other. */
+#ifndef TD_CLI_H
+#define TD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tandem/tandem.h"
+
+/* Exit codes, documented in `tandem --help`. An interrupted run exits with
+ * 128 + the signal's number, as a shell reports a process the signal
+ * killed, but only after finishing its step and writing its checkpoint. */
+enum {
+    TD_CLI_EXIT_OK = 0,
+    TD_CLI_EXIT_FAILURE = 1,   /* the library or the system refused something */
+    TD_CLI_EXIT_USAGE = 2,     /* an unknown flag or a bad value */
+    TD_CLI_EXIT_SIGNAL = 128,  /* + SIGINT (130) or SIGTERM (143) */
+};
+
+/* Everything that decides a run: what `tandem train` parses, what a
+ * checkpoint's metadata records and `tandem eval` and `--resume` read
+ * back. Strings point into argv, string literals or an open checkpoint. */
+typedef struct td_cli_config {
+    const char *model;     /* "linreg", "mlp" or "cnn" */
+    const char *devices;   /* mesh spec */
+    const char *data;      /* IDX folder, or "generated" */
+    const char *optimizer; /* sgd, momentum, adam, adamw, rmsprop */
+    const char *schedule;  /* constant, cosine, warmup-cosine */
+    int64_t epochs;
+    int64_t batch;      /* global */
+    int64_t limit;      /* training examples per epoch; 0 = all */
+    int64_t accumulate; /* micro-batches per update */
+    uint64_t seed;
+    float lr;
+    float dropout;
+    bool batch_norm;
+    const char *checkpoint; /* directory, or NULL */
+    bool resume;
+    const char *metrics; /* JSONL path, or NULL */
+} td_cli_config;
+
+/* The flags a config can come from, one bit each, so that --resume can
+ * tell what the user asked for from what the defaults say. */
+enum {
+    TD_CLI_SET_MODEL = 1u << 0,
+    TD_CLI_SET_DATA = 1u << 1,
+    TD_CLI_SET_OPTIMIZER = 1u << 2,
+    TD_CLI_SET_SCHEDULE = 1u << 3,
+    TD_CLI_SET_EPOCHS = 1u << 4,
+    TD_CLI_SET_BATCH = 1u << 5,
+    TD_CLI_SET_LIMIT = 1u << 6,
+    TD_CLI_SET_ACCUMULATE = 1u << 7,
+    TD_CLI_SET_SEED = 1u << 8,
+    TD_CLI_SET_LR = 1u << 9,
+    TD_CLI_SET_DROPOUT = 1u << 10,
+    TD_CLI_SET_BATCH_NORM = 1u << 11,
+};
+
+/* `tandem <name> ...`: each returns the process exit code. argv[0] is the
+ * subcommand's name. */
+int td_cli_train(int argc, char **argv);
+int td_cli_eval(int argc, char **argv);
+int td_cli_plot(int argc, char **argv);
+
+/* Prints "tandem <command>: <what>: <status name>: <the context's message>"
+ * to stderr and returns TD_CLI_EXIT_FAILURE. */
+int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what);
+
+/* Monotonic seconds. */
+double td_cli_now(void);
+
+/* `s` as a JSON string, quotes included. */
+void td_cli_json_string(FILE *f, const char *s);
+
+#endif

@@ -1,0 +1,41 @@
+/* The CLI's side of checkpoints: what a run writes into a checkpoint's
+ * metadata besides the trainer's own state (the model and data options
+ * that rebuild the same graph, the epoch and position in the data order),
+ * and reading it back for `tandem eval` and `tandem train --resume`. */
+#ifndef TD_CLI_CHECKPOINT_H
+#define TD_CLI_CHECKPOINT_H
+
+#include "td_cli_session.h"
+
+/* Where a checkpoint's strings live once the file is closed. */
+typedef struct td_cli_saved_config {
+    char model[16], optimizer[16], schedule[16], data[4096];
+} td_cli_saved_config;
+
+/* The run's place when a checkpoint was written: `position` global
+ * batches of epoch `epoch` (from 0) are done. */
+typedef struct td_cli_position {
+    uint64_t epoch, position;
+} td_cli_position;
+
+/* Saves the session's trainer into dir (kept: the newest 3) with the
+ * config and `at` in the metadata; the file's path goes to path. */
+td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_position at, char *path, size_t capacity);
+
+/* Reads the newest valid checkpoint of `dir` into *c: model, data,
+ * optimizer, schedule, epochs, batch, limit, accumulate, seed, lr,
+ * dropout, batch norm. Options in `keep` (TD_CLI_SET_* bits) are left as
+ * they are, and those in `must_match` that differ from the file's are an
+ * error naming the flag and both values. Returns an exit code. */
+int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
+                                  unsigned must_match, td_cli_saved_config *storage, td_cli_position *at);
+
+/* Restores the newest valid checkpoint of `dir` into the session's trainer
+ * and says which file it was. Returns an exit code. */
+int td_cli_checkpoint_restore(td_cli_session *s, const char *dir, char *path, size_t capacity);
+
+/* Whether `dir` holds any checkpoint (valid or not): a new run there would
+ * mix its files with an old run's. */
+bool td_cli_checkpoint_dir_used(const char *dir);
+
+#endif

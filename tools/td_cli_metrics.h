@@ -1,0 +1,42 @@
+/* `--metrics FILE`: one JSON object per line, {"kind":"step",...} after
+ * every step and {"kind":"epoch",...} after every epoch, so a run can be
+ * plotted (`tandem plot`) or read by any JSON-lines tool while it goes. */
+#ifndef TD_CLI_METRICS_H
+#define TD_CLI_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tandem/train.h"
+
+typedef struct td_cli_metrics {
+    FILE *file; /* NULL: no metrics wanted */
+} td_cli_metrics;
+
+typedef struct td_cli_step_record {
+    int64_t epoch;    /* from 1 */
+    uint64_t step;    /* in the epoch, from 1 */
+    uint64_t steps;   /* per epoch */
+    uint64_t global;  /* micro-steps since the run began, resumed runs included */
+    float loss, accuracy, lr;
+    double samples_per_second, seconds;
+    bool has_accuracy;
+    uint32_t n_devices;
+    const td_step_timing *timing; /* per device */
+} td_cli_step_record;
+
+typedef struct td_cli_epoch_record {
+    int64_t epoch;
+    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+    bool has_accuracy;
+} td_cli_epoch_record;
+
+/* Opens `path` for writing (append: a resumed run continues the file). */
+bool td_cli_metrics_open(td_cli_metrics *m, const char *path, bool append);
+void td_cli_metrics_step(td_cli_metrics *m, const td_cli_step_record *r);
+void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r);
+/* false when a write failed (a full disk), after saying so. */
+bool td_cli_metrics_close(td_cli_metrics *m, const char *path);
+
+#endif

@@ -1,0 +1,30 @@
+/* What `tandem train` shows while it runs: on a terminal one line redrawn
+ * in place (epoch, step, samples/s, loss, ETA); elsewhere (a pipe, a log
+ * file) only the per-epoch lines, so logs stay readable. */
+#ifndef TD_CLI_PROGRESS_H
+#define TD_CLI_PROGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_cli_progress {
+    bool live;           /* stdout is a terminal */
+    bool drawn;          /* a bar is on the current line */
+    int64_t epochs;
+    size_t steps;        /* per epoch */
+    uint64_t remaining;  /* steps this run will take, for the ETA */
+    uint64_t done;       /* steps taken by this run */
+    double started, last_draw;
+} td_cli_progress;
+
+void td_cli_progress_init(td_cli_progress *p, int64_t epochs, size_t steps_per_epoch, uint64_t remaining_steps);
+
+/* After a step (epoch and step counted from 1). Redraws at most ten times a
+ * second, and at the epoch's last step. */
+void td_cli_progress_step(td_cli_progress *p, int64_t epoch, size_t step, double samples_per_second, float loss);
+
+/* Clears the bar so that a whole line can be printed. */
+void td_cli_progress_clear(td_cli_progress *p);
+
+#endif

@@ -1,0 +1,64 @@
+/* A run's model and data, built the same way by `tandem train` and
+ * `tandem eval`: the mesh, the training and test sets (Fashion-MNIST IDX
+ * files or generated), the graph (inputs, the built-in model, a masked
+ * loss and, for the classifiers, a masked accuracy), the trainer and an
+ * evaluator, and one global batch's host tensors. Same config, same graph:
+ * that is what lets eval restore a training checkpoint. */
+#ifndef TD_CLI_SESSION_H
+#define TD_CLI_SESSION_H
+
+#include "td_cli.h"
+
+typedef struct td_cli_split {
+    td_tensor *x, *y; /* examples and targets, rows along axis 0 */
+    size_t count;
+} td_cli_split;
+
+typedef struct td_cli_session {
+    const char *command;
+    td_cli_config config;
+    td_context *ctx;
+    td_mesh *mesh;
+    uint32_t n_devices;
+    td_cli_split train, test;
+    td_graph *g;
+    td_node x, y, mask, loss, accuracy; /* accuracy 0 for linreg */
+    bool classifier;
+    td_node *params;
+    uint32_t n_params;
+    td_trainer_options trainer_options;
+    td_trainer *trainer;
+    td_evaluator *evaluator;
+    td_tensor *xb, *yb, *mb; /* one global batch */
+    uint32_t *index;         /* batch rows */
+    uint32_t *order;         /* an epoch's order over the training set */
+    size_t per_epoch;        /* training examples per epoch (the limit) */
+    size_t steps_per_epoch;  /* global batches per epoch, the last one padded */
+    uint64_t total_updates;  /* what the schedules decay over */
+} td_cli_session;
+
+/* Builds everything above for `config` (context, mesh, data, graph,
+ * trainer, evaluator). Returns an exit code; on failure the message is
+ * printed and td_cli_session_close still has to run. */
+int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_config *config);
+void td_cli_session_close(td_cli_session *s);
+
+/* Rows order[first .. first+count) of the training set into the batch
+ * (padded and masked), then one training step. */
+td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t count, float *loss, float *accuracy);
+
+/* Loss and accuracy (0 for linreg) of the trainer's current parameters on
+ * the first `count` examples of `split`, through the evaluator. */
+td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, size_t count, double *loss,
+                                  double *accuracy);
+
+/* The optimizer names the CLI accepts, NULL-terminated, and the others'. */
+extern const char *const td_cli_models[];
+extern const char *const td_cli_optimizers[];
+extern const char *const td_cli_schedules[];
+
+/* Fills the defaults that depend on the model (optimizer, learning rate)
+ * where the user gave none. */
+void td_cli_config_defaults(td_cli_config *c, unsigned set);
+
+#endif
