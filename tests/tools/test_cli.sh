@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Runs the built `tandem` binary as a user would: train (linreg; mlp on
+# generated data with checkpoints and metrics), eval on another mesh,
+# resume (bitwise the uninterrupted run), SIGTERM (exit 143, a checkpoint,
+# a resume that lands on the uninterrupted run's bits), bad flags named in
+# the error, --help, plot (skipped with a message without gnuplot).
+# Usage: test_cli.sh PATH/TO/tandem
+set -euo pipefail
+
+tandem=$(realpath "$1")
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-cli-test-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_rc RC DESCRIPTION COMMAND...: runs the command, output in out/err.
+expect_rc() {
+  local want=$1 what=$2
+  shift 2
+  local rc=0
+  "$@" >out 2>err || rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$what: exit $rc, expected $want; stderr: $(cat err)"
+    return 1
+  fi
+  return 0
+}
+
+# expect_error WORD DESCRIPTION COMMAND...: exit 2 and WORD in the message.
+expect_usage_error() {
+  local word=$1 what=$2
+  shift 2
+  if expect_rc 2 "$what" "$@" && ! grep -qF -- "$word" err; then
+    fail "$what: the message does not name '$word': $(cat err)"
+  fi
+}
+
+json_field() { # json_field FILE KEY: KEY of the file's last line (a JSON object)
+  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"
+}
+
+echo "== help"
+for sub in "" train eval plot devices; do
+  if expect_rc 0 "tandem $sub --help" "$tandem" $sub --help && ! grep -q "usage" out; then
+    fail "tandem $sub --help prints no usage"
+  fi
+done
+
+echo "== bad command lines"
+expect_usage_error "--bogus" "unknown flag" "$tandem" train --bogus
+expect_usage_error "--epochs" "epochs 0" "$tandem" train --epochs 0
+expect_usage_error "'x1'" "epochs not a number" "$tandem" train --epochs x1
+expect_usage_error "--optimizer" "unknown optimizer" "$tandem" train --optimizer lbfgs
+expect_usage_error "--model" "unknown model" "$tandem" train --model resnet
+expect_usage_error "--dropout" "dropout 1" "$tandem" train --dropout 1
+expect_usage_error "--lr" "lr nan" "$tandem" train --lr nan
+expect_usage_error "--batch-norm" "switch with a value" "$tandem" train --batch-norm=1
+expect_usage_error "--seed" "missing value" "$tandem" train --seed
+expect_usage_error "--resume" "resume without a directory" "$tandem" train --resume
+expect_usage_error "--checkpoint" "eval without a checkpoint" "$tandem" eval
+expect_usage_error "frobnicate" "unknown command" "$tandem" frobnicate
+expect_usage_error "-o" "plot without -o" "$tandem" plot m.jsonl
+expect_usage_error "3 devices" "batch not divisible" "$tandem" train --model linreg --devices cpu:3 --batch 128
+if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
+  fail "an unknown device spec is not named: $(cat err)"
+fi
+
+echo "== linreg"
+if expect_rc 0 "linreg" "$tandem" train --model linreg --devices cpu:2 --epochs 3; then
+  python3 -c 'import json,sys; r=json.loads(open("out").read().strip().splitlines()[-1]); sys.exit(0 if r["test_loss"] < 0.05 and r["replicas_bitwise_identical"] else 1)' ||
+    fail "linreg did not learn: $(tail -1 out)"
+fi
+
+echo "== mlp on generated data, checkpoints and metrics"
+mlp=(--model mlp --data generated --limit 300 --batch 64 --seed 3)
+if expect_rc 0 "mlp train" "$tandem" train "${mlp[@]}" --devices cpu:2 --epochs 2 --checkpoint ck --metrics m.jsonl; then
+  cp out train.out
+  [ -f ck/ckpt-00000010.safetensors ] || fail "no checkpoint after 2 epochs of 5 steps: $(ls ck)"
+  python3 - m.jsonl <<'PY' || fail "metrics file: $(head -c 400 m.jsonl)"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r for r in rows if r["kind"] == "step"]
+epochs = [r for r in rows if r["kind"] == "epoch"]
+assert len(steps) == 10 and len(epochs) == 2, (len(steps), len(epochs))
+for r in steps:
+    for k in ("epoch", "step", "loss", "accuracy", "lr", "samples_per_second", "seconds"):
+        assert k in r, k
+    assert len(r["devices"]) == 2
+    for d in r["devices"]:
+        for k in ("upload", "compute", "allreduce", "update", "download"):
+            assert d[k] >= 0, (k, d)
+for r in epochs:
+    for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds"):
+        assert k in r, k
+assert steps[-1]["global_step"] == 10
+PY
+  echo "== eval on another mesh"
+  if expect_rc 0 "eval cpu:4" "$tandem" eval --checkpoint ck --devices cpu:4; then
+    trained=$(json_field train.out test_loss)
+    evaluated=$(json_field out test_loss)
+    python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4*max(1,abs(a)) else 1)' "$trained" "$evaluated" ||
+      fail "eval on cpu:4 gives test loss $evaluated, training on cpu:2 gave $trained"
+  fi
+  expect_usage_error "--batch" "eval batch not divisible" "$tandem" eval --checkpoint ck --devices cpu:3
+  expect_rc 0 "eval cpu:3 --batch 63" "$tandem" eval --checkpoint ck --devices cpu:3 --batch 63 || true
+
+  echo "== resume"
+  expect_usage_error "already holds" "a new run in a used directory" "$tandem" train "${mlp[@]}" --devices cpu:2 --checkpoint ck
+  expect_usage_error "--model" "resume with another model" "$tandem" train --model cnn --checkpoint ck --resume
+  if expect_rc 0 "one epoch" "$tandem" train "${mlp[@]}" --devices cpu:2 --epochs 1 --checkpoint half &&
+     expect_rc 0 "resume to two" "$tandem" train --devices cpu:2 --epochs 2 --checkpoint half --resume; then
+    cmp -s ck/ckpt-00000010.safetensors half/ckpt-00000010.safetensors ||
+      fail "1 + 1 epochs resumed does not write the 2-epoch run's checkpoint bitwise"
+  fi
+fi
+
+echo "== SIGTERM"
+long=(--model mlp --data generated --limit 4096 --batch 32 --seed 5 --devices cpu:2)
+if expect_rc 0 "reference" "$tandem" train "${long[@]}" --epochs 1 --checkpoint ref; then
+  "$tandem" train "${long[@]}" --epochs 1000 --checkpoint int --metrics int.jsonl >int.out 2>int.err &
+  pid=$!
+  for _ in $(seq 1 500); do # until its first step is on disk, at most 10 s
+    [ -s int.jsonl ] && break
+    sleep 0.02
+  done
+  kill -TERM "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  if [ "$rc" -ne 143 ]; then
+    fail "SIGTERM: exit $rc, expected 143; $(cat int.out int.err)"
+  elif ! grep -q "checkpoint" int.out; then
+    fail "SIGTERM: no checkpoint reported: $(cat int.out)"
+  elif expect_rc 0 "resume after SIGTERM" "$tandem" train --devices cpu:2 --epochs 1 --checkpoint int --resume; then
+    cmp -s ref/ckpt-00000128.safetensors int/ckpt-00000128.safetensors ||
+      fail "the run stopped by SIGTERM and resumed does not match the uninterrupted one bitwise"
+  fi
+fi
+
+echo "== plot"
+if command -v gnuplot >/dev/null 2>&1; then
+  if [ -f m.jsonl ] && expect_rc 0 "plot" "$tandem" plot m.jsonl -o curves.png; then
+    [ "$(head -c 4 curves.png | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot did not write a PNG"
+  fi
+else
+  echo "SKIP: gnuplot is not installed (gnuplot-nox); tandem plot not run"
+  expect_rc 1 "plot without gnuplot" "$tandem" plot m.jsonl -o curves.png && grep -q gnuplot err ||
+    fail "plot without gnuplot does not say so"
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "all CLI checks passed"
