@@ -134,7 +134,8 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                     .seconds = seconds, .has_accuracy = s->classifier, .n_devices = s->n_devices, .timing = r->timing};
                 td_cli_metrics_step(&r->metrics, &rec);
             }
-            td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, (double)valid / seconds, loss);
+            /* The bar shows the epoch's rate so far: one step's rate jumps about. */
+            td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, examples / (td_cli_now() - t_epoch), loss);
             if (step + 1 == steps)
                 break; /* the epoch's end saves, and stops if asked */
             if ((stop_signal || want_save) && c->checkpoint) {

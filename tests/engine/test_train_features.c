@@ -460,3 +460,56 @@ Test(train_features, bad_arguments_are_refused_with_the_value)
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "metrics[0]", td_evaluator_create(n.g, mesh, n.mask, 1, &n.per_example, &e));
     td_context_destroy(ctx);
 }
+
+static void timing_waits_on(td_trainer_options *o)
+{
+    o->timing_waits = true;
+}
+
+/* td_trainer_timing: refused before a step and for a device outside the
+ * mesh; after a step every phase is a duration (>= 0, finite) and together
+ * they fit in the step's own time; the update is measured (the owners ran
+ * the optimizer) and the split is there for every device, with or without
+ * the waits. */
+Test(train_features, step_timing_splits_each_device)
+{
+    td_context *ctx = test_context(30000);
+    net n;
+    build_net(ctx, &n, 6, true);
+    for (int waits = 0; waits < 2; waits++) {
+        td_mesh *mesh = test_mesh(ctx, "cpu:3");
+        td_trainer *t = make_trainer_with(ctx, mesh, &n, TD_OPTIMIZER_ADAM, 0.1f, 1, waits ? timing_waits_on : NULL);
+        td_step_timing tm;
+        TEST_FAILS(ctx, TD_ERR_STATE, "td_trainer_timing", td_trainer_timing(t, 0, &tm));
+        int64_t xd[2] = {6, F}, yd[2] = {6, 1}, md[1] = {6};
+        td_tensor *x = test_tensor(ctx, TD_F32, 2, xd), *y = test_tensor(ctx, TD_F32, 2, yd),
+                  *m = test_tensor(ctx, TD_F32, 1, md);
+        fill_batch(11, 0, 6, x, y, m);
+        td_binding b[3] = {{n.x, x}, {n.y, y}, {n.mask, m}};
+        TEST_OK(ctx, td_trainer_step(t, 3, b, NULL));
+        double step_seconds = 0;
+        TEST_OK(ctx, td_trainer_stats(t, &step_seconds, NULL));
+        TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "device 3", td_trainer_timing(t, 3, &tm));
+        TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "timing is NULL", td_trainer_timing(t, 0, NULL));
+        for (uint32_t d = 0; d < 3; d++) {
+            TEST_OK(ctx, td_trainer_timing(t, d, &tm));
+            const double phases[5] = {tm.upload, tm.compute, tm.allreduce, tm.update, tm.download};
+            double sum = 0;
+            for (int k = 0; k < 5; k++) {
+                cr_assert(isfinite(phases[k]) && phases[k] >= 0, "waits %d device %u phase %d: %g", waits, d, k,
+                          phases[k]);
+                sum += phases[k];
+            }
+            cr_assert(sum <= step_seconds + 1e-6, "waits %d device %u: phases sum to %g s, the step took %g s", waits,
+                      d, sum, step_seconds);
+            cr_assert(tm.compute > 0 && tm.update > 0, "waits %d device %u: compute %g, update %g", waits, d,
+                      tm.compute, tm.update);
+        }
+        td_tensor_destroy(x);
+        td_tensor_destroy(y);
+        td_tensor_destroy(m);
+        td_trainer_destroy(t);
+        td_mesh_destroy(mesh);
+    }
+    td_context_destroy(ctx);
+}
