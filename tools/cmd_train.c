@@ -142,6 +142,10 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                 const td_cli_position at = {epoch, step + 1};
                 if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
                     return rc;
+                if (saved && !stop_signal) {
+                    td_cli_progress_clear(&r->progress);
+                    printf("checkpoint %s (the accumulation round open at the epoch's end closed)\n", r->path);
+                }
                 want_save = want_save && !saved;
                 if (stop_signal && saved) {
                     td_cli_progress_clear(&r->progress);
@@ -299,6 +303,11 @@ int td_cli_train(int argc, char **argv)
         const double t0 = td_cli_now();
         if (start.epoch < (uint64_t)c.epochs) {
             rc = run_loop(r, start, &last);
+            td_train_progress p;
+            if (rc == TD_CLI_EXIT_OK && td_trainer_progress(r->s.trainer, &p) == TD_OK && p.accumulated)
+                printf("note: the last %u micro-batch(es) did not complete a round of --accumulate %lld: they are not "
+                       "applied to the parameters nor in a checkpoint\n",
+                       p.accumulated, (long long)c.accumulate);
         } else {
             printf("nothing to train: the checkpoint is at the end of epoch %llu of %lld (raise --epochs)\n",
                    (unsigned long long)start.epoch, (long long)c.epochs);

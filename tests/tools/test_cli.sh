@@ -119,6 +119,21 @@ PY
   fi
 fi
 
+echo "== resume in the middle of an epoch, with accumulation"
+# 5 batches per epoch in rounds of 2: the round open at the end of epoch 1
+# closes one batch into epoch 2, where the checkpoint is written (update 3).
+acc=(--model mlp --data generated --limit 320 --batch 64 --accumulate 2 --devices cpu:2)
+if expect_rc 0 "accumulate" "$tandem" train "${acc[@]}" --epochs 2 --checkpoint acc; then
+  if [ ! -f acc/ckpt-00000003.safetensors ] || [ ! -f acc/ckpt-00000005.safetensors ]; then
+    fail "accumulation checkpoints: $(ls acc)"
+  else
+    mkdir mid && cp acc/ckpt-00000003.safetensors mid/
+    expect_rc 0 "resume mid-epoch" "$tandem" train --devices cpu:2 --checkpoint mid --resume &&
+      { cmp -s acc/ckpt-00000005.safetensors mid/ckpt-00000005.safetensors ||
+        fail "resumed one batch into epoch 2 does not end bitwise where the uninterrupted run did"; }
+  fi
+fi
+
 echo "== SIGTERM"
 long=(--model mlp --data generated --limit 4096 --batch 32 --seed 5 --devices cpu:2)
 if expect_rc 0 "reference" "$tandem" train "${long[@]}" --epochs 1 --checkpoint ref; then
