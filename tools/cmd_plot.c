@@ -19,16 +19,15 @@
 #include "td_cli.h"
 #include "td_cli_flags.h"
 
-#ifdef TD_CLI_HAVE_JANSSON
-#include <jansson.h>
-#endif
-
 extern char **environ;
 
 static const char usage_text[] =
     "usage: tandem plot METRICS -o FILE.png\n"
     "Draws the loss and accuracy curves (training per step and per epoch, test per epoch) of a\n"
     "`tandem train --metrics METRICS` file with gnuplot (Debian: gnuplot-nox).";
+
+#ifdef TD_CLI_HAVE_JANSSON
+#include <jansson.h>
 
 typedef struct step_point {
     double global, progress, loss, accuracy;
@@ -59,7 +58,6 @@ static bool grow(void **items, size_t *cap, size_t n, size_t size)
     return true;
 }
 
-#ifdef TD_CLI_HAVE_JANSSON
 static double number_of(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
@@ -125,7 +123,6 @@ static int read_metrics(const char *path, curves *c)
     }
     return rc;
 }
-#endif
 
 /* gnuplot's single-quoted strings take everything literally but a quote,
  * which is doubled. */
@@ -273,6 +270,8 @@ static int run_gnuplot(const char *script)
     }
     return TD_CLI_EXIT_OK;
 }
+
+#endif /* TD_CLI_HAVE_JANSSON */
 
 int td_cli_plot(int argc, char **argv)
 {
