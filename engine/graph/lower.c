@@ -103,11 +103,12 @@ static void arena_give(arena *a, uint64_t start, uint64_t size)
     }
 }
 
-/* The node whose memory `id` uses (through reshapes). */
-static td_node memory_root(const td_graph *g, td_node id)
+/* The node whose memory `id` uses (through reshapes, and through a
+ * by-mode choice to the side the plan's mode runs). */
+static td_node memory_root(const td_graph *g, const td_plan *plan, td_node id)
 {
     while (flags_of(g, id) & TD_OPF_ALIAS)
-        id = g->nodes[id].in[0];
+        id = g->nodes[id].in[(flags_of(g, id) & TD_OPF_BY_MODE) && !plan->training ? 1 : 0];
     return id;
 }
 
@@ -154,15 +155,15 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
         if (!plan->needed[id])
             continue;
         for (uint32_t k = 0; k < g->nodes[id].n_in; k++) {
-            td_node r = memory_root(g, g->nodes[id].in[k]);
+            td_node r = memory_root(g, plan, g->nodes[id].in[k]);
             if (last_use[r] != LIVE_FOREVER && last_use[r] < id)
                 last_use[r] = id;
         }
     }
     for (uint32_t i = 0; i < n_outputs; i++)
-        last_use[memory_root(g, outputs[i])] = LIVE_FOREVER;
+        last_use[memory_root(g, plan, outputs[i])] = LIVE_FOREVER;
     for (uint32_t i = 0; i < plan->n_grad_copies; i++)
-        last_use[memory_root(g, plan->grad_copy_src[i])] = LIVE_FOREVER;
+        last_use[memory_root(g, plan, plan->grad_copy_src[i])] = LIVE_FOREVER;
 
     /* Inputs first: they are written before any kernel runs. */
     for (uint32_t pass = 0; pass < 2; pass++) {
@@ -180,7 +181,7 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
                 placed[id] = 1;
             }
             for (uint32_t k = 0; pass == 1 && k < g->nodes[id].n_in; k++) {
-                td_node r = memory_root(g, g->nodes[id].in[k]);
+                td_node r = memory_root(g, plan, g->nodes[id].in[k]);
                 if (placed[r] == 1 && last_use[r] == id) {
                     arena_give(&a, plan->slots[r].offset, slot_elems(g, plan, r));
                     placed[r] = 2;
@@ -314,7 +315,7 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
     }
     for (uint32_t id = 0; id < n; id++)
         if ((flags_of(g, id) & TD_OPF_ALIAS) && plan->needed[id])
-            plan->slots[id] = plan->slots[memory_root(g, id)];
+            plan->slots[id] = plan->slots[memory_root(g, plan, id)];
 
     /* Steps: segments of kernel calls, cut at every collective. */
     td_step *cur = NULL;

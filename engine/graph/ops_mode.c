@@ -120,16 +120,9 @@ static td_status grad_by_mode(td_grad_ctx *c, td_node id, td_node gy)
     return td_grad_add(c, td_grad_graph(c)->nodes[id].in[0], gy);
 }
 
-static void emit_by_mode(const td_emit_ctx *e, td_node id, td_kernel_call *c)
-{
-    const td_node_def *n = &e->g->nodes[id];
-    c->kernel = TD_KERNEL_COPY;
-    c->a = td_emit_arg(e, n->in[e->plan->training ? 0 : 1]);
-    c->out = td_emit_arg(e, id);
-    c->n = td_shape_count(&e->plan->shapes[id]);
-}
-
-const td_op_def td_op_by_mode = {"by_mode", TD_OPF_BY_MODE, infer_by_mode, grad_by_mode, NULL, NULL, emit_by_mode};
+/* An alias of the chosen input: no copy, no kernel. */
+const td_op_def td_op_by_mode = {"by_mode", TD_OPF_BY_MODE | TD_OPF_ALIAS, infer_by_mode, grad_by_mode, NULL, NULL,
+                                 NULL};
 
 td_status td_graph_by_mode(td_graph *g, td_node training, td_node evaluation, td_node *out)
 {
@@ -254,20 +247,23 @@ td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bia
     int32_t axes[TD_MAX_RANK];
     for (uint32_t i = 0; i + 1 < xs.rank; i++)
         axes[i] = (int32_t)i;
-    td_node bm, xc, sq, bv, m, v, eps, ve, inv, y;
+    td_node bm, xc_batch, xc_running, xc, sq, bv, v, eps, ve, inv, y;
     if ((s = td_graph_mean(g, x, xs.rank - 1, axes, false, &bm)) != TD_OK)
         return s;
     if (o.sync && (s = td_graph_pmean(g, bm, &bm)) != TD_OK)
         return s;
-    if ((s = td_graph_sub(g, x, bm, &xc)) != TD_OK || (s = td_graph_mul(g, xc, xc, &sq)) != TD_OK ||
+    if ((s = td_graph_sub(g, x, bm, &xc_batch)) != TD_OK || (s = td_graph_mul(g, xc_batch, xc_batch, &sq)) != TD_OK ||
         (s = td_graph_mean(g, sq, xs.rank - 1, axes, false, &bv)) != TD_OK)
         return s;
     if (o.sync && (s = td_graph_pmean(g, bv, &bv)) != TD_OK)
         return s;
     if ((s = running_update(g, mean, bm, o.momentum)) != TD_OK || (s = running_update(g, var, bv, o.momentum)) != TD_OK)
         return s;
-    if ((s = td_graph_by_mode(g, bm, mean, &m)) != TD_OK || (s = td_graph_by_mode(g, bv, var, &v)) != TD_OK ||
-        (s = td_graph_sub(g, x, m, &xc)) != TD_OK || (s = td_graph_constant(g, o.epsilon, &eps)) != TD_OK ||
+    /* x centred once per mode: training reuses the variance's x - batch
+     * mean (by_mode is an alias, not a copy); evaluation alone computes
+     * x - running mean. */
+    if ((s = td_graph_sub(g, x, mean, &xc_running)) != TD_OK || (s = td_graph_by_mode(g, xc_batch, xc_running, &xc)) != TD_OK ||
+        (s = td_graph_by_mode(g, bv, var, &v)) != TD_OK || (s = td_graph_constant(g, o.epsilon, &eps)) != TD_OK ||
         (s = td_graph_add(g, v, eps, &ve)) != TD_OK || (s = td_graph_emit_ew(g, TD_EW_RSQRT, 0.0f, ve, ve, &inv)) != TD_OK ||
         (s = td_graph_mul(g, xc, inv, &y)) != TD_OK)
         return s;

@@ -17,7 +17,8 @@ enum {
     TD_OPF_ALIAS = 2,      /* shares its first input's memory, emits nothing (reshape) */
     TD_OPF_COLLECTIVE = 4, /* a ring step between kernel segments, not a kernel */
     /* Needs only input 0 in a training program and only input 1 in an
-     * evaluation program (td_plan.training): the other side is not run. */
+     * evaluation program (td_plan.training): the other side is not run.
+     * With TD_OPF_ALIAS, the node is that input's memory. */
     TD_OPF_BY_MODE = 8,
     /* Reads two uint32 words the program writes before every run, at
      * slot.words in the step buffer: [0] the step, [1] the global index of
