@@ -33,7 +33,7 @@ typedef struct demo {
     td_mesh *mesh;
     uint32_t n_dev;
     td_graph *g;
-    td_node x, y, mask, logits, loss, accuracy;
+    td_node x, y, mask, loss, accuracy;
     td_trainer *trainer;
     td_evaluator *eval;
     uint32_t n_params;
@@ -212,25 +212,6 @@ static void release(demo *d)
     td_context_destroy(d->ctx); /* meshes, graphs, trainers, evaluators */
 }
 
-/* logits -> per-example cross-entropy and correctness, each masked-mean'd
- * over the global batch. */
-static td_status build_objective(demo *d)
-{
-    td_node per_example, predicted, label_f32, correct;
-    td_status s = td_graph_softmax_cross_entropy_per_example(d->g, d->logits, d->y, &per_example);
-    if (s == TD_OK)
-        s = td_graph_masked_mean(d->g, per_example, d->mask, &d->loss);
-    if (s == TD_OK)
-        s = td_graph_argmax(d->g, d->logits, &predicted);
-    if (s == TD_OK)
-        s = td_graph_cast(d->g, d->y, &label_f32);
-    if (s == TD_OK)
-        s = td_graph_equal(d->g, predicted, label_f32, &correct);
-    if (s == TD_OK)
-        s = td_graph_masked_mean(d->g, correct, d->mask, &d->accuracy);
-    return s;
-}
-
 static int setup(demo *d, const char *model)
 {
     td_status s = td_context_create(NULL, &d->ctx);
@@ -258,14 +239,11 @@ static int setup(demo *d, const char *model)
     mo.seed = d->o.seed;
     mo.batch_norm = d->o.batch_norm;
     mo.dropout = d->o.dropout;
-    td_node pixels, images;
     if ((s = td_graph_create(d->ctx, &d->g)) != TD_OK ||
         (s = td_graph_input(d->g, "image", TD_U8, 4, xdims, TD_SHARDED, &d->x)) != TD_OK ||
         (s = td_graph_input(d->g, "label", TD_I32, 1, ydims, TD_SHARDED, &d->y)) != TD_OK ||
         (s = td_graph_input(d->g, "mask", TD_F32, 1, ydims, TD_SHARDED, &d->mask)) != TD_OK ||
-        (s = td_graph_cast(d->g, d->x, &pixels)) != TD_OK ||
-        (s = td_graph_scale(d->g, pixels, 1.0f / 255.0f, &images)) != TD_OK ||
-        (s = td_model_classifier(d->g, model, images, &mo, &d->logits)) != TD_OK || (s = build_objective(d)) != TD_OK)
+        (s = td_model_classification(d->g, model, d->x, d->y, d->mask, &mo, &d->loss, &d->accuracy)) != TD_OK)
         return fail(d, s, "building the model");
     if ((s = td_graph_params(d->g, 0, NULL, &d->n_params)) != TD_OK)
         return fail(d, s, "td_graph_params");

@@ -174,16 +174,8 @@ static td_status build_graph(td_cli_session *s)
     mo.batch_norm = s->config.batch_norm;
     mo.dropout = s->config.dropout;
     mo.classes = CLASSES;
-    td_node pixels, images, logits, predicted, label_f32, correct;
-    if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK &&
-        (st = td_graph_cast(s->g, s->x, &pixels)) == TD_OK &&
-        (st = td_graph_scale(s->g, pixels, 1.0f / 255.0f, &images)) == TD_OK &&
-        (st = td_model_classifier(s->g, s->config.model, images, &mo, &logits)) == TD_OK &&
-        (st = td_graph_softmax_cross_entropy_per_example(s->g, logits, s->y, &per_example)) == TD_OK &&
-        (st = td_graph_masked_mean(s->g, per_example, s->mask, &s->loss)) == TD_OK &&
-        (st = td_graph_argmax(s->g, logits, &predicted)) == TD_OK && (st = td_graph_cast(s->g, s->y, &label_f32)) == TD_OK &&
-        (st = td_graph_equal(s->g, predicted, label_f32, &correct)) == TD_OK)
-        st = td_graph_masked_mean(s->g, correct, s->mask, &s->accuracy);
+    if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK)
+        st = td_model_classification(s->g, s->config.model, s->x, s->y, s->mask, &mo, &s->loss, &s->accuracy);
     return st;
 }
 

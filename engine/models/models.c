@@ -132,6 +132,24 @@ td_status td_model_classifier(td_graph *g, const char *name, td_node images, con
                         name ? name : "(null)");
 }
 
+td_status td_model_classification(td_graph *g, const char *name, td_node images, td_node labels, td_node mask,
+                                  const td_model_options *options, td_node *loss, td_node *accuracy)
+{
+    const char *fn = "td_model_classification";
+    td_status s = td_graph_check_out(g, loss, fn);
+    if (s != TD_OK || (s = td_graph_check_out(g, accuracy, fn)) != TD_OK ||
+        (s = td_graph_check_node(g, images, fn, TD_U8)) != TD_OK)
+        return s;
+    td_node pixels, scaled, logits, per_example, predicted, label_f32, correct;
+    if ((s = td_graph_cast(g, images, &pixels)) != TD_OK || (s = td_graph_scale(g, pixels, 1.0f / 255.0f, &scaled)) != TD_OK ||
+        (s = td_model_classifier(g, name, scaled, options, &logits)) != TD_OK ||
+        (s = td_graph_softmax_cross_entropy_per_example(g, logits, labels, &per_example)) != TD_OK ||
+        (s = td_graph_masked_mean(g, per_example, mask, loss)) != TD_OK || (s = td_graph_argmax(g, logits, &predicted)) != TD_OK ||
+        (s = td_graph_cast(g, labels, &label_f32)) != TD_OK || (s = td_graph_equal(g, predicted, label_f32, &correct)) != TD_OK)
+        return s;
+    return td_graph_masked_mean(g, correct, mask, accuracy);
+}
+
 td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions)
 {
     const char *fn = "td_model_linreg";

@@ -39,6 +39,16 @@ TD_API td_status td_model_cnn(td_graph *g, td_node images, const td_model_option
 TD_API td_status td_model_classifier(td_graph *g, const char *name, td_node images, const td_model_options *options,
                                      td_node *logits);
 
+/* The classifier `name` trained the way the demos and `tandem train` do:
+ * images u8 [B, H, W, C] (raw bytes, cast and scaled by 1/255 on the
+ * device), labels i32 [B] and mask f32 [B] (1 valid, 0 padding) give
+ *   *loss     = masked mean over the global batch of the per-example
+ *               softmax cross-entropy of the logits,
+ *   *accuracy = masked mean of argmax(logits) == label,
+ * both scalars, fit for a trainer (loss, metric) and an evaluator. */
+TD_API td_status td_model_classification(td_graph *g, const char *name, td_node images, td_node labels, td_node mask,
+                                         const td_model_options *options, td_node *loss, td_node *accuracy);
+
 /* The seed linear regression: x [B, F] -> x @ "linreg/kernel" [F, 1] +
  * "linreg/bias" [1], predictions [B, 1]; parameters start at zero. */
 TD_API td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions);

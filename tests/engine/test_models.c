@@ -114,3 +114,54 @@ Test(models, bad_arguments_are_refused_with_a_message)
     assert_param("linreg/kernel", 2, kd);
     TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 4", td_model_linreg(g, images, &pred));
 }
+
+Test(models, classification_gives_a_masked_loss_and_accuracy_that_train)
+{
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    const int64_t xd[4] = {8, 8, 8, 1}, bd[1] = {8};
+    td_node x, y, mask, loss, accuracy;
+    TEST_OK(ctx, td_graph_input(g, "bytes", TD_U8, 4, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_input(g, "label", TD_I32, 1, bd, TD_SHARDED, &y));
+    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, bd, TD_SHARDED, &mask));
+    td_node wrong;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "expected u8",
+               td_model_classification(g, "cnn", images, y, mask, NULL, &wrong, &wrong));
+    td_model_options o;
+    td_model_options_init(&o);
+    o.classes = 2;
+    TEST_OK(ctx, td_model_classification(g, "mlp", x, y, mask, &o, &loss, &accuracy));
+    td_tensor *xt = test_tensor(ctx, TD_U8, 4, xd), *yt = test_tensor(ctx, TD_I32, 1, bd);
+    td_tensor *mt = test_tensor(ctx, TD_F32, 1, bd);
+    void *bytes;
+    td_tensor_data(xt, &bytes);
+    /* Class 1 images are bright, class 0 dark; rows 6 and 7 are padding. */
+    for (int i = 0; i < 8; i++) {
+        test_i32(yt)[i] = i % 2;
+        memset((uint8_t *)bytes + i * 64, i % 2 ? 230 : 20, 64);
+        test_f32(mt)[i] = i < 6 ? 1.0f : 0.0f;
+    }
+    td_trainer_options opts;
+    td_trainer_options_init(&opts);
+    opts.optimizer = TD_OPTIMIZER_ADAM;
+    opts.learning_rate = 1e-2f;
+    opts.n_metrics = 1;
+    opts.metrics = &accuracy;
+    uint32_t n;
+    td_node params[8];
+    TEST_OK(ctx, td_graph_params(g, 8, params, &n));
+    td_trainer *t = NULL;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &opts, &t));
+    td_binding b[3] = {{x, xt}, {y, yt}, {mask, mt}};
+    float first = 0, l = 0, acc = 0;
+    for (int step = 0; step < 20; step++) {
+        TEST_OK(ctx, td_trainer_step(t, 3, b, &l));
+        if (step == 0)
+            first = l;
+    }
+    TEST_OK(ctx, td_trainer_metrics(t, 1, &acc));
+    cr_assert_lt(l, 0.5f * first, "loss went from %g to %g in 20 steps", (double)first, (double)l);
+    cr_assert_eq(acc, 1.0f, "accuracy over the 6 valid rows is %g, expected 1", (double)acc);
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    td_tensor_destroy(mt);
+}
