@@ -44,7 +44,7 @@ static void catch_signals(void)
 
 static const char usage_text[] =
     "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--epochs N] [--checkpoint DIR [--resume]]\n"
-    "                    [--metrics FILE] [options]\n"
+    "                    [--metrics FILE] [--trace FILE] [options]\n"
     "Trains a built-in model data-parallel. mlp and cnn train on Fashion-MNIST (or --data generated);\n"
     "linreg on generated data (x ~ N(0,1), y = x w + b + noise). Exit codes: 0 done, 1 failed, 2 bad\n"
     "command line, 130 / 143 stopped by SIGINT / SIGTERM after its step (checkpoint written with\n"
@@ -107,6 +107,7 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         if ((st = td_data_order(s->ctx, c->seed, epoch, s->train.count, s->order)) != TD_OK)
             return td_cli_fail("train", s->ctx, st, "td_data_order");
         const double t_epoch = td_cli_now();
+        td_trace_span_begin(s->ctx, "epoch");
         double loss_sum = 0.0, acc_sum = 0.0, examples = 0.0;
         size_t first = epoch == start.epoch ? (size_t)start.position : 0;
         for (size_t step = first; step < steps; step++) {
@@ -182,6 +183,7 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
             .test_loss = last->test_loss, .test_accuracy = last->test_accuracy, .seconds = train_seconds,
             .samples_per_second = last->samples_per_second, .has_accuracy = s->classifier};
         td_cli_metrics_epoch(&r->metrics, &rec);
+        td_trace_span_end(s->ctx);
         if (c->checkpoint) {
             const td_cli_position at = {epoch + 1, 0};
             if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
@@ -248,6 +250,8 @@ int td_cli_train(int argc, char **argv)
         FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
         FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
              "JSON lines per step and per epoch (appended to when resuming)"),
+        FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
+             "timeline of every device and the host, Chrome trace JSON (open in ui.perfetto.dev)"),
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -295,6 +299,9 @@ int td_cli_train(int argc, char **argv)
     }
     if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, c.metrics, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
+    td_status trace_status;
+    if (rc == TD_CLI_EXIT_OK && c.trace && (trace_status = td_trace_begin(r->s.ctx, c.trace)) != TD_OK)
+        rc = td_cli_fail("train", r->s.ctx, trace_status, "--trace");
     epoch_result last = {0};
     double train_seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
@@ -317,6 +324,15 @@ int td_cli_train(int argc, char **argv)
                 rc = td_cli_fail("train", r->s.ctx, st, "evaluating on the test set");
         }
         train_seconds = td_cli_now() - t0;
+    }
+    if (td_trace_active(r->s.ctx)) {
+        /* Written whatever the outcome: a trace of a failed run is the one wanted most. */
+        if ((trace_status = td_trace_end(r->s.ctx)) != TD_OK) {
+            const int failed = td_cli_fail("train", r->s.ctx, trace_status, "writing --trace");
+            rc = rc == TD_CLI_EXIT_OK ? failed : rc;
+        } else {
+            printf("trace %s\n", c.trace);
+        }
     }
     if (!td_cli_metrics_close(&r->metrics, c.metrics) && rc == TD_CLI_EXIT_OK)
         rc = TD_CLI_EXIT_FAILURE;

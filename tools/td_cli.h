@@ -41,6 +41,7 @@ typedef struct td_cli_config {
     const char *checkpoint; /* directory, or NULL */
     bool resume;
     const char *metrics; /* JSONL path, or NULL */
+    const char *trace;   /* Chrome trace-event JSON path, or NULL */
 } td_cli_config;
 
 /* The flags a config can come from, one bit each, so that --resume can

@@ -14,6 +14,7 @@
 #include "td_checkpoint_dir.h"
 #include "td_checkpoint_layout.h"
 #include "td_safetensors.h"
+#include "td_trace.h"
 
 struct td_checkpoint {
     td_owned owned;
@@ -303,6 +304,8 @@ td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
     uint32_t n = 0;
     if ((s = td_ckpt_layout(&v, "td_checkpoint_restore", &tensors, &n)) != TD_OK)
         return s;
+    td_trace *tr = td_trace_of(c->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     const td_st_entry **entries = td_alloc(c->ctx, sizeof *entries * (n + 1));
     s = entries ? match_tensors(c, tensors, n, entries) : TD_OOM(c->ctx, "checkpoint entries", sizeof *entries * n);
     if (s == TD_OK)
@@ -311,5 +314,7 @@ td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
         s = td_trainer_commit_restore(t, counters.updates, counters.micro_steps, counters.allreduces);
     td_free(c->ctx, entries);
     td_free(c->ctx, tensors);
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "checkpoint restore", NULL, begin, td_trace_now(), 0);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "td_checkpoint_dir.h"
 #include "td_checkpoint_layout.h"
 #include "td_safetensors.h"
+#include "td_trace.h"
 
 /* The trainer's own metadata pairs, written before the caller's. */
 enum { OWN_KEYS = 7, KEY_MAX = 127 };
@@ -102,7 +103,22 @@ static td_status write_file(td_trainer *t, const td_trainer_view *v, const char 
     return td_atomic_file_commit(&f);
 }
 
+static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who);
+
+/* The write, as a "checkpoint" span on the host track when tracing. */
 static td_status save(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who)
+{
+    td_trainer_view v;
+    td_trainer_view_get(t, &v);
+    td_trace *tr = td_trace_of(v.ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
+    td_status s = save_file(t, path, o, who);
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "checkpoint", NULL, begin, td_trace_now(), 0);
+    return s;
+}
+
+static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who)
 {
     td_trainer_view v;
     td_trainer_view_get(t, &v);

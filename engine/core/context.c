@@ -2,6 +2,7 @@
  * Everything is per context; nothing here is global. */
 #include "td_context_internal.h"
 #include "td_context_state.h"
+#include "td_trace.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -97,6 +98,8 @@ void td_context_destroy(td_context *ctx)
 {
     if (!ctx)
         return;
+    if (ctx->trace)
+        td_trace_end(ctx); /* the caller's trace is written, not lost */
     /* Newest first: a program goes before the mesh it was compiled for. */
     for (td_owned *o = ctx->owned.next; o != &ctx->owned; o = o->next)
         owned_release(o, TD_OWNED_CONTEXT_GONE);

@@ -14,6 +14,7 @@ struct td_context {
     char error_message[2048];
     td_owned owned; /* sentinel of the owned-object list */
     bool destroyed; /* td_context_destroy ran; kept for handles (keep_handles) */
+    struct td_trace *trace; /* while a trace is on (trace.c) */
 };
 
 #endif

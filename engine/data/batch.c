@@ -6,6 +6,7 @@
 
 #include "tandem/data.h"
 #include "td_context_internal.h"
+#include "td_trace.h"
 
 static const char *const GATHER = "td_batch_gather";
 
@@ -71,9 +72,13 @@ td_status td_batch_gather(td_context *ctx, const td_tensor *src, const uint32_t 
     td_tensor_data(dst, &dp);
     const unsigned char *from = sp;
     unsigned char *to = dp;
+    td_trace *tr = td_trace_of(ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     for (size_t i = 0; i < count; i++)
         memcpy(to + i * row_bytes, from + (size_t)indices[i] * row_bytes, row_bytes);
     memset(to + count * row_bytes, 0, (dst_rows - count) * row_bytes);
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "copy", "batch", NULL, begin, td_trace_now(), dst_rows * row_bytes);
     return TD_OK;
 }
 

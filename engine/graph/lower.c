@@ -425,6 +425,20 @@ void td_emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, const
     c->p.reduce.alpha = mean ? (count ? alpha / (float)count : alpha) : alpha;
 }
 
+void td_plan_call_names(const td_graph *g, const td_plan *plan, const char **names)
+{
+    uint32_t k = 0;
+    for (uint32_t id = 0; id < plan->n_nodes; id++) {
+        if (!plan->needed[id])
+            continue;
+        uint32_t count = calls_of(g, plan, id);
+        for (uint32_t c = 0; c < count; c++)
+            names[k++] = td_op_def_of(g->nodes[id].op)->name;
+    }
+    for (uint32_t i = 0; i < plan->n_grad_copies; i++)
+        names[k++] = "gradient_copy";
+}
+
 td_status td_plan_emit(const td_graph *g, const td_plan *plan, td_buffer *const buffers[TD_BUF_COUNT],
                        uint32_t position, td_kernel_call *calls)
 {

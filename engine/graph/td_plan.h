@@ -74,4 +74,8 @@ uint64_t td_plan_node_elems(const td_graph *g, const td_plan *plan, td_node id);
 td_status td_plan_emit(const td_graph *g, const td_plan *plan, td_buffer *const buffers[TD_BUF_COUNT],
                        uint32_t position, td_kernel_call *calls);
 
+/* The name of the graph op behind each of the plan's n_calls calls, in
+ * td_plan_emit's order (traces name kernels by it). */
+void td_plan_call_names(const td_graph *g, const td_plan *plan, const char **names);
+
 #endif

@@ -60,7 +60,7 @@ static td_status compile_device(td_program *p, uint32_t pos)
         if (st->kind == TD_STEP_SEGMENT)
             s = md->ops->segment_create(md->dev, calls + st->first_call, st->n_calls, &pd->segments[i]);
     }
-    td_free(ctx, calls);
+    pd->calls = calls;
     if (s == TD_OK && p->ring_bytes)
         s = td_ring_reserve(p->ring, pos, p->ring_bytes);
     return s;
@@ -77,6 +77,15 @@ static td_status release_device(td_program *p, uint32_t pos)
         td_free(p->ctx, pd->segments);
         pd->segments = NULL;
     }
+    if (pd->call_segments) {
+        for (uint32_t i = 0; i < p->plan.n_calls; i++)
+            if (pd->call_segments[i])
+                md->ops->segment_destroy(md->dev, pd->call_segments[i]);
+        td_free(p->ctx, pd->call_segments);
+        pd->call_segments = NULL;
+    }
+    td_free(p->ctx, pd->calls);
+    pd->calls = NULL;
     for (int b = 0; b < TD_BUF_COUNT; b++)
         if (pd->buffers[b]) {
             md->ops->buffer_destroy(md->dev, pd->buffers[b]);
@@ -104,6 +113,7 @@ static void program_release(td_owned *self)
     td_free(ctx, p->param_init);
     td_free(ctx, p->step_words);
     td_free(ctx, p->bound);
+    td_free(ctx, p->call_names);
     p->devs = NULL;
     p->n_outputs = 0;
 }
@@ -182,10 +192,13 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
     }
     const size_t step_words = p->plan.size[TD_BUF_STEP];
     p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
-    if (!p->step_words) {
+    p->call_names = td_alloc_zeroed(ctx, (p->plan.n_calls + 1) * sizeof *p->call_names);
+    if (!p->step_words || !p->call_names) {
         td_program_destroy(p);
         return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
     }
+    td_plan_call_names(&p->graph, &p->plan, p->call_names);
+    p->trace_name = "run";
     /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
     for (uint32_t d = 0; d < mesh->count; d++)
         for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "td_program_state.h"
+#include "td_trace.h"
 
 static void pmean_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
@@ -47,6 +48,40 @@ static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
     return a;
 }
 
+/* Waits for everything the device was given, so a traced span ends when
+ * the device's work does. */
+static td_status drain(td_mesh_device *md, uint32_t timeout_ms)
+{
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
+}
+
+/* One segment step with every kernel timed alone: each call runs as its
+ * own segment (made on the first traced run) and is waited for. */
+static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *st, td_trace *tr, uint32_t track)
+{
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_program_device *pd = &p->devs[pos];
+    const uint32_t timeout = td_context_timeout_ms(p->ctx);
+    if (!pd->call_segments) {
+        pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (p->plan.n_calls + 1));
+        if (!pd->call_segments)
+            return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * p->plan.n_calls);
+    }
+    td_status s = drain(md, timeout);
+    for (uint32_t c = st->first_call; c < st->first_call + st->n_calls && s == TD_OK; c++) {
+        if (!pd->call_segments[c] &&
+            (s = md->ops->segment_create(md->dev, &pd->calls[c], 1, &pd->call_segments[c])) != TD_OK)
+            break;
+        const uint64_t begin = td_trace_now();
+        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK)
+            td_trace_span(tr, track, "kernel", p->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
+                          td_trace_now(), 0);
+    }
+    return s;
+}
+
 static td_status run_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
@@ -55,6 +90,10 @@ static td_status run_device(td_program *p, uint32_t pos)
     td_program_device *pd = &p->devs[pos];
     td_status s = TD_OK;
     double mark = seconds_now();
+    td_trace *tr = td_trace_of(p->ctx);
+    const uint32_t track = tr ? td_trace_device_track(tr, md) : 0;
+    const uint64_t run_begin = tr ? td_trace_now() : 0;
+    uint64_t bytes = 0;
 
     for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
@@ -62,10 +101,11 @@ static td_status run_device(td_program *p, uint32_t pos)
             continue;
         void *host;
         td_tensor_data(p->bound[id], &host);
-        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * (nd->dtype == TD_U8 ? 1 : 4);
-        size_t offset = nd->placement == TD_SHARDED ? bytes * pos : 0;
+        size_t input_bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * (nd->dtype == TD_U8 ? 1 : 4);
+        size_t offset = nd->placement == TD_SHARDED ? input_bytes * pos : 0;
         s = ops->write(dev, pd->buffers[p->plan.slots[id].buffer], p->plan.slots[id].offset * 4,
-                       (const char *)host + offset, bytes);
+                       (const char *)host + offset, input_bytes);
+        bytes += input_bytes;
     }
     td_ring *ring = p->ring;
     if (s == TD_OK && p->plan.n_step_nodes) {
@@ -74,13 +114,16 @@ static td_status run_device(td_program *p, uint32_t pos)
         for (size_t k = 0; k < words; k += 2)
             w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
         s = ops->write(dev, pd->buffers[TD_BUF_STEP], 0, w, words * sizeof *w);
+        bytes += words * sizeof *w;
     }
+    if (s == TD_OK && tr && (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+        td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
-            s = ops->segment_run(dev, pd->segments[i]);
+            s = tr ? run_segment_traced(p, pos, st, tr, track) : ops->segment_run(dev, pd->segments[i]);
             continue;
         }
         td_node in = p->graph.nodes[st->node].in[0];
@@ -104,17 +147,24 @@ static td_status run_device(td_program *p, uint32_t pos)
         pd->phase_seconds[TD_PHASE_HOOK] = t - mark;
         mark = t;
     }
+    const uint64_t download_begin = tr ? td_trace_now() : 0;
+    bytes = 0;
     for (uint32_t i = 0; i < p->n_outputs && s == TD_OK; i++) {
         td_node o = p->outputs[i];
         size_t count = (size_t)td_shape_count(&p->plan.shapes[o]);
         td_arg a = slot_arg(p, pos, o);
         s = ops->read(dev, a.buffer, a.offset * 4, p->out_host + p->output_offset[i] + count * pos, count * 4);
+        bytes += count * 4;
     }
-    uint64_t ticket;
-    if (s == TD_OK && (s = ops->submit(dev, &ticket)) == TD_OK)
-        s = ops->wait(dev, ticket, td_context_timeout_ms(p->ctx));
+    if (s == TD_OK)
+        s = drain(md, td_context_timeout_ms(p->ctx));
     if (s == TD_OK)
         pd->phase_seconds[TD_PHASE_DOWNLOAD] = seconds_now() - mark;
+    if (s == TD_OK && tr) {
+        const uint64_t end = td_trace_now();
+        td_trace_span(tr, track, "copy", "download device->host", NULL, download_begin, end, bytes);
+        td_trace_span(tr, track, "run", p->trace_name, NULL, run_begin, end, 0);
+    }
     return s;
 }
 
@@ -192,6 +242,11 @@ td_status td_program_set_step(td_program *p, uint64_t step)
 void td_program_set_phase_waits(td_program *p, bool on)
 {
     p->phase_waits = on;
+}
+
+void td_program_set_trace_name(td_program *p, const char *name)
+{
+    p->trace_name = name;
 }
 
 void td_program_phase_seconds(const td_program *p, uint32_t position, double *seconds)

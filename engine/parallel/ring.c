@@ -24,6 +24,7 @@
 
 #include "td_clock.h"
 #include "td_ring.h"
+#include "td_trace.h"
 
 #define SLICE_ELEMENTS ((size_t)64 * 1024) /* 256 KiB of floats: a slice stays in L2 from add to finalize */
 #define UNIT_DONE 0xFFFFFFFFu
@@ -412,6 +413,11 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     const size_t bytes_needed = op->count * sizeof(float);
     const uint32_t first = r; /* the chunk this rank sends first, in both kinds of op */
     td_status s;
+    td_trace *tr = td_trace_of(ctx);
+    const uint32_t track = tr ? td_trace_device_track(tr, md) : 0;
+    /* Bytes this rank receives from its predecessor in each phase. */
+    const uint64_t peer_bytes = n > 1 ? (uint64_t)bytes_needed / n * (n - 1) : 0;
+    uint64_t mark = 0;
 
     if (atomic_load(&ring->abort_status) != TD_OK)
         return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
@@ -433,6 +439,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     if ((s = ops->submit(dev, &t0)) != TD_OK || (s = ops->wait(dev, t0, td_context_timeout_ms(ctx))) != TD_OK)
         return fail(ring, r, s);
 
+    mark = tr ? td_trace_now() : 0;
     float *work, *gather;
     if (direct) {
         /* In the all-gather the input is rank r's chunk only; place it. */
@@ -496,6 +503,14 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
         WAIT_OWN(first, k);
         publish(me, base | u_load(&um, k));
     }
+    if (tr && !direct) {
+        const uint64_t now = td_trace_now();
+        const size_t loaded = op->kind == OP_ALL_GATHER ? (chunk_lo(op->count, n, r + 1) - chunk_lo(op->count, n, r)) *
+                                                              sizeof(float)
+                                                        : bytes_needed;
+        td_trace_span(tr, track, "copy", "device->host", NULL, mark, now, loaded);
+        mark = now;
+    }
 
     uint32_t owned = wrap((int64_t)r + op->shift, n);
     if (op->kind == OP_ALLREDUCE) {
@@ -539,6 +554,11 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 return fail(ring, r, s);
             publish(me, base | u_fin(&um, k));
         }
+        if (tr) {
+            const uint64_t now = td_trace_now();
+            td_trace_span(tr, track, "collective", "reduce-scatter", NULL, mark, now, peer_bytes);
+            mark = now;
+        }
     } else if (!direct) {
         for (size_t k = 0; k < op->slices; k++) {
             size_t lo, hi;
@@ -569,11 +589,18 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     }
 #undef WAIT_OWN
 #undef WAIT_PRED
+    if (tr) {
+        const uint64_t now = td_trace_now();
+        td_trace_span(tr, track, "collective", "all-gather", NULL, mark, now, peer_bytes);
+        mark = now;
+    }
 
     if (!direct) {
         uint64_t t;
         if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
             return fail(ring, r, s);
+        if (tr)
+            td_trace_span(tr, track, "copy", "host->device", NULL, mark, td_trace_now(), bytes_needed);
     }
     publish(me, base | UNIT_DONE);
     if ((s = wait_for(ring, r, succ, base | UNIT_DONE)) != TD_OK)
@@ -586,6 +613,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
  * op goes through staging. Maps are undone whatever the outcome. */
 static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
 {
+    td_trace *tr = td_trace_of(ring->mesh->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     td_mesh_device *md = &ring->mesh->devices[r];
     const td_backend_ops *ops = md->ops;
     td_device *dev = md->dev;
@@ -623,6 +652,9 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
         if (s == TD_OK && u != TD_OK)
             s = fail(ring, r, u);
     }
+    if (s == TD_OK && tr)
+        td_trace_span(tr, td_trace_device_track(tr, md), "collective", op->kind == OP_ALL_GATHER ? "all-gather op" : "all-reduce",
+                      NULL, begin, td_trace_now(), op->count * sizeof(float));
     return s;
 }
 
@@ -701,8 +733,23 @@ td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64
     return run_mapped(ring, rank, &op);
 }
 
+static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffer *in, uint64_t in_offset,
+                           td_buffer *out, uint64_t out_offset, size_t count);
+
 td_status td_ring_broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffer *in, uint64_t in_offset,
                             td_buffer *out, uint64_t out_offset, size_t count)
+{
+    td_trace *tr = td_trace_of(ring->mesh->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
+    td_status s = broadcast(ring, rank, root, in, in_offset, out, out_offset, count);
+    if (s == TD_OK && tr && rank < ring->n)
+        td_trace_span(tr, td_trace_device_track(tr, &ring->mesh->devices[rank]), "collective", "broadcast", NULL, begin,
+                      td_trace_now(), count * sizeof(float));
+    return s;
+}
+
+static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffer *in, uint64_t in_offset,
+                           td_buffer *out, uint64_t out_offset, size_t count)
 {
     td_status s = check_rank(ring, rank);
     if (s != TD_OK)

@@ -53,6 +53,9 @@ typedef enum td_program_phase {
  * device's time lands in the phase where the host first waits. Devices in
  * host memory run synchronously and pay nothing either way. */
 void td_program_set_phase_waits(td_program *p, bool on);
+/* The name each device's run takes in a trace ("run" unless set): a
+ * static string. */
+void td_program_set_trace_name(td_program *p, const char *name);
 /* seconds[0..TD_PHASE_COUNT) = device `position`'s phases in the last run
  * (zeros before any). */
 void td_program_phase_seconds(const td_program *p, uint32_t position, double *seconds);

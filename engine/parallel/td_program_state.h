@@ -11,6 +11,10 @@
 typedef struct td_program_device {
     td_buffer *buffers[TD_BUF_COUNT];
     td_segment **segments; /* per step; NULL for collective steps */
+    /* For traces, which time every kernel alone: the plan's calls (kept
+     * from compile) and one segment per call, made on the first traced run. */
+    td_kernel_call *calls;
+    td_segment **call_segments;
     double phase_seconds[TD_PHASE_COUNT]; /* the last run's, host clock (td_program_phase) */
 } td_program_device;
 
@@ -36,6 +40,8 @@ struct td_program {
     uint32_t *step_words;
     uint64_t step;
     td_program_device *devs;
+    const char **call_names; /* the graph op behind each call, for traces */
+    const char *trace_name;  /* the device tracks' name for one run: "run", "step", "evaluate" */
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
     void *hook_user;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tandem/eval.h"
+#include "td_trace.h"
 #include "td_trainer_internal.h"
 
 struct td_evaluator {
@@ -107,6 +108,8 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->mask = mask;
     td_context_own(ctx, &e->owned, "evaluator", mesh, evaluator_release);
     s = td_program_compile(g, mesh, n_metrics, metrics, 0, NULL, NULL, false, &e->program);
+    if (s == TD_OK)
+        td_program_set_trace_name(e->program, "evaluate");
     if (s == TD_OK) {
         td_program_disown(e->program);
         size_t floats = td_program_plan(e->program)->size[TD_BUF_PARAMS] + 1;
@@ -171,7 +174,11 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
     td_status s = check_evaluator(e, "td_evaluator_run");
     if (s != TD_OK)
         return s;
+    td_trace *tr = td_trace_of(e->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "evaluate", NULL, begin, td_trace_now(), 0);
     if (s != TD_OK)
         return s;
     /* The run checked the bindings: the mask is bound, f32, of its shape. */

@@ -42,6 +42,7 @@
 #include "td_program_internal.h"
 #include "td_ring.h"
 #include "td_schedule.h"
+#include "td_trace.h"
 #include "td_trainer_internal.h"
 
 typedef struct trainable_range {
@@ -263,9 +264,14 @@ static double seconds_now(void)
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
     td_trainer *t = user;
+    td_trace *tr = td_trace_of(t->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     const double start = seconds_now();
     update_slice(t, rank, data, offset, count);
     t->owners[rank].update_seconds += seconds_now() - start;
+    if (tr)
+        td_trace_span(tr, td_trace_device_track(tr, &t->mesh->devices[rank]), "optimizer", "optimizer", NULL,
+                      begin, td_trace_now(), count * sizeof(float));
 }
 
 static void update_slice(td_trainer *t, uint32_t rank, float *data, size_t offset, size_t count)
@@ -630,6 +636,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     }
     td_program_set_hook(t->program, update_hook, t);
     td_program_set_phase_waits(t->program, opts.timing_waits);
+    td_program_set_trace_name(t->program, "step");
     *out = t;
     return TD_OK;
 }
@@ -678,10 +685,14 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     for (uint32_t r = 0; r < t->mesh->count; r++)
         t->owners[r].update_seconds = 0.0;
     struct timespec a, b;
+    td_trace *tr = td_trace_of(t->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
     clock_gettime(CLOCK_MONOTONIC, &a);
     td_program_set_step(t->program, t->micro_steps);
     td_status s = td_program_run_for(t->program, n_bindings, bindings, "td_trainer_step");
     clock_gettime(CLOCK_MONOTONIC, &b);
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "step", NULL, begin, td_trace_now(), 0);
     t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     if (s != TD_OK) {
         /* Some owners may have finalized and some devices received new

@@ -18,5 +18,6 @@
 #include "tandem/eval.h"
 #include "tandem/checkpoint.h"
 #include "tandem/data.h"
+#include "tandem/trace.h"
 
 #endif

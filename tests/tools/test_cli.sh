@@ -69,6 +69,10 @@ expect_usage_error "3 devices" "batch not divisible" "$tandem" train --model lin
 if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
   fail "an unknown device spec is not named: $(cat err)"
 fi
+if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace /nonexistent-dir/t.json &&
+  ! grep -q "/nonexistent-dir/t.json" err; then
+  fail "an unwritable --trace path is not named: $(cat err)"
+fi
 
 echo "== linreg"
 if expect_rc 0 "linreg" "$tandem" train --model linreg --devices cpu:2 --epochs 3; then
@@ -78,7 +82,7 @@ fi
 
 echo "== mlp on generated data, checkpoints and metrics"
 mlp=(--model mlp --data generated --limit 300 --batch 64 --seed 3)
-if expect_rc 0 "mlp train" "$tandem" train "${mlp[@]}" --devices cpu:2 --epochs 2 --checkpoint ck --metrics m.jsonl; then
+if expect_rc 0 "mlp train" "$tandem" train "${mlp[@]}" --devices cpu:2 --epochs 2 --checkpoint ck --metrics m.jsonl --trace t.json; then
   cp out train.out
   [ -f ck/ckpt-00000010.safetensors ] || fail "no checkpoint after 2 epochs of 5 steps: $(ls ck)"
   python3 - m.jsonl <<'PY' || fail "metrics file: $(head -c 400 m.jsonl)"
@@ -98,6 +102,16 @@ for r in epochs:
     for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds"):
         assert k in r, k
 assert steps[-1]["global_step"] == 10
+trace = json.load(open("t.json"))
+names = {}
+for e in trace["traceEvents"]:
+    if e["ph"] == "X":
+        names.setdefault(e["tid"], set()).add(e["name"])
+assert len(names) == 3, sorted(names)  # the host and two devices
+assert {"step", "epoch", "checkpoint", "batch", "evaluate"} <= names[0], names[0]
+for tid in (1, 2):
+    assert {"step", "evaluate", "upload host->device", "matmul", "all-reduce", "reduce-scatter", "all-gather",
+            "optimizer"} <= names[tid], names[tid]
 PY
   echo "== eval on another mesh"
   if expect_rc 0 "eval cpu:4" "$tandem" eval --checkpoint ck --devices cpu:4; then
