@@ -65,6 +65,8 @@ td_status td_context_create(const td_context_options *options, td_context **out)
 
 static void context_free(td_context *ctx)
 {
+    if (ctx->abandoned)
+        return; /* a stuck worker may still report an error into it */
     pthread_mutex_destroy(&ctx->error_lock);
     if (ctx->options.allocator.free)
         ctx->options.allocator.free(ctx->options.allocator.user, ctx);
@@ -115,7 +117,8 @@ void td_context_destroy(td_context *ctx)
     while (!owns_nothing(ctx)) {
         td_owned *o = ctx->owned.next;
         owned_unlink(o);
-        td_free(ctx, o);
+        if (!o->abandoned)
+            td_free(ctx, o);
     }
     context_free(ctx);
 }
@@ -264,9 +267,18 @@ void td_owned_destroy(td_owned *object)
     td_context *ctx = object->ctx;
     owned_release(object, TD_OWNED_CONTEXT_GONE);
     owned_unlink(object);
-    td_free(ctx, object);
+    if (!object->abandoned)
+        td_free(ctx, object);
     if (ctx->destroyed && owns_nothing(ctx))
         context_free(ctx);
+}
+
+void td_owned_abandon(td_owned *object)
+{
+    object->abandoned = true;
+    object->ctx->abandoned = true;
+    td_log(object->ctx, TD_LOG_ERROR,
+           "a %s is left allocated: a worker is still inside a job that timed out and may touch it", object->kind);
 }
 
 void td_context_release_children(td_context *ctx, const void *parent)

@@ -13,6 +13,8 @@
 typedef struct spec_entry {
     const td_backend_ops *ops;
     uint32_t index;
+    td_device_faults faults;
+    char item[128];
 } spec_entry;
 
 typedef struct spec_list {
@@ -25,9 +27,12 @@ static td_status push(td_context *ctx, spec_list *list, const td_backend_ops *op
     if (list->count >= TD_MESH_MAX_DEVICES)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "device spec '%s' selects more than %d devices", spec,
                             TD_MESH_MAX_DEVICES);
-    list->entries[list->count].ops = ops;
-    list->entries[list->count].index = index;
-    list->count++;
+    spec_entry *e = &list->entries[list->count++];
+    memset(e, 0, sizeof *e);
+    e->ops = ops;
+    e->index = index;
+    e->faults.slow = 1.0f;
+    snprintf(e->item, sizeof e->item, "%s", spec);
     return TD_OK;
 }
 
@@ -166,6 +171,53 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
     return TD_OK;
 }
 
+/* The options after '@' in `item`: "slow=F;fail=N;hang=N", any subset. */
+static td_status parse_faults(td_context *ctx, const char *item, const char *options, td_device_faults *f)
+{
+    f->slow = 1.0f;
+    const char *p = options;
+    for (;;) {
+        size_t n = strcspn(p, ";");
+        char option[64];
+        if (n == 0 || n >= sizeof option)
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                "device spec item '%s': %s option after '@', expected slow=F, fail=N or hang=N "
+                                "separated by ';'",
+                                item, n == 0 ? "an empty" : "a too long");
+        memcpy(option, p, n);
+        option[n] = '\0';
+        char *eq = strchr(option, '=');
+        char *end = NULL;
+        if (eq && strncmp(option, "slow", (size_t)(eq - option)) == 0 && eq - option == 4) {
+            double v = strtod(eq + 1, &end);
+            if (end == eq + 1 || *end || !(v >= 1.0 && v <= 1000.0))
+                return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                    "device spec item '%s': '%s', expected slow=F with F a factor from 1 to 1000", item,
+                                    option);
+            f->slow = (float)v;
+        } else if (eq && ((eq - option == 4 && strncmp(option, "fail", 4) == 0) ||
+                          (eq - option == 4 && strncmp(option, "hang", 4) == 0))) {
+            const char *q = eq + 1;
+            uint32_t v = 0;
+            if (!parse_uint(&q, &v) || *q || v == 0)
+                return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                    "device spec item '%s': '%s', expected %.4s=N with N >= 1 (the device's Nth run)",
+                                    item, option, option);
+            if (option[0] == 'f')
+                f->fail_at = v;
+            else
+                f->hang_at = v;
+        } else {
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                "device spec item '%s': unknown option '%s', expected slow=F, fail=N or hang=N", item,
+                                option);
+        }
+        if (p[n] != ';')
+            return TD_OK;
+        p += n + 1;
+    }
+}
+
 static td_status parse_spec(td_context *ctx, const char *spec, spec_list *list)
 {
     char item[128];
@@ -186,9 +238,25 @@ static td_status parse_spec(td_context *ctx, const char *spec, spec_list *list)
         item[m] = '\0';
         for (char *c = item; *c; c++)
             *c = (char)tolower((unsigned char)*c);
+        /* "cpu:1@slow=3;fail=50": the devices, then their injected faults. */
+        char *at = strchr(item, '@');
+        td_device_faults faults = {1.0f, 0, 0};
+        char whole[128];
+        snprintf(whole, sizeof whole, "%s", item);
+        if (at) {
+            td_status s = parse_faults(ctx, whole, at + 1, &faults);
+            if (s != TD_OK)
+                return s;
+            *at = '\0';
+        }
+        const uint32_t first = list->count;
         td_status s = parse_item(ctx, item, list);
         if (s != TD_OK)
             return s;
+        for (uint32_t i = first; i < list->count; i++) {
+            list->entries[i].faults = faults;
+            snprintf(list->entries[i].item, sizeof list->entries[i].item, "%s", whole);
+        }
         if (p[n] != ',')
             break;
         p += n + 1;
@@ -243,6 +311,8 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
         td_mesh_device *md = &devices[i];
         md->ops = e->ops;
         md->position = i;
+        md->faults = e->faults;
+        snprintf(md->item, sizeof md->item, "%s", e->item);
         s = e->ops->describe(ctx, e->index, &md->info);
         if (s == TD_OK)
             s = e->ops->open(ctx, e->index, instance, &md->dev);

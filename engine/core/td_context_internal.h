@@ -67,6 +67,7 @@ typedef struct td_owned {
     const void *parent; /* the mesh the object runs on, or NULL */
     void (*release)(struct td_owned *self);
     td_owned_state state;
+    bool abandoned; /* td_owned_abandon: its block is never freed */
 } td_owned;
 
 /* Links `object` into ctx's list. `release` frees everything the object
@@ -83,6 +84,10 @@ void td_owned_destroy(td_owned *object);
 /* Releases every live object of ctx whose parent is `parent` (a mesh going
  * away takes the programs compiled for it). */
 void td_context_release_children(td_context *ctx, const void *parent);
+/* For a release that finds a worker still inside a job that timed out
+ * (td_mesh_quiesce false): the object's memory, its block and the context
+ * are left allocated rather than freed under that worker (logged). */
+void td_owned_abandon(td_owned *object);
 /* TD_OK for a live object; TD_ERR_STATE naming `fn` and why once it was
  * released. Every public call on an owned object checks this first. */
 td_status td_owned_check_live(const td_owned *object, const char *fn);

@@ -15,6 +15,7 @@ struct td_context {
     td_owned owned; /* sentinel of the owned-object list */
     bool destroyed; /* td_context_destroy ran; kept for handles (keep_handles) */
     struct td_trace *trace; /* while a trace is on (trace.c) */
+    bool abandoned;         /* an object was abandoned: the context is never freed */
 };
 
 #endif

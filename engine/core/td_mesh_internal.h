@@ -12,12 +12,27 @@
 typedef struct td_worker td_worker;
 typedef struct td_worker_pool td_worker_pool;
 
+/* Faults a spec item asks for after '@' (tandem/device.h): rehearsals of a
+ * slow or failing device. Zero / 1.0 means none. */
+typedef struct td_device_faults {
+    float slow;       /* every segment takes this many times as long (>= 1) */
+    uint64_t fail_at; /* the device fails in its fail_at-th program run */
+    uint64_t hang_at; /* it stops answering in its hang_at-th run */
+} td_device_faults;
+
 typedef struct td_mesh_device {
     const td_backend_ops *ops;
     td_device *dev;
     td_device_info info;
     uint32_t position;
     td_worker *worker;
+    td_device_faults faults;
+    char item[128]; /* the spec item that named it, for messages */
+    uint64_t runs;  /* program runs started; touched by its worker only */
+    /* Set once the device failed, or did not finish a job in time: its
+     * later program runs fail at once, and an injected hang or slowdown
+     * waiting on it wakes up (worker.c). Written under the pool's lock. */
+    bool lost;
 } td_mesh_device;
 
 struct td_mesh {
@@ -56,5 +71,18 @@ void td_worker_pool_destroy(td_mesh *mesh);
 
 /* The calling thread's mesh position when it is a worker, else -1. */
 int td_worker_current_position(void);
+
+/* Called by a device's worker at the start of each program run: counts
+ * the run and applies the item's injected fail / hang; a lost device
+ * answers TD_ERR_DEVICE_LOST at once. An injected hang blocks until the
+ * mesh fences the device off (its job timed out) or goes away. */
+td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position);
+/* An injected slowdown: after work that took `elapsed_ns`, sleeps
+ * (slow - 1) times as long, waking early when the device is fenced off. */
+void td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns);
+/* Waits, bounded by the context timeout, for a job that timed out earlier
+ * to end. false: a worker is still inside it, and whatever it may touch
+ * (programs, trainers, their memory) must not be freed. */
+bool td_mesh_quiesce(td_mesh *mesh);
 
 #endif

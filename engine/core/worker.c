@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "td_clock.h"
@@ -13,6 +14,7 @@
 struct td_worker {
     pthread_t thread;
     bool started;
+    bool busy; /* inside the current job (under the pool's lock) */
     uint32_t position;
     td_worker_pool *pool;
 };
@@ -22,6 +24,7 @@ struct td_worker_pool {
     pthread_mutex_t lock;
     pthread_cond_t job_posted;
     pthread_cond_t job_done;
+    pthread_cond_t released; /* a device was fenced off, or the pool is stopping */
     uint64_t generation; /* bumped once per job */
     uint32_t pending;    /* workers still running the current job */
     td_job_fn fn;
@@ -58,6 +61,7 @@ static void *worker_main(void *p)
         td_status s = fn(arg, w->position);
 
         pthread_mutex_lock(&pool->lock);
+        w->busy = false;
         if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
             pool->first_failure = s;
         if (--pool->pending == 0)
@@ -85,6 +89,7 @@ td_status td_worker_pool_create(td_mesh *mesh)
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->job_posted, NULL);
     pthread_cond_init(&pool->job_done, &attr);
+    pthread_cond_init(&pool->released, &attr);
     pthread_condattr_destroy(&attr);
     mesh->pool = pool;
     for (uint32_t i = 0; i < mesh->count; i++) {
@@ -111,6 +116,7 @@ void td_worker_pool_destroy(td_mesh *mesh)
     pthread_mutex_lock(&pool->lock);
     pool->stopping = true;
     pthread_cond_broadcast(&pool->job_posted);
+    pthread_cond_broadcast(&pool->released); /* injected hangs end with the mesh */
     pthread_mutex_unlock(&pool->lock);
     bool abandoned = false;
     for (uint32_t i = 0; i < mesh->count; i++) {
@@ -133,10 +139,45 @@ void td_worker_pool_destroy(td_mesh *mesh)
     }
     pthread_cond_destroy(&pool->job_posted);
     pthread_cond_destroy(&pool->job_done);
+    pthread_cond_destroy(&pool->released);
     pthread_mutex_destroy(&pool->lock);
     td_free(mesh->ctx, pool->workers);
     td_free(mesh->ctx, pool);
     mesh->pool = NULL;
+}
+
+/* Under the pool's lock: waits until no worker is inside a job, at most
+ * `ms`. Returns whether none is. */
+static bool wait_idle(td_worker_pool *pool, uint64_t ms)
+{
+    struct timespec deadline;
+    td_deadline_after_ms(&deadline, ms);
+    int rc = 0;
+    while (pool->pending != 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&pool->job_done, &pool->lock, &deadline);
+    return pool->pending == 0;
+}
+
+/* Under the lock: "2 (cpu:1@hang=3), 3 (cpu:1)" for the busy workers. */
+static void busy_list(const td_mesh *mesh, char *out, size_t size)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < mesh->count && used < size; i++)
+        if (mesh->pool->workers[i].busy)
+            used += (size_t)snprintf(out + used, size - used, "%s%u (%s)", used ? ", " : "", i,
+                                     mesh->devices[i].item);
+}
+
+bool td_mesh_quiesce(td_mesh *mesh)
+{
+    td_worker_pool *pool = mesh->pool;
+    if (!pool)
+        return true;
+    pthread_mutex_lock(&pool->lock);
+    bool idle = wait_idle(pool, td_context_timeout_ms(mesh->ctx));
+    pthread_mutex_unlock(&pool->lock);
+    return idle;
 }
 
 td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
@@ -145,32 +186,106 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     if (current_position >= 0)
         return td_error_set(mesh->ctx, TD_ERR_STATE, "td_mesh_run called from worker %d (jobs do not nest)",
                             current_position);
+    char names[512];
     pthread_mutex_lock(&pool->lock);
-    if (pool->pending != 0) {
+    /* A job that timed out earlier may still be ending on a fenced-off
+     * device (an injected hang wakes up, a slow kernel finishes): posting
+     * now would race with it, so wait for it, within the timeout. */
+    if (pool->pending != 0 && !wait_idle(pool, td_context_timeout_ms(mesh->ctx))) {
+        busy_list(mesh, names, sizeof names);
         pthread_mutex_unlock(&pool->lock);
-        return td_error_set(mesh->ctx, TD_ERR_STATE,
-                            "the mesh is still running a job that timed out earlier; destroy and recreate it");
+        return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
+                            "device(s) %s still inside a job that timed out earlier, another timeout later: they are "
+                            "lost and the mesh cannot run; destroy it",
+                            names);
     }
     pool->fn = fn;
     pool->arg = arg;
     pool->first_failure = TD_OK;
     pool->pending = mesh->count;
+    for (uint32_t i = 0; i < mesh->count; i++)
+        pool->workers[i].busy = true;
     pool->generation++;
     pthread_cond_broadcast(&pool->job_posted);
 
-    /* Every wait inside a job is bounded by the context timeout; a job makes
-     * a handful of them, so four timeouts is a generous but finite bound. */
-    uint64_t limit_ms = 4ull * td_context_timeout_ms(mesh->ctx);
-    struct timespec deadline;
-    td_deadline_after_ms(&deadline, limit_ms);
-    int rc = 0;
-    while (pool->pending != 0 && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&pool->job_done, &pool->lock, &deadline);
-    td_status result = pool->pending != 0 ? TD_ERR_TIMEOUT : pool->first_failure;
+    /* Every wait inside a job is bounded by the context timeout (a
+     * collective's wait for a peer by twice it); a job makes a handful of
+     * them, so four timeouts is the bound (tandem/context.h). */
+    const uint64_t limit_ms = 4ull * td_context_timeout_ms(mesh->ctx);
+    bool idle = wait_idle(pool, limit_ms);
+    td_status result = pool->first_failure;
     uint32_t stuck = pool->pending;
+    if (!idle) {
+        /* Fence the devices still inside the job off: they are lost, their
+         * later runs fail at once, and an injected hang or slowdown ends
+         * now. Nothing they may touch is freed while they are inside (see
+         * td_mesh_quiesce). */
+        busy_list(mesh, names, sizeof names);
+        for (uint32_t i = 0; i < mesh->count; i++)
+            if (pool->workers[i].busy)
+                mesh->devices[i].lost = true;
+        pthread_cond_broadcast(&pool->released);
+    }
     pthread_mutex_unlock(&pool->lock);
     if (stuck != 0) /* a job's own timeout already said who waited for whom */
-        return td_error_set(mesh->ctx, TD_ERR_TIMEOUT, "%u of %u workers did not finish within %llu ms", stuck,
-                            mesh->count, (unsigned long long)limit_ms);
+        return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
+                            "%u of %u devices did not finish within %llu ms (4 x the context timeout): device(s) %s, "
+                            "now fenced off as lost",
+                            stuck, mesh->count, (unsigned long long)limit_ms, names);
     return result;
+}
+
+td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
+{
+    td_mesh_device *md = &mesh->devices[position];
+    td_worker_pool *pool = mesh->pool;
+    pthread_mutex_lock(&pool->lock);
+    const bool lost = md->lost;
+    pthread_mutex_unlock(&pool->lock);
+    if (lost)
+        return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST, "device %u (%s) was lost earlier in this mesh", position,
+                            md->item);
+    const uint64_t run = ++md->runs;
+    if (md->faults.fail_at == run) {
+        pthread_mutex_lock(&pool->lock);
+        md->lost = true;
+        pthread_mutex_unlock(&pool->lock);
+        return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST, "device %u (%s): injected failure in its run %llu",
+                            position, md->item, (unsigned long long)run);
+    }
+    if (md->faults.hang_at == run) {
+        /* Stops answering: no timeout here on purpose, the mesh's job
+         * timeout is what ends it. */
+        pthread_mutex_lock(&pool->lock);
+        while (!md->lost && !pool->stopping)
+            pthread_cond_wait(&pool->released, &pool->lock);
+        md->lost = true;
+        pthread_mutex_unlock(&pool->lock);
+        return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST,
+                            "device %u (%s): injected hang in its run %llu, fenced off after the timeout", position,
+                            md->item, (unsigned long long)run);
+    }
+    return TD_OK;
+}
+
+void td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns)
+{
+    td_mesh_device *md = &mesh->devices[position];
+    if (!(md->faults.slow > 1.0f))
+        return;
+    td_worker_pool *pool = mesh->pool;
+    const uint64_t extra_ns = (uint64_t)((double)elapsed_ns * (double)(md->faults.slow - 1.0f));
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(extra_ns / 1000000000u);
+    deadline.tv_nsec += (long)(extra_ns % 1000000000u);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&pool->lock);
+    int rc = 0;
+    while (!md->lost && !pool->stopping && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&pool->released, &pool->lock, &deadline);
+    pthread_mutex_unlock(&pool->lock);
 }

@@ -102,6 +102,10 @@ static void program_release(td_owned *self)
 {
     td_program *p = (td_program *)self;
     td_context *ctx = p->ctx;
+    if (p->devs && p->mesh->pool && !td_mesh_quiesce(p->mesh)) {
+        td_owned_abandon(self); /* a worker stuck in a timed-out run may still be using it */
+        return;
+    }
     if (p->devs && p->mesh->pool)
         td_program_on_devices(p, release_device);
     td_plan_free(ctx, &p->plan);

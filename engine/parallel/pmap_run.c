@@ -75,9 +75,11 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
             (s = md->ops->segment_create(md->dev, &pd->calls[c], 1, &pd->call_segments[c])) != TD_OK)
             break;
         const uint64_t begin = td_trace_now();
-        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK)
+        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK) {
+            td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin); /* inside the span: an injected slowdown shows */
             td_trace_span(tr, track, "kernel", p->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
                           td_trace_now(), 0);
+        }
     }
     return s;
 }
@@ -94,6 +96,9 @@ static td_status run_device(td_program *p, uint32_t pos)
     const uint32_t track = tr ? td_trace_device_track(tr, md) : 0;
     const uint64_t run_begin = tr ? td_trace_now() : 0;
     uint64_t bytes = 0;
+    if ((s = td_mesh_device_begin_run(p->mesh, pos)) != TD_OK)
+        return s;
+    const bool slow = md->faults.slow > 1.0f;
 
     for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
@@ -123,7 +128,16 @@ static td_status run_device(td_program *p, uint32_t pos)
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
-            s = tr ? run_segment_traced(p, pos, st, tr, track) : ops->segment_run(dev, pd->segments[i]);
+            if (tr) {
+                s = run_segment_traced(p, pos, st, tr, track);
+            } else if (!slow) {
+                s = ops->segment_run(dev, pd->segments[i]);
+            } else {
+                const uint64_t begin = td_trace_now();
+                if ((s = ops->segment_run(dev, pd->segments[i])) == TD_OK &&
+                    (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+                    td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+            }
             continue;
         }
         td_node in = p->graph.nodes[st->node].in[0];

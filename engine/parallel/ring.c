@@ -223,7 +223,7 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
      * timeout (and aborts the ring) before any peer gives up on it, so the
      * message names the cause, not a bystander waiting in the chain. This
      * deadline only fires for a rank that never returns at all. */
-    uint32_t timeout_ms = 2 * td_context_timeout_ms(ctx);
+    const uint64_t timeout_ms = 2ull * td_context_timeout_ms(ctx); /* 64-bit: a timeout of 2^31 ms must not wrap */
     /* A peer a few microseconds behind is cheaper to spin on than to sleep
      * on: a futex wake costs more than a slice hand-off should. Only when
      * every rank has a core of its own, else spinning steals the core of
@@ -249,8 +249,8 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
             uint64_t seen = p->progress;
             pthread_mutex_unlock(&p->lock);
             td_error_set(ctx, TD_ERR_TIMEOUT,
-                         "ring rank %u waited %u ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)",
-                         me, timeout_ms, peer, (unsigned)(target >> 32), (unsigned)(target & UNIT_DONE), peer,
+                         "ring rank %u waited %llu ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)",
+                         me, (unsigned long long)timeout_ms, peer, (unsigned)(target >> 32), (unsigned)(target & UNIT_DONE), peer,
                          (unsigned)(seen >> 32), (unsigned)(seen & UNIT_DONE));
             td_ring_abort(ring, TD_ERR_TIMEOUT);
             return TD_ERR_TIMEOUT;

@@ -393,6 +393,11 @@ _Static_assert(offsetof(td_trainer, owned) == 0, "td_owned_destroy frees the blo
 static void trainer_release(td_owned *self)
 {
     td_trainer *t = (td_trainer *)self;
+    if (!td_mesh_quiesce(t->mesh)) {
+        /* Its update hook may still be running on a stuck worker. */
+        td_owned_abandon(self);
+        return;
+    }
     td_program_destroy(t->program);
     t->program = NULL;
     for (uint32_t r = 0; t->owners && r < t->mesh->count; r++)

@@ -58,8 +58,17 @@ typedef struct td_context_options {
     td_log_fn log;
     void *log_user;
     td_log_level log_level;
-    /* Upper bound for every blocking wait inside tandem (a collective waiting
-     * for a peer, a device finishing its queue). 0 means 60000 ms. */
+    /* Upper bound for every blocking wait inside tandem: a device finishing
+     * its queue waits at most timeout_ms, a collective waiting for a peer
+     * at most 2 x timeout_ms (so a stalled device reports itself before
+     * its peers give up on it), and each job a call runs on the devices (a
+     * step, an evaluation batch, a parameter read or write) ends within
+     * 4 x timeout_ms -- after waiting at most timeout_ms for a job that
+     * timed out earlier to end. A failed step runs one more job to put the
+     * parameters back, so it returns within 2 x (5 x timeout_ms) at worst. A device still inside its job
+     * when that bound passes is fenced off as lost: its later runs fail
+     * with TD_ERR_DEVICE_LOST, and nothing it may touch is freed under it.
+     * Any value up to UINT32_MAX is honoured. 0 means 60000 ms. */
     uint32_t timeout_ms;
     /* For callers that cannot order their destroys (bindings whose
      * finalizers run in any order). false, the default: td_context_destroy

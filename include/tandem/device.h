@@ -4,9 +4,10 @@
  * from a spec string:
  *
  *   spec     := item ("," item)*
- *   item     := "all" | backend [":" selector]
+ *   item     := ("all" | backend [":" selector]) ["@" fault (";" fault)*]
  *   backend  := "cpu" | "opencl" | "vulkan"
  *   selector := index ["x" count] | "*"
+ *   fault    := "slow=" factor | "fail=" run | "hang=" run
  *
  * "cpu:N" makes N simulated CPU devices (host threads; any N, more than the
  * cores included). For the other backends "opencl:I" is device I in the
@@ -14,7 +15,24 @@
  * order), "opencl:*" is every device of the backend, and "vulkan:0x2" is two
  * logical tandem devices on physical device 0 (each with its own queue and
  * memory). "all" is every OpenCL and Vulkan device found, or one CPU device
- * when there are none. Mesh position i is the device's axis index in pmap. */
+ * when there are none. Mesh position i is the device's axis index in pmap.
+ *
+ * Faults, injected to rehearse a mixed or failing cluster on a laptop (for
+ * tests and demos; they apply to every device of their item, on any
+ * backend, though simulated CPU devices are what they are meant for):
+ *   slow=F  (1 <= F <= 1000) every kernel segment of the device takes F
+ *           times as long: the engine waits for it and then sleeps F - 1
+ *           times its duration. "cpu:3,cpu:1@slow=3" is four devices, the
+ *           last three times slower.
+ *   fail=N  (N >= 1) the device fails at the start of its Nth program run
+ *           (each trainer step, evaluation batch or td_program_run is one
+ *           run, counted from 1): that run returns TD_ERR_DEVICE_LOST and
+ *           the device stays lost.
+ *   hang=N  the device stops answering in its Nth run: the run times out
+ *           (tandem/context.h, timeout_ms) and the device is fenced off as
+ *           lost.
+ * Options are separated by ';' ("cpu:1@slow=2;fail=50"). A bad option is
+ * TD_ERR_INVALID_ARGUMENT naming it. */
 #ifndef TANDEM_DEVICE_H
 #define TANDEM_DEVICE_H
 

@@ -282,3 +282,171 @@ Test(faults, failure_inside_a_pmap_collective_program_is_reported_and_recovers)
     td_tensor_destroy(xs);
     td_context_destroy(ctx);
 }
+
+/* ---- faults injected through the device spec (tandem/device.h) ---- */
+
+Test(injected, spec_options_parse_and_bad_ones_are_named)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = NULL;
+    TEST_OK(ctx, td_mesh_create(ctx, "cpu:2, cpu:1@slow=2.5;fail=7;hang=9", &mesh));
+    cr_assert_eq(mesh->count, 3);
+    cr_assert_eq(mesh->devices[0].faults.slow, 1.0f);
+    cr_assert_eq(mesh->devices[0].faults.fail_at, 0);
+    cr_assert_eq(mesh->devices[2].faults.slow, 2.5f);
+    cr_assert_eq(mesh->devices[2].faults.fail_at, 7);
+    cr_assert_eq(mesh->devices[2].faults.hang_at, 9);
+    cr_assert_str_eq(mesh->devices[2].item, "cpu:1@slow=2.5;fail=7;hang=9");
+    td_mesh_destroy(mesh);
+    const struct {
+        const char *spec, *named;
+    } bad[] = {
+        {"cpu:1@slow=0.5", "slow=0.5"}, {"cpu:1@slow=x", "slow=x"},  {"cpu:1@slow", "slow"},
+        {"cpu:1@fail=0", "fail=0"},     {"cpu:1@hang=-1", "hang=-1"}, {"cpu:1@", "empty"},
+        {"cpu:1@fast=2", "fast=2"},     {"cpu:1@slow=2;", "empty"},   {"cpu:1@slow=1e9", "slow=1e9"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_mesh_create(ctx, bad[i].spec, &mesh), TD_ERR_INVALID_ARGUMENT, "%s", bad[i].spec);
+        cr_assert(test_message_mentions(ctx, bad[i].named), "%s: %s", bad[i].spec, td_last_error(ctx));
+    }
+    td_context_destroy(ctx);
+}
+
+/* fail=N: the device fails in its Nth program run (here the Nth step);
+ * the step fails, every replica goes back to the master and later steps
+ * fail at once, naming the device. */
+Test(injected, fail_at_a_step_loses_the_device)
+{
+    td_context *ctx = test_context(5000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2,cpu:1@fail=3");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    TEST_OK(ctx, linreg_step(&m, 0));
+    TEST_OK(ctx, linreg_step(&m, 1));
+    float before[FEATURES + 1], after[FEATURES + 1];
+    linreg_params(ctx, &m, 0, before);
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected failure in its run 3", linreg_step(&m, 2));
+    cr_assert(test_message_mentions(ctx, "cpu:1@fail=3"), "%s", td_last_error(ctx));
+    for (uint32_t d = 0; d < 3; d++) {
+        linreg_params(ctx, &m, d, after);
+        cr_assert(memcmp(before, after, sizeof before) == 0, "device %u kept the failed step's values", d);
+    }
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "was lost earlier", linreg_step(&m, 3));
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* hang=N: the device stops answering in its Nth run. The step times out
+ * within the documented bound, the device is fenced off (its worker wakes
+ * and leaves the job), the next step fails at once instead of racing with
+ * it, and destroying everything is clean (ASan) -- the worker is never
+ * left inside memory the context frees. */
+Test(injected, hang_times_out_fences_the_device_and_tears_down_cleanly)
+{
+    const uint32_t timeout_ms = 150;
+    td_context *ctx = test_context(timeout_ms);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2,cpu:1@hang=2");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    TEST_OK(ctx, linreg_step(&m, 0));
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    td_status s = linreg_step(&m, 1);
+    double took = seconds_since(&t0);
+    cr_assert(s == TD_ERR_TIMEOUT || s == TD_ERR_ABORTED, "%s: %s", td_status_name(s), td_last_error(ctx));
+    cr_assert_lt(took, 4.0 * timeout_ms / 1000.0 + 1.0, "the hung step took %.2f s", took);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "cpu:1@hang=2", linreg_step(&m, 2));
+    cr_assert_lt(seconds_since(&t0), 2.0 * timeout_ms / 1000.0 + 0.5, "the step after the hang did not fail at once");
+    linreg_fini(&m);
+    td_context_destroy(ctx); /* the program and trainer go while the device is lost */
+}
+
+/* A least-squares model big enough that its kernels take a measurable
+ * time: x [2048, 512] sharded. */
+typedef struct big_linreg {
+    td_graph *g;
+    td_node x, y, w, loss;
+    td_trainer *t;
+    td_tensor *xs, *ys;
+} big_linreg;
+
+static void big_linreg_init(td_context *ctx, td_mesh *mesh, big_linreg *m)
+{
+    TEST_OK(ctx, td_graph_create(ctx, &m->g));
+    test_linreg_graph(ctx, m->g, 2048, 512, &m->x, &m->y, &m->w, &m->loss);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.timing_waits = true;
+    TEST_OK(ctx, td_trainer_create(m->g, mesh, m->loss, 1, &m->w, &o, &m->t));
+    const int64_t xd[2] = {2048, 512}, yd[2] = {2048, 1};
+    m->xs = test_tensor(ctx, TD_F32, 2, xd);
+    m->ys = test_tensor(ctx, TD_F32, 2, yd);
+    test_rng rng = {17};
+    test_fill_uniform(&rng, test_f32(m->xs), 2048 * 512, -1.0f, 1.0f);
+    test_fill_uniform(&rng, test_f32(m->ys), 2048, -1.0f, 1.0f);
+}
+
+static td_status big_linreg_step(big_linreg *m)
+{
+    td_binding b[2] = {{m->x, m->xs}, {m->y, m->ys}};
+    return td_trainer_step(m->t, 2, b, NULL);
+}
+
+static void big_linreg_fini(big_linreg *m)
+{
+    td_tensor_destroy(m->xs);
+    td_tensor_destroy(m->ys);
+}
+
+/* A run longer than the whole job bound (slow=1000 on a 50 ms timeout):
+ * the mesh gives up, fences the device, and the next run neither waits
+ * forever nor races with the stale one. */
+Test(injected, job_outlasting_the_timeout_is_fenced)
+{
+    const uint32_t timeout_ms = 50;
+    td_context *ctx = test_context(timeout_ms);
+    td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@slow=1000");
+    big_linreg m;
+    big_linreg_init(ctx, mesh, &m);
+    td_status s = big_linreg_step(&m);
+    cr_assert_neq(s, TD_OK, "a step slowed past its timeout succeeded");
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "cpu:1@slow=1000", big_linreg_step(&m));
+    big_linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* slow=F: every segment of that device takes F times as long. */
+Test(injected, slow_device_computes_slower)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@slow=6");
+    big_linreg m;
+    big_linreg_init(ctx, mesh, &m);
+    double compute[2] = {0, 0};
+    for (int step = 0; step < 6; step++) {
+        TEST_OK(ctx, big_linreg_step(&m));
+        for (uint32_t d = 0; d < 2 && step > 0; d++) {
+            td_step_timing timing;
+            TEST_OK(ctx, td_trainer_timing(m.t, d, &timing));
+            compute[d] += timing.compute;
+        }
+    }
+    /* 6x injected; at least 2.5x measured, whatever the machine's noise. */
+    cr_assert_gt(compute[1], 2.5 * compute[0], "slow device %.4f s, normal %.4f s", compute[1], compute[0]);
+    big_linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* A timeout of 2^31 ms or more must not wrap into an immediate one. */
+Test(injected, huge_timeout_does_not_wrap)
+{
+    td_context *ctx = test_context(0x80000000u);
+    td_mesh *mesh = test_mesh(ctx, "cpu:4");
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    for (int step = 0; step < 30; step++)
+        TEST_OK(ctx, linreg_step(&m, step));
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
