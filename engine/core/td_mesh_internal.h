@@ -78,11 +78,15 @@ int td_worker_current_position(void);
  * mesh fences the device off (its job timed out) or goes away. */
 td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position);
 /* An injected slowdown: after work that took `elapsed_ns`, sleeps
- * (slow - 1) times as long, waking early when the device is fenced off. */
-void td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns);
+ * (slow - 1) times as long, waking early when the device is fenced off
+ * (then TD_ERR_DEVICE_LOST: the run stops there). */
+td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns);
 /* Waits, bounded by the context timeout, for a job that timed out earlier
  * to end. false: a worker is still inside it, and whatever it may touch
- * (programs, trainers, their memory) must not be freed. */
+ * (programs, trainers, their memory, the ring) must not be freed or reset. */
 bool td_mesh_quiesce(td_mesh *mesh);
+/* td_mesh_quiesce, as a status: TD_ERR_TIMEOUT naming the devices still
+ * inside the old job. */
+td_status td_mesh_wait_quiet(td_mesh *mesh);
 
 #endif

@@ -180,6 +180,28 @@ bool td_mesh_quiesce(td_mesh *mesh)
     return idle;
 }
 
+/* Under the lock, after a failed wait for quiet. */
+static td_status still_busy(td_mesh *mesh)
+{
+    char names[512];
+    busy_list(mesh, names, sizeof names);
+    return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
+                        "device(s) %s still inside a job that timed out earlier, another timeout later: they are "
+                        "lost and the mesh cannot run; destroy it",
+                        names);
+}
+
+td_status td_mesh_wait_quiet(td_mesh *mesh)
+{
+    td_worker_pool *pool = mesh->pool;
+    if (!pool)
+        return TD_OK;
+    pthread_mutex_lock(&pool->lock);
+    td_status s = wait_idle(pool, td_context_timeout_ms(mesh->ctx)) ? TD_OK : still_busy(mesh);
+    pthread_mutex_unlock(&pool->lock);
+    return s;
+}
+
 td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
 {
     td_worker_pool *pool = mesh->pool;
@@ -192,12 +214,9 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
      * device (an injected hang wakes up, a slow kernel finishes): posting
      * now would race with it, so wait for it, within the timeout. */
     if (pool->pending != 0 && !wait_idle(pool, td_context_timeout_ms(mesh->ctx))) {
-        busy_list(mesh, names, sizeof names);
+        td_status s = still_busy(mesh);
         pthread_mutex_unlock(&pool->lock);
-        return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
-                            "device(s) %s still inside a job that timed out earlier, another timeout later: they are "
-                            "lost and the mesh cannot run; destroy it",
-                            names);
+        return s;
     }
     pool->fn = fn;
     pool->arg = arg;
@@ -268,11 +287,11 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
     return TD_OK;
 }
 
-void td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns)
+td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns)
 {
     td_mesh_device *md = &mesh->devices[position];
     if (!(md->faults.slow > 1.0f))
-        return;
+        return TD_OK;
     td_worker_pool *pool = mesh->pool;
     const uint64_t extra_ns = (uint64_t)((double)elapsed_ns * (double)(md->faults.slow - 1.0f));
     struct timespec deadline;
@@ -287,5 +306,11 @@ void td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed
     int rc = 0;
     while (!md->lost && !pool->stopping && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&pool->released, &pool->lock, &deadline);
+    const bool fenced = md->lost || pool->stopping;
     pthread_mutex_unlock(&pool->lock);
+    if (fenced)
+        return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST,
+                            "device %u (%s): its slowed-down run outlasted the timeout and it was fenced off", position,
+                            md->item);
+    return TD_OK;
 }

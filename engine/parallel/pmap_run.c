@@ -75,11 +75,10 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
             (s = md->ops->segment_create(md->dev, &pd->calls[c], 1, &pd->call_segments[c])) != TD_OK)
             break;
         const uint64_t begin = td_trace_now();
-        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK) {
-            td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin); /* inside the span: an injected slowdown shows */
+        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK &&
+            (s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin)) == TD_OK) /* an injected slowdown shows */
             td_trace_span(tr, track, "kernel", p->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
                           td_trace_now(), 0);
-        }
     }
     return s;
 }
@@ -136,7 +135,7 @@ static td_status run_device(td_program *p, uint32_t pos)
                 const uint64_t begin = td_trace_now();
                 if ((s = ops->segment_run(dev, pd->segments[i])) == TD_OK &&
                     (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
-                    td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+                    s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
             }
             continue;
         }

@@ -17,6 +17,11 @@ static td_status program_job(void *arg, uint32_t pos)
 
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn)
 {
+    /* A job that timed out may still be ending on a fenced-off device: it
+     * must be out before the ring is reset under it. */
+    td_status quiet = td_mesh_wait_quiet(p->mesh);
+    if (quiet != TD_OK)
+        return quiet;
     if (td_ring_failed(p->ring))
         td_ring_reset(p->ring); /* no worker is inside a collective between jobs */
     p->job = fn;

@@ -7,6 +7,7 @@
  * cpu mesh: it delegates to the CPU backend but can fail a segment (as a
  * lost device would) or stall a wait until its timeout (as a hung one). */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -371,20 +372,20 @@ typedef struct big_linreg {
     td_tensor *xs, *ys;
 } big_linreg;
 
-static void big_linreg_init(td_context *ctx, td_mesh *mesh, big_linreg *m)
+static void big_linreg_init(td_context *ctx, td_mesh *mesh, big_linreg *m, int64_t rows, int64_t features)
 {
     TEST_OK(ctx, td_graph_create(ctx, &m->g));
-    test_linreg_graph(ctx, m->g, 2048, 512, &m->x, &m->y, &m->w, &m->loss);
+    test_linreg_graph(ctx, m->g, rows, features, &m->x, &m->y, &m->w, &m->loss);
     td_trainer_options o;
     td_trainer_options_init(&o);
     o.timing_waits = true;
     TEST_OK(ctx, td_trainer_create(m->g, mesh, m->loss, 1, &m->w, &o, &m->t));
-    const int64_t xd[2] = {2048, 512}, yd[2] = {2048, 1};
+    const int64_t xd[2] = {rows, features}, yd[2] = {rows, 1};
     m->xs = test_tensor(ctx, TD_F32, 2, xd);
     m->ys = test_tensor(ctx, TD_F32, 2, yd);
     test_rng rng = {17};
-    test_fill_uniform(&rng, test_f32(m->xs), 2048 * 512, -1.0f, 1.0f);
-    test_fill_uniform(&rng, test_f32(m->ys), 2048, -1.0f, 1.0f);
+    test_fill_uniform(&rng, test_f32(m->xs), (size_t)(rows * features), -1.0f, 1.0f);
+    test_fill_uniform(&rng, test_f32(m->ys), (size_t)rows, -1.0f, 1.0f);
 }
 
 static td_status big_linreg_step(big_linreg *m)
@@ -399,16 +400,17 @@ static void big_linreg_fini(big_linreg *m)
     td_tensor_destroy(m->ys);
 }
 
-/* A run longer than the whole job bound (slow=1000 on a 50 ms timeout):
- * the mesh gives up, fences the device, and the next run neither waits
- * forever nor races with the stale one. */
+/* A run longer than the whole job bound (slow=1000 on a 50 ms timeout;
+ * the device's segment, a few ms of GEMV, then lasts seconds): the mesh
+ * gives up at 4 x 50 ms, fences the device, and the next run neither
+ * waits forever nor races with the stale one. */
 Test(injected, job_outlasting_the_timeout_is_fenced)
 {
     const uint32_t timeout_ms = 50;
     td_context *ctx = test_context(timeout_ms);
     td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@slow=1000");
     big_linreg m;
-    big_linreg_init(ctx, mesh, &m);
+    big_linreg_init(ctx, mesh, &m, 8192, 1024);
     td_status s = big_linreg_step(&m);
     cr_assert_neq(s, TD_OK, "a step slowed past its timeout succeeded");
     TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "cpu:1@slow=1000", big_linreg_step(&m));
@@ -416,24 +418,35 @@ Test(injected, job_outlasting_the_timeout_is_fenced)
     td_context_destroy(ctx);
 }
 
-/* slow=F: every segment of that device takes F times as long. */
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* slow=F: every segment of that device takes F times as long. Judged by
+ * the median over steps of the slow device's compute time over the normal
+ * one's: other tests share the cores, and one step can be way off. */
 Test(injected, slow_device_computes_slower)
 {
+    enum { RUNS = 15 };
     td_context *ctx = test_context(0);
     td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@slow=6");
     big_linreg m;
-    big_linreg_init(ctx, mesh, &m);
-    double compute[2] = {0, 0};
-    for (int step = 0; step < 6; step++) {
+    big_linreg_init(ctx, mesh, &m, 4096, 512);
+    double ratio[RUNS];
+    TEST_OK(ctx, big_linreg_step(&m)); /* warm-up */
+    for (int step = 0; step < RUNS; step++) {
         TEST_OK(ctx, big_linreg_step(&m));
-        for (uint32_t d = 0; d < 2 && step > 0; d++) {
-            td_step_timing timing;
-            TEST_OK(ctx, td_trainer_timing(m.t, d, &timing));
-            compute[d] += timing.compute;
-        }
+        td_step_timing normal, slow;
+        TEST_OK(ctx, td_trainer_timing(m.t, 0, &normal));
+        TEST_OK(ctx, td_trainer_timing(m.t, 1, &slow));
+        ratio[step] = slow.compute / (normal.compute > 0 ? normal.compute : 1e-9);
     }
-    /* 6x injected; at least 2.5x measured, whatever the machine's noise. */
-    cr_assert_gt(compute[1], 2.5 * compute[0], "slow device %.4f s, normal %.4f s", compute[1], compute[0]);
+    qsort(ratio, RUNS, sizeof *ratio, by_value);
+    /* 6x injected; the median at least 2.5x, whatever the machine's noise. */
+    cr_assert_gt(ratio[RUNS / 2], 2.5, "median slow/normal compute %.2f (min %.2f, max %.2f)", ratio[RUNS / 2], ratio[0],
+                 ratio[RUNS - 1]);
     big_linreg_fini(&m);
     td_context_destroy(ctx);
 }
