@@ -350,11 +350,18 @@ Test(injected, hang_times_out_fences_the_device_and_tears_down_cleanly)
     linreg m;
     linreg_init(ctx, mesh, &m);
     TEST_OK(ctx, linreg_step(&m, 0));
+    float before[FEATURES + 1], after[FEATURES + 1];
+    linreg_params(ctx, &m, 0, before);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     td_status s = linreg_step(&m, 1);
     double took = seconds_since(&t0);
     cr_assert(s == TD_ERR_TIMEOUT || s == TD_ERR_ABORTED, "%s: %s", td_status_name(s), td_last_error(ctx));
+    cr_assert(test_message_mentions(ctx, "parameters restored"), "%s", td_last_error(ctx));
+    for (uint32_t d = 0; d < 3; d++) {
+        linreg_params(ctx, &m, d, after); /* reads work on a fenced mesh: they are not runs */
+        cr_assert(memcmp(before, after, sizeof before) == 0, "device %u kept the timed-out step's values", d);
+    }
     cr_assert_lt(took, 4.0 * timeout_ms / 1000.0 + 1.0, "the hung step took %.2f s", took);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "cpu:1@hang=2", linreg_step(&m, 2));
