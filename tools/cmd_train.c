@@ -54,9 +54,18 @@ typedef struct train_run {
     td_cli_session s;
     td_cli_metrics metrics;
     td_cli_progress progress;
-    td_step_timing *timing;
+    td_step_timing *timing; /* the last step's, per device, from the step callback */
+    float lr;               /* the last step's learning rate, likewise */
     char path[4096];
 } train_run;
+
+/* td_trainer_on_step: keeps what the metrics lines need of each step. */
+static void on_step(void *user, const td_step_report *report)
+{
+    train_run *r = user;
+    r->lr = report->learning_rate;
+    memcpy(r->timing, report->timing, sizeof *r->timing * report->n_devices);
+}
 
 /* Saves when the trainer is between accumulation rounds; *saved says
  * whether it could. */
@@ -112,10 +121,8 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         size_t first = epoch == start.epoch ? (size_t)start.position : 0;
         for (size_t step = first; step < steps; step++) {
             const size_t valid = s->per_epoch - step * B < B ? s->per_epoch - step * B : B;
-            td_train_progress before, after;
-            td_trainer_progress(s->trainer, &before);
-            float lr = 0.0f, loss, accuracy;
-            td_schedule_value(s->ctx, &s->trainer_options.schedule, before.updates, &lr);
+            td_train_progress after;
+            float loss, accuracy;
             const double t0 = td_cli_now();
             if ((st = td_cli_session_step(s, s->order + step * B, valid, &loss, &accuracy)) != TD_OK) {
                 td_cli_progress_clear(&r->progress);
@@ -127,11 +134,9 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
             acc_sum += (double)accuracy * (double)valid;
             examples += (double)valid;
             if (r->metrics.file) {
-                for (uint32_t d = 0; d < s->n_devices; d++)
-                    td_trainer_timing(s->trainer, d, &r->timing[d]);
                 const td_cli_step_record rec = {
                     .epoch = (int64_t)epoch + 1, .step = step + 1, .steps = steps, .global = after.micro_steps,
-                    .loss = loss, .accuracy = accuracy, .lr = lr, .samples_per_second = (double)valid / seconds,
+                    .loss = loss, .accuracy = accuracy, .lr = r->lr, .samples_per_second = (double)valid / seconds,
                     .seconds = seconds, .has_accuracy = s->classifier, .n_devices = s->n_devices, .timing = r->timing};
                 td_cli_metrics_step(&r->metrics, &rec);
             }
@@ -299,6 +304,8 @@ int td_cli_train(int argc, char **argv)
     }
     if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, c.metrics, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
+    if (rc == TD_CLI_EXIT_OK && r->metrics.file)
+        td_trainer_on_step(r->s.trainer, on_step, r);
     td_status trace_status;
     if (rc == TD_CLI_EXIT_OK && c.trace && (trace_status = td_trace_begin(r->s.ctx, c.trace)) != TD_OK)
         rc = td_cli_fail("train", r->s.ctx, trace_status, "--trace");

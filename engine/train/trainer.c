@@ -96,6 +96,10 @@ struct td_trainer {
     bool updated;     /* the last successful call updated the parameters */
     uint32_t micro;   /* micro-batches in the accumulators, 0..K-1 */
     trainer_accum *accum; /* per device when accumulate_steps > 1, else NULL */
+    td_step_fn on_step;   /* td_trainer_on_step */
+    void *on_step_user;
+    float *report_metrics;          /* n_metrics, for the callback's report */
+    td_step_timing *report_timing;  /* per device, likewise */
 };
 
 td_status td_trainer_options_init(td_trainer_options *o)
@@ -408,6 +412,8 @@ static void trainer_release(td_owned *self)
         td_free(t->ctx, t->accum[d].scratch);
     }
     td_free(t->ctx, t->accum);
+    td_free(t->ctx, t->report_metrics);
+    td_free(t->ctx, t->report_timing);
     td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
     td_free(t->ctx, t->params);
@@ -419,6 +425,49 @@ void td_trainer_destroy(td_trainer *t)
 {
     if (t)
         td_owned_destroy(&t->owned);
+}
+
+static void fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
+{
+    double phase[TD_PHASE_COUNT];
+    td_program_phase_seconds(t->program, device, phase);
+    const double update = t->owners[device].update_seconds;
+    timing->upload = phase[TD_PHASE_UPLOAD];
+    timing->compute = phase[TD_PHASE_COMPUTE];
+    timing->update = update;
+    timing->allreduce = phase[TD_PHASE_HOOK] > update ? phase[TD_PHASE_HOOK] - update : 0.0;
+    timing->download = phase[TD_PHASE_DOWNLOAD];
+}
+
+static void fill_metrics(const td_trainer *t, float *values)
+{
+    for (uint32_t i = 0; i < t->n_metrics; i++) {
+        float sum = 0.0f; /* the loss's order: device 0 first */
+        for (uint32_t d = 0; d < t->mesh->count; d++)
+            sum += td_program_output_host(t->program, i + 1, d)[0];
+        values[i] = sum / (float)t->mesh->count;
+    }
+}
+
+/* The step callback's report, from what the step left behind. */
+static void report_step(td_trainer *t, float loss, double seconds)
+{
+    fill_metrics(t, t->report_metrics);
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        fill_timing(t, d, &t->report_timing[d]);
+    const td_step_report r = {
+        .micro_step = t->micro_steps,
+        .updates = t->steps,
+        .updated = t->updated,
+        .loss = loss,
+        .learning_rate = t->step_lr,
+        .seconds = seconds,
+        .n_metrics = t->n_metrics,
+        .metrics = t->report_metrics,
+        .n_devices = t->mesh->count,
+        .timing = t->report_timing,
+    };
+    t->on_step(t->on_step_user, &r);
 }
 
 /* The first check of every call on a trainer: not NULL, not released. */
@@ -601,7 +650,11 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->options.metrics = outputs + 1;
     td_context_own(ctx, &t->owned, "trainer", mesh, trainer_release);
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
-    s = t->params ? TD_OK : TD_OOM(ctx, "trainer parameters", sizeof *t->params * n_params);
+    t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
+    t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
+    s = t->params && t->report_metrics && t->report_timing
+            ? TD_OK
+            : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
     if (s == TD_OK) {
         if (n_params)
             memcpy(t->params, params, sizeof *params * n_params);
@@ -734,14 +787,16 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
         t->updated = true;
         t->steps++;
     }
-    if (loss) {
-        /* Each device's loss is the mean over its shard; equal shards make
-         * their mean the mean over the global batch. Fixed order. */
-        float sum = 0.0f;
-        for (uint32_t d = 0; d < t->mesh->count; d++)
-            sum += td_program_output_host(t->program, 0, d)[0];
+    /* Each device's loss is the mean over its shard; equal shards make
+     * their mean the mean over the global batch. Fixed order. */
+    float sum = 0.0f;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        sum += td_program_output_host(t->program, 0, d)[0];
+    if (loss)
         *loss = sum / (float)t->mesh->count;
-    }
+    if (t->on_step)
+        report_step(t, sum / (float)t->mesh->count,
+                    (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
     return TD_OK;
 }
 
@@ -805,14 +860,17 @@ td_status td_trainer_timing(const td_trainer *t, uint32_t device, td_step_timing
     if (!t->has_outputs)
         return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_timing: no successful td_trainer_step since the last failure "
                                                   "or restore");
-    double phase[TD_PHASE_COUNT];
-    td_program_phase_seconds(t->program, device, phase);
-    const double update = t->owners[device].update_seconds;
-    timing->upload = phase[TD_PHASE_UPLOAD];
-    timing->compute = phase[TD_PHASE_COMPUTE];
-    timing->update = update;
-    timing->allreduce = phase[TD_PHASE_HOOK] > update ? phase[TD_PHASE_HOOK] - update : 0.0;
-    timing->download = phase[TD_PHASE_DOWNLOAD];
+    fill_timing(t, device, timing);
+    return TD_OK;
+}
+
+td_status td_trainer_on_step(td_trainer *t, td_step_fn fn, void *user)
+{
+    td_status live = check_trainer(t, "td_trainer_on_step");
+    if (live != TD_OK)
+        return live;
+    t->on_step = fn;
+    t->on_step_user = user;
     return TD_OK;
 }
 
@@ -840,12 +898,7 @@ td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *valu
     if (!t->has_outputs)
         return td_error_set(t->ctx, TD_ERR_STATE,
                             "td_trainer_metrics: the last td_trainer_step did not succeed (or none ran), expected one that did");
-    for (uint32_t i = 0; i < t->n_metrics; i++) {
-        float sum = 0.0f; /* the loss's order: device 0 first */
-        for (uint32_t d = 0; d < t->mesh->count; d++)
-            sum += td_program_output_host(t->program, i + 1, d)[0];
-        values[i] = sum / (float)t->mesh->count;
-    }
+    fill_metrics(t, values);
     return TD_OK;
 }
 

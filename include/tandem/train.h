@@ -146,6 +146,30 @@ TD_API td_status td_trainer_timing(const td_trainer *trainer, uint32_t device, t
  * optimizer updates (the calls, unless gradients are accumulated). */
 TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_seconds, uint64_t *steps);
 
+/* What a step callback receives after each successful td_trainer_step.
+ * The pointers are the trainer's and valid during the call only. */
+typedef struct td_step_report {
+    uint64_t micro_step;    /* successful td_trainer_step calls, this one included */
+    uint64_t updates;       /* optimizer updates applied so far */
+    bool updated;           /* this call applied one (it closed an accumulation round) */
+    float loss;             /* as td_trainer_step's *loss */
+    float learning_rate;    /* the schedule's rate for this call's round */
+    double seconds;         /* this call's wall time */
+    uint32_t n_metrics;
+    const float *metrics;   /* as td_trainer_metrics */
+    uint32_t n_devices;
+    const td_step_timing *timing; /* per mesh device, as td_trainer_timing */
+} td_step_report;
+
+typedef void (*td_step_fn)(void *user, const td_step_report *report);
+
+/* Calls fn(user, report) at the end of every successful td_trainer_step,
+ * on the caller's thread, before td_trainer_step returns; NULL fn turns it
+ * off. The report is filled from values the step already holds: no
+ * allocation, no device work. fn must not call back into the trainer's
+ * step. */
+TD_API td_status td_trainer_on_step(td_trainer *trainer, td_step_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -513,3 +513,73 @@ Test(train_features, step_timing_splits_each_device)
     }
     td_context_destroy(ctx);
 }
+
+typedef struct step_log {
+    int calls;
+    td_step_report last;
+    float metrics[2];
+    td_step_timing timing[3];
+} step_log;
+
+static void log_step(void *user, const td_step_report *r)
+{
+    step_log *l = user;
+    l->calls++;
+    l->last = *r;
+    cr_assert_eq(r->n_metrics, 2);
+    cr_assert_eq(r->n_devices, 3);
+    memcpy(l->metrics, r->metrics, sizeof l->metrics);
+    memcpy(l->timing, r->timing, sizeof l->timing);
+}
+
+/* td_trainer_on_step: called once per successful step with what the
+ * pull calls would return (loss, metrics, timing), the counters and the
+ * schedule's rate; not for a failed step; off with NULL. */
+Test(train_features, step_callback_reports_each_successful_step)
+{
+    td_context *ctx = test_context(30000);
+    net n;
+    build_net(ctx, &n, 6, true);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3");
+    td_trainer *t = make_trainer_with(ctx, mesh, &n, TD_OPTIMIZER_SGD, 0.1f, 2, momentum_decay);
+    step_log log = {0};
+    TEST_OK(ctx, td_trainer_on_step(t, log_step, &log));
+    cr_assert_eq(td_trainer_on_step(NULL, log_step, &log), TD_ERR_INVALID_ARGUMENT);
+    int64_t xd[2] = {6, F}, yd[2] = {6, 1}, md[1] = {6};
+    td_tensor *x = test_tensor(ctx, TD_F32, 2, xd), *y = test_tensor(ctx, TD_F32, 2, yd),
+              *m = test_tensor(ctx, TD_F32, 1, md);
+    td_binding b[3] = {{n.x, x}, {n.y, y}, {n.mask, m}};
+    for (int call = 1; call <= 4; call++) {
+        fill_batch(7 + (uint64_t)call, 0, 6, x, y, m);
+        float loss;
+        TEST_OK(ctx, td_trainer_step(t, 3, b, &loss));
+        cr_assert_eq(log.calls, call);
+        cr_assert_eq(log.last.micro_step, (uint64_t)call);
+        cr_assert_eq(log.last.updated, call % 2 == 0, "call %d: accumulate 2 updates every second call", call);
+        cr_assert_eq(log.last.updates, (uint64_t)call / 2);
+        cr_assert_eq(log.last.loss, loss);
+        /* The round's rate: exponential decay 0.1 * 0.5^update, the update being the round's index. */
+        const float want_lr = 0.1f * powf(0.5f, (float)((call - 1) / 2));
+        cr_assert(fabsf(log.last.learning_rate - want_lr) <= 1e-7f, "call %d: rate %g, expected %g", call,
+                  (double)log.last.learning_rate, (double)want_lr);
+        float metrics[2];
+        TEST_OK(ctx, td_trainer_metrics(t, 2, metrics));
+        cr_assert_eq(memcmp(metrics, log.metrics, sizeof metrics), 0);
+        for (uint32_t d = 0; d < 3; d++) {
+            td_step_timing tm;
+            TEST_OK(ctx, td_trainer_timing(t, d, &tm));
+            cr_assert_eq(memcmp(&tm, &log.timing[d], sizeof tm), 0, "device %u", d);
+        }
+        cr_assert(log.last.seconds > 0 && isfinite(log.last.seconds));
+    }
+    /* A failed step (an unbound input) reports nothing. */
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "", td_trainer_step(t, 2, b, NULL));
+    cr_assert_eq(log.calls, 4);
+    TEST_OK(ctx, td_trainer_on_step(t, NULL, NULL));
+    TEST_OK(ctx, td_trainer_step(t, 3, b, NULL));
+    cr_assert_eq(log.calls, 4);
+    td_tensor_destroy(x);
+    td_tensor_destroy(y);
+    td_tensor_destroy(m);
+    td_context_destroy(ctx);
+}
