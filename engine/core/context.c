@@ -273,6 +273,13 @@ void td_owned_destroy(td_owned *object)
         context_free(ctx);
 }
 
+void td_context_shrink_children(td_context *ctx, const void *parent)
+{
+    for (td_owned *o = ctx->owned.next; o != &ctx->owned; o = o->next)
+        if (o->parent == parent && o->state == TD_OWNED_LIVE && o->before_shrink)
+            o->before_shrink(o);
+}
+
 void td_owned_abandon(td_owned *object)
 {
     object->abandoned = true;

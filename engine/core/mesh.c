@@ -348,6 +348,59 @@ static void mesh_release(td_owned *self)
     mesh->count = 0;
 }
 
+td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped)
+{
+    td_context *ctx = mesh->ctx;
+    *dropped = 0;
+    td_status s = td_mesh_wait_quiet(mesh);
+    if (s != TD_OK)
+        return s;
+    uint32_t survivors = 0;
+    char names[256];
+    size_t used = 0;
+    names[0] = '\0';
+    for (uint32_t i = 0; i < mesh->count; i++) {
+        if (!td_mesh_device_lost(mesh, i))
+            survivors++;
+        else if (used < sizeof names)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%u (%s)", used ? ", " : "", i,
+                                     mesh->devices[i].item);
+    }
+    if (survivors == mesh->count)
+        return TD_OK;
+    if (survivors == 0)
+        return td_error_set(ctx, TD_ERR_DEVICE_LOST, "every device of the mesh '%s' was lost: %s", mesh->spec, names);
+    /* Everything planned for these positions lets go of its device memory
+     * while the workers are all still there. */
+    td_context_shrink_children(ctx, mesh);
+    if (mesh->collectives) {
+        mesh->collectives_destroy(mesh->collectives); /* staging lives on the devices: before they close */
+        mesh->collectives = NULL;
+    }
+    td_worker_pool_destroy(mesh);
+    if (mesh->pool) /* a worker did not stop: nothing more can be done safely */
+        return td_error_set(ctx, TD_ERR_TIMEOUT, "a worker of mesh '%s' did not stop; its devices cannot be dropped",
+                            mesh->spec);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < mesh->count; i++) {
+        td_mesh_device md = mesh->devices[i];
+        if (md.lost) {
+            md.ops->close(md.dev);
+            continue;
+        }
+        md.position = kept;
+        md.worker = NULL;
+        mesh->devices[kept++] = md;
+    }
+    const uint32_t before = mesh->count;
+    mesh->count = kept;
+    mesh->generation++;
+    mesh->dropped += before - kept;
+    *dropped = before - kept;
+    td_log(ctx, TD_LOG_WARN, "mesh '%s': dropped lost device(s) %s; %u of %u go on", mesh->spec, names, kept, before);
+    return td_worker_pool_create(mesh);
+}
+
 void td_mesh_destroy(td_mesh *mesh)
 {
     if (mesh)

@@ -68,6 +68,11 @@ typedef struct td_owned {
     void (*release)(struct td_owned *self);
     td_owned_state state;
     bool abandoned; /* td_owned_abandon: its block is never freed */
+    /* For objects that run on a mesh: called while the mesh's devices are
+     * still all there, before it drops its lost ones (td_mesh_drop_lost),
+     * to release what the object holds on the devices; the object plans
+     * itself again for the smaller mesh on its next use. NULL: nothing to do. */
+    void (*before_shrink)(struct td_owned *self);
 } td_owned;
 
 /* Links `object` into ctx's list. `release` frees everything the object
@@ -84,6 +89,8 @@ void td_owned_destroy(td_owned *object);
 /* Releases every live object of ctx whose parent is `parent` (a mesh going
  * away takes the programs compiled for it). */
 void td_context_release_children(td_context *ctx, const void *parent);
+/* Calls before_shrink on every live object of ctx whose parent is `parent`. */
+void td_context_shrink_children(td_context *ctx, const void *parent);
 /* For a release that finds a worker still inside a job that timed out
  * (td_mesh_quiesce false): the object's memory, its block and the context
  * are left allocated rather than freed under that worker (logged). */

@@ -48,7 +48,24 @@ struct td_mesh {
      * calls that when the mesh goes, so it never reaches up a layer. */
     void *collectives;
     void (*collectives_destroy)(void *collectives);
+    /* Bumped each time the mesh drops lost devices: what was planned for
+     * an older generation plans again. */
+    uint64_t generation;
+    uint32_t dropped; /* devices dropped so far */
 };
+
+/* Whether device `position` was lost (failed, or fenced off after a
+ * timeout). */
+bool td_mesh_device_lost(td_mesh *mesh, uint32_t position);
+/* Removes the lost devices: every object running on the mesh first
+ * releases what it holds on the devices (td_owned.before_shrink), then the
+ * workers stop, the lost devices close, the survivors are renumbered in
+ * their order and get new workers, and the collectives are dropped (made
+ * again on use). *dropped = how many went (0: none was lost, nothing
+ * changes). TD_ERR_DEVICE_LOST when none would survive; TD_ERR_TIMEOUT
+ * when a worker is still inside a job that timed out (it cannot be
+ * dropped safely). */
+td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped);
 
 /* The backends compiled in, in listing order (cpu first). */
 uint32_t td_runtime_backend_count(void);

@@ -254,6 +254,17 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     return result;
 }
 
+bool td_mesh_device_lost(td_mesh *mesh, uint32_t position)
+{
+    td_worker_pool *pool = mesh->pool;
+    if (!pool)
+        return false;
+    pthread_mutex_lock(&pool->lock);
+    const bool lost = mesh->devices[position].lost;
+    pthread_mutex_unlock(&pool->lock);
+    return lost;
+}
+
 td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
 {
     td_mesh_device *md = &mesh->devices[position];

@@ -12,6 +12,9 @@
 #include "td_init_internal.h"
 #include "td_program_state.h"
 
+static void unplan(td_program *p);
+static td_status plan_for_mesh(td_program *p, const float *params);
+
 static td_status compile_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
@@ -94,6 +97,167 @@ static td_status release_device(td_program *p, uint32_t pos)
     return TD_OK;
 }
 
+/* The plan for the mesh as it is now and everything sized by it: step
+ * words, call names, output memory, initial parameters (`params`, when
+ * given, replaces the initializers' values: a re-plan keeps the values the
+ * devices held), ring staging; then every device compiles its part. On
+ * failure what was made is left for program_release. */
+static td_status plan_for_mesh(td_program *p, const float *params)
+{
+    td_context *ctx = p->ctx;
+    td_mesh *mesh = p->mesh;
+    const uint32_t n_outputs = p->n_outputs;
+    const td_node *outputs = p->outputs;
+    td_status s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, p->n_grads, p->grad_params, p->grad_nodes,
+                                p->training, &p->plan);
+    if (s != TD_OK) {
+        td_free(ctx, p->devs);
+        p->devs = NULL;
+        return s;
+    }
+    p->planned = true;
+    const size_t step_words = p->plan.size[TD_BUF_STEP];
+    p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
+    p->call_names = td_alloc_zeroed(ctx, (p->plan.n_calls + 1) * sizeof *p->call_names);
+    if (!p->step_words || !p->call_names)
+        return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
+    td_plan_call_names(&p->graph, &p->plan, p->call_names);
+    /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
+    for (uint32_t d = 0; d < mesh->count; d++)
+        for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)
+            p->step_words[step_words * d + 2 * k + 1] =
+                (uint32_t)((uint64_t)d * (uint64_t)p->plan.shapes[p->plan.step_nodes[k]].dims[0]);
+    size_t total = 0;
+    for (uint32_t i = 0; i < n_outputs; i++) {
+        p->output_offset[i] = total;
+        total += (size_t)td_shape_count(&p->plan.shapes[outputs[i]]) * mesh->count;
+    }
+    p->out_host = td_alloc_zeroed(ctx, (total + 1) * sizeof(float));
+    if (!p->out_host)
+        return TD_OOM(ctx, "program outputs", total * sizeof(float));
+    uint64_t param_elems = p->plan.size[TD_BUF_PARAMS];
+    p->param_init = td_alloc_zeroed(ctx, (param_elems + 1) * sizeof(float));
+    if (!p->param_init)
+        return TD_OOM(ctx, "initial parameters", param_elems * sizeof(float));
+    if (params) {
+        memcpy(p->param_init, params, param_elems * sizeof(float));
+    } else {
+        for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+            const td_node_def *nd = &p->graph.nodes[id];
+            if (nd->op == TD_OP_PARAM && nd->init.kind != TD_INIT_ZEROS)
+                td_init_fill(&nd->init, nd->name, p->plan.shapes[id].rank, p->plan.shapes[id].dims,
+                             p->param_init + p->plan.slots[id].offset);
+        }
+    }
+    p->ring_bytes = 0;
+    for (uint32_t i = 0; i < p->plan.n_steps; i++) {
+        const td_step *st = &p->plan.steps[i];
+        if (st->kind == TD_STEP_SEGMENT)
+            continue;
+        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[st->node]) * 4;
+        if (bytes > p->ring_bytes)
+            p->ring_bytes = bytes;
+    }
+    if (p->n_grads && p->plan.size[TD_BUF_GRADS] * 4 > p->ring_bytes)
+        p->ring_bytes = p->plan.size[TD_BUF_GRADS] * 4;
+    return td_program_on_devices(p, compile_device);
+}
+
+static td_status release_job(void *arg, uint32_t pos)
+{
+    return release_device(arg, pos);
+}
+
+static td_status read_params_job(void *arg, uint32_t pos)
+{
+    td_program *p = arg;
+    if (pos != p->job_device)
+        return TD_OK;
+    td_mesh_device *md = &p->mesh->devices[pos];
+    uint64_t ticket;
+    td_status s = md->ops->read(md->dev, p->devs[pos].buffers[TD_BUF_PARAMS], 0, p->job_dst,
+                                p->plan.size[TD_BUF_PARAMS] * sizeof(float));
+    if (s == TD_OK && (s = md->ops->submit(md->dev, &ticket)) == TD_OK)
+        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
+    return s;
+}
+
+void td_program_before_shrink(td_program *p)
+{
+    if (p->stale || !p->devs || !p->planned)
+        return;
+    td_context *ctx = p->ctx;
+    const uint64_t n = p->plan.size[TD_BUF_PARAMS];
+    uint32_t survivor = p->n_dev;
+    for (uint32_t i = 0; i < p->n_dev && survivor == p->n_dev; i++)
+        if (!td_mesh_device_lost(p->mesh, i))
+            survivor = i;
+    td_free(ctx, p->saved_params);
+    p->saved_params = n && survivor < p->n_dev ? td_alloc(ctx, n * sizeof(float)) : NULL;
+    if (p->saved_params) {
+        p->job_device = survivor;
+        p->job_dst = p->saved_params;
+        if (td_mesh_run(p->mesh, read_params_job, p) != TD_OK) {
+            /* Unreadable: the re-plan starts from the initializers, and says so. */
+            td_log(ctx, TD_LOG_WARN, "a program's parameters could not be read back before the mesh shrank: %s",
+                   td_last_error(ctx));
+            td_free(ctx, p->saved_params);
+            p->saved_params = NULL;
+        }
+    }
+    td_mesh_run(p->mesh, release_job, p);
+    p->stale = true;
+}
+
+td_status td_program_refresh(td_program *p)
+{
+    if (!p->stale)
+        return TD_OK;
+    td_context *ctx = p->ctx;
+    const uint64_t saved_elems = p->planned ? p->plan.size[TD_BUF_PARAMS] : 0;
+    unplan(p);
+    td_free(ctx, p->devs);
+    p->n_dev = p->mesh->count;
+    p->devs = td_alloc_zeroed(ctx, sizeof *p->devs * p->n_dev);
+    td_status s = p->devs ? td_mesh_ring(p->mesh, &p->ring) : TD_OOM(ctx, "a program's devices", sizeof *p->devs);
+    p->stale = false;
+    if (s == TD_OK) {
+        s = plan_for_mesh(p, NULL);
+        /* The parameters as they were, when the layout is the same (it
+         * does not depend on the device count, only on the graph). */
+        if (s == TD_OK && p->saved_params && saved_elems == p->plan.size[TD_BUF_PARAMS] && saved_elems)
+            s = td_program_write_all_params(p, p->saved_params);
+    }
+    td_free(ctx, p->saved_params);
+    p->saved_params = NULL;
+    if (s != TD_OK && p->devs) {
+        td_mesh_run(p->mesh, release_job, p); /* what did compile */
+        p->stale = true;                      /* and try again next time */
+    }
+    return s;
+}
+
+static void program_shrink_hook(td_owned *self)
+{
+    td_program_before_shrink((td_program *)self);
+}
+
+/* What plan_for_mesh made, on the host. */
+static void unplan(td_program *p)
+{
+    td_context *ctx = p->ctx;
+    if (p->planned)
+        td_plan_free(ctx, &p->plan);
+    p->planned = false;
+    td_free(ctx, p->out_host);
+    td_free(ctx, p->param_init);
+    td_free(ctx, p->step_words);
+    td_free(ctx, p->call_names);
+    p->out_host = p->param_init = NULL;
+    p->step_words = NULL;
+    p->call_names = NULL;
+}
+
 _Static_assert(offsetof(td_program, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
 /* Runs while the mesh is still open: its destroy releases its programs
@@ -106,18 +270,17 @@ static void program_release(td_owned *self)
         td_owned_abandon(self); /* a worker stuck in a timed-out run may still be using it */
         return;
     }
-    if (p->devs && p->mesh->pool)
-        td_program_on_devices(p, release_device);
-    td_plan_free(ctx, &p->plan);
+    if (p->devs && p->mesh->pool && !p->stale)
+        td_mesh_run(p->mesh, release_job, p);
+    unplan(p);
+    td_free(ctx, p->saved_params);
     td_free(ctx, p->devs);
     td_free(ctx, p->graph.nodes);
     td_free(ctx, p->outputs);
     td_free(ctx, p->output_offset);
-    td_free(ctx, p->out_host);
-    td_free(ctx, p->param_init);
-    td_free(ctx, p->step_words);
     td_free(ctx, p->bound);
-    td_free(ctx, p->call_names);
+    td_free(ctx, p->grad_params);
+    td_free(ctx, p->grad_nodes);
     p->devs = NULL;
     p->n_outputs = 0;
 }
@@ -171,6 +334,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
     p->ring = ring;
     p->n_dev = mesh->count;
     td_context_own(ctx, &p->owned, "program", mesh, program_release);
+    p->owned.before_shrink = program_shrink_hook;
     p->graph.ctx = ctx;
     p->graph.count = g->count;
     p->graph.nodes = td_alloc(ctx, sizeof *g->nodes * g->count);
@@ -187,60 +351,20 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         memcpy(p->outputs, outputs, sizeof *outputs * n_outputs);
     p->n_outputs = n_outputs;
 
-    s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, n_grads, params, grads, training, &p->plan);
-    if (s != TD_OK) {
-        td_free(ctx, p->devs);
-        p->devs = NULL;
+    p->training = training;
+    p->n_grads = n_grads;
+    p->grad_params = td_alloc(ctx, sizeof *params * (n_grads + 1));
+    p->grad_nodes = td_alloc(ctx, sizeof *grads * (n_grads + 1));
+    if (!p->grad_params || !p->grad_nodes) {
         td_program_destroy(p);
-        return s;
+        return TD_OOM(ctx, "a program's gradients", sizeof *grads * n_grads);
     }
-    const size_t step_words = p->plan.size[TD_BUF_STEP];
-    p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
-    p->call_names = td_alloc_zeroed(ctx, (p->plan.n_calls + 1) * sizeof *p->call_names);
-    if (!p->step_words || !p->call_names) {
-        td_program_destroy(p);
-        return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
+    if (n_grads) {
+        memcpy(p->grad_params, params, sizeof *params * n_grads);
+        memcpy(p->grad_nodes, grads, sizeof *grads * n_grads);
     }
-    td_plan_call_names(&p->graph, &p->plan, p->call_names);
     p->trace_name = "run";
-    /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
-    for (uint32_t d = 0; d < mesh->count; d++)
-        for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)
-            p->step_words[step_words * d + 2 * k + 1] =
-                (uint32_t)((uint64_t)d * (uint64_t)p->plan.shapes[p->plan.step_nodes[k]].dims[0]);
-    size_t total = 0;
-    for (uint32_t i = 0; i < n_outputs; i++) {
-        p->output_offset[i] = total;
-        total += (size_t)td_shape_count(&p->plan.shapes[outputs[i]]) * mesh->count;
-    }
-    p->out_host = td_alloc_zeroed(ctx, (total + 1) * sizeof(float));
-    if (!p->out_host) {
-        td_program_destroy(p);
-        return TD_OOM(ctx, "program outputs", total * sizeof(float));
-    }
-    uint64_t param_elems = p->plan.size[TD_BUF_PARAMS];
-    p->param_init = td_alloc_zeroed(ctx, (param_elems + 1) * sizeof(float));
-    if (!p->param_init) {
-        td_program_destroy(p); /* frees the plan: the size was read before */
-        return TD_OOM(ctx, "initial parameters", param_elems * sizeof(float));
-    }
-    for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
-        const td_node_def *nd = &p->graph.nodes[id];
-        if (nd->op == TD_OP_PARAM && nd->init.kind != TD_INIT_ZEROS)
-            td_init_fill(&nd->init, nd->name, p->plan.shapes[id].rank, p->plan.shapes[id].dims,
-                         p->param_init + p->plan.slots[id].offset);
-    }
-    for (uint32_t i = 0; i < p->plan.n_steps; i++) {
-        const td_step *st = &p->plan.steps[i];
-        if (st->kind == TD_STEP_SEGMENT)
-            continue;
-        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[st->node]) * 4;
-        if (bytes > p->ring_bytes)
-            p->ring_bytes = bytes;
-    }
-    if (n_grads && p->plan.size[TD_BUF_GRADS] * 4 > p->ring_bytes)
-        p->ring_bytes = p->plan.size[TD_BUF_GRADS] * 4;
-    if ((s = td_program_on_devices(p, compile_device)) != TD_OK) {
+    if ((s = plan_for_mesh(p, NULL)) != TD_OK) {
         td_program_destroy(p);
         return s;
     }

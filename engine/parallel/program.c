@@ -22,6 +22,8 @@ td_status td_program_on_devices(td_program *p, td_program_device_fn fn)
     td_status quiet = td_mesh_wait_quiet(p->mesh);
     if (quiet != TD_OK)
         return quiet;
+    if (p->stale && (quiet = td_program_refresh(p)) != TD_OK)
+        return quiet;
     if (td_ring_failed(p->ring))
         td_ring_reset(p->ring); /* no worker is inside a collective between jobs */
     p->job = fn;
@@ -59,6 +61,11 @@ td_status td_program_check_tensor(td_context *ctx, const char *fn, const td_tens
                             name, got, exp);
     }
     return TD_OK;
+}
+
+uint32_t td_program_device_count(const td_program *p)
+{
+    return p->n_dev;
 }
 
 void td_program_disown(td_program *p)

@@ -53,6 +53,17 @@ typedef enum td_program_phase {
  * device's time lands in the phase where the host first waits. Devices in
  * host memory run synchronously and pay nothing either way. */
 void td_program_set_phase_waits(td_program *p, bool on);
+/* Before the mesh drops lost devices (td_mesh_drop_lost): reads the
+ * parameters back from a surviving device and releases every device's
+ * part; the next job plans the program again for the smaller mesh
+ * (td_program_refresh), with those parameter values. For a program held
+ * by a trainer or evaluator, which calls this from its own hook. */
+void td_program_before_shrink(td_program *p);
+/* Plans a program marked by td_program_before_shrink again for its
+ * mesh now; nothing for an up-to-date one. Every job does this first. */
+td_status td_program_refresh(td_program *p);
+/* Devices the program is planned for now. */
+uint32_t td_program_device_count(const td_program *p);
 /* The name each device's run takes in a trace ("run" unless set): a
  * static string. */
 void td_program_set_trace_name(td_program *p, const char *name);

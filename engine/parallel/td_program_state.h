@@ -41,6 +41,13 @@ struct td_program {
     uint64_t step;
     td_program_device *devs;
     const char **call_names; /* the graph op behind each call, for traces */
+    /* What a re-plan needs (td_program_refresh): the compile's arguments. */
+    bool training;
+    uint32_t n_grads;
+    td_node *grad_params, *grad_nodes;
+    bool planned;         /* plan holds a built plan */
+    bool stale;           /* the mesh dropped devices: nothing is on the devices, plan again before use */
+    float *saved_params;  /* the parameters read back before the devices went, for the re-plan */
     const char *trace_name;  /* the device tracks' name for one run: "run", "step", "evaluate" */
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
