@@ -22,8 +22,19 @@ td_status td_program_on_devices(td_program *p, td_program_device_fn fn)
     td_status quiet = td_mesh_wait_quiet(p->mesh);
     if (quiet != TD_OK)
         return quiet;
-    if (p->stale && (quiet = td_program_refresh(p)) != TD_OK)
-        return quiet;
+    if (p->stale) {
+        /* The re-plan runs jobs of its own: keep the caller's arguments. */
+        const td_node node = p->job_node;
+        const uint32_t device = p->job_device;
+        const void *src = p->job_src;
+        void *dst = p->job_dst;
+        if ((quiet = td_program_refresh(p)) != TD_OK)
+            return quiet;
+        p->job_node = node;
+        p->job_device = device;
+        p->job_src = src;
+        p->job_dst = dst;
+    }
     if (td_ring_failed(p->ring))
         td_ring_reset(p->ring); /* no worker is inside a collective between jobs */
     p->job = fn;

@@ -81,6 +81,15 @@ static td_status check_nodes(td_graph *g, td_node mask, uint32_t n_metrics, cons
     return TD_OK;
 }
 
+/* The mesh is about to drop lost devices: the program re-plans on its
+ * next run (with the parameters it held). */
+static void evaluator_before_shrink(td_owned *self)
+{
+    td_evaluator *e = (td_evaluator *)self;
+    if (e->program)
+        td_program_before_shrink(e->program);
+}
+
 td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t n_metrics, const td_node *metrics,
                               td_evaluator **out)
 {
@@ -107,6 +116,7 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->n_metrics = n_metrics;
     e->mask = mask;
     td_context_own(ctx, &e->owned, "evaluator", mesh, evaluator_release);
+    e->owned.before_shrink = evaluator_before_shrink;
     s = td_program_compile(g, mesh, n_metrics, metrics, 0, NULL, NULL, false, &e->program);
     if (s == TD_OK)
         td_program_set_trace_name(e->program, "evaluate");
@@ -179,6 +189,7 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
     s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "evaluate", NULL, begin, td_trace_now(), 0);
+    e->n_devices = td_program_device_count(e->program); /* fewer after the mesh dropped lost devices */
     if (s != TD_OK)
         return s;
     /* The run checked the bindings: the mask is bound, f32, of its shape. */

@@ -96,6 +96,11 @@ struct td_trainer {
     bool updated;     /* the last successful call updated the parameters */
     uint32_t micro;   /* micro-batches in the accumulators, 0..K-1 */
     trainer_accum *accum; /* per device when accumulate_steps > 1, else NULL */
+    uint32_t n_owners;    /* devices the owners and accumulators were made for */
+    bool stale;           /* the mesh dropped devices: trainer_refresh before use */
+    float *flat_state;    /* the optimizer state across a mesh change */
+    uint32_t devices_lost;   /* dropped from the mesh by on_device_loss = continue */
+    uint32_t lost_this_step; /* during the current td_trainer_step */
     td_step_fn on_step;   /* td_trainer_on_step */
     void *on_step_user;
     float *report_metrics;          /* n_metrics, for the callback's report */
@@ -164,6 +169,10 @@ static td_status check_options(td_context *ctx, const td_trainer_options *o)
     if (o->optimizer == TD_OPTIMIZER_ADAMW && (!isfinite(o->weight_decay) || o->weight_decay < 0.0f))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: weight_decay %g must be finite and >= 0",
                             (double)o->weight_decay);
+    if (o->on_device_loss != TD_ON_DEVICE_LOSS_FAIL && o->on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: on_device_loss %d, expected TD_ON_DEVICE_LOSS_FAIL (0) or _CONTINUE (1)",
+                            (int)o->on_device_loss);
     if (o->accumulate_steps < 1)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: accumulate_steps %u must be >= 1",
                             o->accumulate_steps);
@@ -392,6 +401,11 @@ static td_status update_hook(void *user, uint32_t pos)
 
 _Static_assert(offsetof(td_trainer, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
+static void free_owners(td_trainer *t);
+static void free_accumulators(td_trainer *t);
+static td_status plan_accumulators(td_trainer *t);
+static void trainer_before_shrink(td_owned *self);
+
 /* Runs while the mesh is still open (its destroy releases its trainers
  * first), so the program can release its device memory. */
 static void trainer_release(td_owned *self)
@@ -404,14 +418,9 @@ static void trainer_release(td_owned *self)
     }
     td_program_destroy(t->program);
     t->program = NULL;
-    for (uint32_t r = 0; t->owners && r < t->mesh->count; r++)
-        td_free(t->ctx, t->owners[r].block);
-    td_free(t->ctx, t->owners);
-    for (uint32_t d = 0; t->accum && d < t->mesh->count; d++) {
-        td_free(t->ctx, t->accum[d].sum);
-        td_free(t->ctx, t->accum[d].scratch);
-    }
-    td_free(t->ctx, t->accum);
+    free_owners(t);
+    free_accumulators(t);
+    td_free(t->ctx, t->flat_state);
     td_free(t->ctx, t->report_metrics);
     td_free(t->ctx, t->report_timing);
     td_free(t->ctx, t->metrics);
@@ -466,6 +475,7 @@ static void report_step(td_trainer *t, float loss, double seconds)
         .metrics = t->report_metrics,
         .n_devices = t->mesh->count,
         .timing = t->report_timing,
+        .devices_lost = t->lost_this_step,
     };
     t->on_step(t->on_step_user, &r);
 }
@@ -515,6 +525,8 @@ static td_status check_params(td_graph *g, uint32_t n_params, const td_node *par
     return s;
 }
 
+static td_status split_owners(td_trainer *t, const float *flat);
+
 /* The sorted trainable ranges, and each rank's chunk with its state. */
 static td_status plan_owners(td_trainer *t, const td_node *listed)
 {
@@ -522,9 +534,8 @@ static td_status plan_owners(td_trainer *t, const td_node *listed)
     const td_plan *plan = td_program_plan(t->program);
     const uint32_t n = t->mesh->count;
     t->ranges = td_alloc(ctx, sizeof *t->ranges * (t->n_ranges + 1));
-    t->owners = td_alloc_zeroed(ctx, sizeof *t->owners * n);
-    if (!t->ranges || !t->owners)
-        return TD_OOM(ctx, "the trainer's owners", sizeof *t->owners * n);
+    if (!t->ranges)
+        return TD_OOM(ctx, "the trainer's ranges", sizeof *t->ranges * t->n_ranges);
     for (uint32_t i = 0; i < t->n_ranges; i++) {
         td_node p = listed[i];
         t->ranges[i].lo = plan->slots[p].offset;
@@ -532,6 +543,21 @@ static td_status plan_owners(td_trainer *t, const td_node *listed)
         t->ranges[i].state = i >= t->n_params;
     }
     qsort(t->ranges, t->n_ranges, sizeof *t->ranges, compare_ranges);
+    (void)n;
+    return split_owners(t, NULL);
+}
+
+/* Each rank's chunk of the parameter buffer and the optimizer state for
+ * it: zeros (optax's initial state for every optimizer here), or the
+ * slices of `flat` (state_floats arrays of param_elems floats) when the
+ * mesh changed under a trained state. */
+static td_status split_owners(td_trainer *t, const float *flat)
+{
+    td_context *ctx = t->ctx;
+    const uint32_t n = t->mesh->count;
+    t->owners = td_alloc_zeroed(ctx, sizeof *t->owners * n);
+    if (!t->owners)
+        return TD_OOM(ctx, "the trainer's owners", sizeof *t->owners * n);
     for (uint32_t r = 0; r < n; r++) {
         trainer_owner *ow = &t->owners[r];
         td_ring_owned_range(t->ring, r, t->n_ranges ? t->param_elems : 0, &ow->lo, &ow->hi);
@@ -544,7 +570,84 @@ static td_status plan_owners(td_trainer *t, const td_node *listed)
             return TD_OOM(ctx, "optimizer state", 2 * floats * sizeof(float));
         ow->state = ow->block;
         ow->next_state = ow->block + floats;
+        const size_t chunk = ow->hi - ow->lo;
+        for (uint32_t k = 0; flat && k < t->state_floats; k++)
+            memcpy(ow->state + (size_t)k * chunk, flat + (size_t)k * t->param_elems + ow->lo, chunk * sizeof(float));
     }
+    return TD_OK;
+}
+
+static void free_owners(td_trainer *t)
+{
+    for (uint32_t r = 0; t->owners && r < t->n_owners; r++)
+        td_free(t->ctx, t->owners[r].block);
+    td_free(t->ctx, t->owners);
+    t->owners = NULL;
+}
+
+static void free_accumulators(td_trainer *t)
+{
+    for (uint32_t d = 0; t->accum && d < t->n_owners; d++) {
+        td_free(t->ctx, t->accum[d].sum);
+        td_free(t->ctx, t->accum[d].scratch);
+    }
+    td_free(t->ctx, t->accum);
+    t->accum = NULL;
+}
+
+/* td_owned.before_shrink: the mesh is about to drop lost devices. The
+ * optimizer state leaves the ranks' chunks for one flat copy, the
+ * accumulated gradients are dropped (a failed step drops them anyway) and
+ * the program lets go of the devices; trainer_refresh plans it all again. */
+static void trainer_before_shrink(td_owned *self)
+{
+    td_trainer *t = (td_trainer *)self;
+    if (t->stale)
+        return;
+    const size_t floats = (size_t)t->state_floats * t->param_elems;
+    td_free(t->ctx, t->flat_state);
+    t->flat_state = floats ? td_alloc_zeroed(t->ctx, floats * sizeof(float)) : NULL;
+    for (uint32_t r = 0; t->flat_state && r < t->n_owners; r++) {
+        const trainer_owner *ow = &t->owners[r];
+        const size_t chunk = ow->hi - ow->lo;
+        for (uint32_t k = 0; chunk && k < t->state_floats; k++)
+            memcpy(t->flat_state + (size_t)k * t->param_elems + ow->lo, ow->state + (size_t)k * chunk,
+                   chunk * sizeof(float));
+    }
+    if (floats && !t->flat_state)
+        td_log(t->ctx, TD_LOG_ERROR, "no memory to keep the optimizer state across the mesh change: it restarts at zero");
+    free_owners(t);
+    free_accumulators(t);
+    t->micro = 0;
+    t->has_outputs = false;
+    td_program_before_shrink(t->program);
+    t->stale = true;
+}
+
+/* After the mesh dropped devices: the program planned for the survivors,
+ * the chunks and state split over them, the master parameters on every
+ * device. */
+static td_status trainer_refresh(td_trainer *t)
+{
+    if (!t->stale)
+        return TD_OK;
+    td_status s = td_program_refresh(t->program);
+    if (s != TD_OK)
+        return s;
+    t->ring = td_program_ring(t->program);
+    t->n_owners = t->mesh->count;
+    if ((s = split_owners(t, t->flat_state)) == TD_OK && t->options.accumulate_steps > 1)
+        s = plan_accumulators(t);
+    if (s == TD_OK)
+        s = td_program_write_all_params(t->program, t->master);
+    if (s != TD_OK) {
+        free_owners(t);
+        free_accumulators(t);
+        return s;
+    }
+    td_free(t->ctx, t->flat_state);
+    t->flat_state = NULL;
+    t->stale = false;
     return TD_OK;
 }
 
@@ -649,6 +752,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->metrics = outputs; /* [loss, metrics...]; options.metrics may be the caller's memory */
     t->options.metrics = outputs + 1;
     td_context_own(ctx, &t->owned, "trainer", mesh, trainer_release);
+    t->owned.before_shrink = trainer_before_shrink;
+    t->n_owners = mesh->count;
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
     t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
@@ -722,11 +827,53 @@ td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, t
     return td_program_read_param_for(t->program, param, device, out, "td_trainer_read_param");
 }
 
+static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss);
+
+static bool any_device_lost(td_trainer *t)
+{
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        if (td_mesh_device_lost(t->mesh, d))
+            return true;
+    return false;
+}
+
 td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
 {
     td_status live = check_trainer(t, "td_trainer_step");
     if (live != TD_OK)
         return live;
+    td_context *ctx = t->ctx;
+    if (t->stale && (live = trainer_refresh(t)) != TD_OK)
+        return td_error_set(ctx, live, "td_trainer_step: the mesh lost devices and the trainer cannot plan for the %u "
+                                       "left: %s", t->mesh->count, td_last_error(ctx));
+    t->lost_this_step = 0;
+    for (;;) {
+        td_status s = step_once(t, n_bindings, bindings, loss);
+        if (s == TD_OK || t->options.on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE || !any_device_lost(t))
+            return s;
+        /* Continue on the survivors: drop the lost devices, plan for the
+         * rest and run the same global batch again from the master
+         * parameters (the failed attempt changed nothing). */
+        char cause[1024];
+        snprintf(cause, sizeof cause, "%s", td_last_error(ctx));
+        const uint32_t before = t->mesh->count;
+        uint32_t dropped = 0;
+        td_status d = td_mesh_drop_lost(t->mesh, &dropped);
+        if (d == TD_OK && dropped == 0)
+            return s;
+        if (d == TD_OK)
+            d = trainer_refresh(t);
+        if (d != TD_OK)
+            return td_error_set(ctx, d, "%s; continuing on the surviving devices failed: %s", cause, td_last_error(ctx));
+        t->devices_lost += dropped;
+        t->lost_this_step += dropped;
+        td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the %u devices left of %u",
+               (unsigned long long)t->micro_steps + 1, cause, t->mesh->count, before);
+    }
+}
+
+static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
+{
     const bool last = t->micro + 1 >= t->options.accumulate_steps;
     t->has_outputs = false;
     t->updated = false;
@@ -914,6 +1061,8 @@ td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
     out->allreduces = t->allreduces;
     out->accumulated = t->micro;
     out->updated = t->updated;
+    out->devices = t->mesh->count;
+    out->devices_lost = t->devices_lost;
     return TD_OK;
 }
 

@@ -23,6 +23,12 @@ typedef struct td_trainer td_trainer;
  * td_trainer_options_init for the rest. Every float field must be finite,
  * whichever optimizer reads it (TD_ERR_INVALID_ARGUMENT naming the field
  * otherwise), and within its range where the optimizer reads it. */
+/* td_trainer_options.on_device_loss. */
+typedef enum td_on_device_loss {
+    TD_ON_DEVICE_LOSS_FAIL = 0,
+    TD_ON_DEVICE_LOSS_CONTINUE = 1,
+} td_on_device_loss;
+
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
     td_optimizer_kind optimizer;
@@ -53,6 +59,17 @@ typedef struct td_trainer_options {
      * compute time shows up in the phase where the host first waits for it
      * (usually the all-reduce). */
     bool timing_waits;
+    /* What a step does when a device fails, or is fenced off after the
+     * timeout (tandem/context.h): FAIL (the default) returns the error with
+     * the parameters as they were before the step. CONTINUE drops the lost
+     * devices from the mesh (every program, evaluator and trainer on it
+     * plans itself again for the survivors), splits the optimizer state
+     * over them, and runs the same global batch again from the master
+     * parameters -- the step then succeeds, and td_train_progress and the
+     * step report count the devices lost. The global batch must divide by
+     * the survivors' count. Gradients accumulated in an open round are
+     * dropped (the round restarts). */
+    td_on_device_loss on_device_loss;
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer
@@ -65,6 +82,8 @@ typedef struct td_train_progress {
     uint64_t allreduces;
     uint32_t accumulated;
     bool updated;
+    uint32_t devices;      /* devices the trainer runs on now */
+    uint32_t devices_lost; /* devices dropped by on_device_loss = continue */
 } td_train_progress;
 
 /* Where one device's time went in a step, in seconds on the host clock of
@@ -159,6 +178,7 @@ typedef struct td_step_report {
     const float *metrics;   /* as td_trainer_metrics */
     uint32_t n_devices;
     const td_step_timing *timing; /* per mesh device, as td_trainer_timing */
+    uint32_t devices_lost;  /* dropped during this call (on_device_loss = continue) */
 } td_step_report;
 
 typedef void (*td_step_fn)(void *user, const td_step_report *report);

@@ -7,6 +7,7 @@
  * cpu mesh: it delegates to the CPU backend but can fail a segment (as a
  * lost device would) or stall a wait until its timeout (as a hung one). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -467,6 +468,193 @@ Test(injected, huge_timeout_does_not_wrap)
     linreg_init(ctx, mesh, &m);
     for (int step = 0; step < 30; step++)
         TEST_OK(ctx, linreg_step(&m, step));
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* ---- on_device_loss = continue ---- */
+
+/* The linear model of linreg_init trained by Adam (its state must survive
+ * the re-split over fewer owners) for `steps` steps on `spec`, continuing
+ * on the survivors. Returns w then b from device 0; *devices and *lost
+ * from td_train_progress; each step's report's devices_lost in lost_at. */
+typedef struct survivor_run {
+    float params[FEATURES + 1];
+    uint32_t devices, lost;
+    uint32_t lost_at[16];
+    bool identical;
+} survivor_run;
+
+static void note_loss(void *user, const td_step_report *r)
+{
+    survivor_run *out = user;
+    out->lost_at[r->micro_step - 1] = r->devices_lost;
+}
+
+static void train_continuing(const char *spec, int steps, uint32_t timeout_ms, survivor_run *out)
+{
+    memset(out, 0, sizeof *out);
+    td_context *ctx = test_context(timeout_ms);
+    td_mesh *mesh = test_mesh(ctx, spec);
+    linreg m;
+    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1};
+    td_node xw, pred;
+    TEST_OK(ctx, td_graph_create(ctx, &m.g));
+    TEST_OK(ctx, td_graph_input(m.g, "x", TD_F32, 2, xd, TD_SHARDED, &m.x));
+    TEST_OK(ctx, td_graph_input(m.g, "y", TD_F32, 2, yd, TD_SHARDED, &m.y));
+    TEST_OK(ctx, td_graph_param(m.g, "w", 2, wd, &m.w));
+    TEST_OK(ctx, td_graph_param(m.g, "b", 1, bd, &m.b));
+    TEST_OK(ctx, td_graph_matmul(m.g, m.x, m.w, &xw));
+    TEST_OK(ctx, td_graph_add(m.g, xw, m.b, &pred));
+    TEST_OK(ctx, td_graph_mse(m.g, pred, m.y, &m.loss));
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.optimizer = TD_OPTIMIZER_ADAM;
+    o.learning_rate = 0.05f;
+    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    td_node params[2] = {m.w, m.b};
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, 2, params, &o, &m.trainer));
+    TEST_OK(ctx, td_trainer_on_step(m.trainer, note_loss, out));
+    m.xs = test_tensor(ctx, TD_F32, 2, xd);
+    m.ys = test_tensor(ctx, TD_F32, 2, yd);
+    for (int step = 0; step < steps; step++)
+        TEST_OK(ctx, linreg_step(&m, step));
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
+    out->devices = p.devices;
+    out->lost = p.devices_lost;
+    TEST_OK(ctx, td_trainer_replicas_identical(m.trainer, &out->identical));
+    linreg_params(ctx, &m, 0, out->params);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* Every run below must end where one device ends after the same steps:
+ * the survivors re-run the failed step on the same global batch, so no
+ * batch is lost or applied twice. Tolerance: the runs differ in float
+ * summation order only (shards of 12 / N rows), 1e-5 after 6 Adam steps. */
+static void check_like_one_device(const char *spec, int steps, uint32_t timeout_ms, uint32_t want_devices,
+                                  uint32_t want_lost)
+{
+    survivor_run one, many;
+    train_continuing("cpu:1", steps, 0, &one);
+    train_continuing(spec, steps, timeout_ms, &many);
+    cr_assert_eq(many.devices, want_devices, "%s: %u devices at the end, expected %u", spec, many.devices, want_devices);
+    cr_assert_eq(many.lost, want_lost, "%s: %u lost, expected %u", spec, many.lost, want_lost);
+    cr_assert(many.identical, "%s: replicas differ after continuing", spec);
+    uint32_t reported = 0;
+    for (int i = 0; i < steps; i++)
+        reported += many.lost_at[i];
+    cr_assert_eq(reported, want_lost, "%s: the step reports counted %u lost devices", spec, reported);
+    for (int i = 0; i <= FEATURES; i++)
+        cr_assert(fabsf(many.params[i] - one.params[i]) <= 1e-5f * fmaxf(1.0f, fabsf(one.params[i])),
+                  "%s: parameter %d is %.7g, one device %.7g", spec, i, (double)many.params[i],
+                  (double)one.params[i]);
+}
+
+Test(survivors, one_failure_of_four_continues_on_three)
+{
+    check_like_one_device("cpu:3,cpu:1@fail=3", 6, 0, 3, 1);
+}
+
+Test(survivors, two_failures_in_one_run)
+{
+    check_like_one_device("cpu:2,cpu:1@fail=2,cpu:1@fail=4", 6, 0, 2, 2);
+}
+
+Test(survivors, down_to_one_device)
+{
+    check_like_one_device("cpu:1,cpu:1@fail=2,cpu:1@fail=3", 6, 0, 1, 2);
+}
+
+Test(survivors, a_hung_device_is_dropped_after_the_timeout)
+{
+    check_like_one_device("cpu:3,cpu:1@hang=3", 6, 150, 3, 1);
+}
+
+/* The failing device fails during an evaluation (its runs count
+ * evaluation batches too): the evaluation fails, the next step drops the
+ * device and continues, and the evaluator then runs on the survivors with
+ * the same result a fresh one gives. */
+Test(survivors, loss_during_evaluation)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3,cpu:1@fail=3");
+    /* linreg's graph with a mask input for the evaluator. */
+    linreg m;
+    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1}, md[1] = {BATCH};
+    td_node xw, pred, mask;
+    TEST_OK(ctx, td_graph_create(ctx, &m.g));
+    TEST_OK(ctx, td_graph_input(m.g, "x", TD_F32, 2, xd, TD_SHARDED, &m.x));
+    TEST_OK(ctx, td_graph_input(m.g, "y", TD_F32, 2, yd, TD_SHARDED, &m.y));
+    TEST_OK(ctx, td_graph_input(m.g, "mask", TD_F32, 1, md, TD_SHARDED, &mask));
+    TEST_OK(ctx, td_graph_param(m.g, "w", 2, wd, &m.w));
+    TEST_OK(ctx, td_graph_param(m.g, "b", 1, bd, &m.b));
+    TEST_OK(ctx, td_graph_matmul(m.g, m.x, m.w, &xw));
+    TEST_OK(ctx, td_graph_add(m.g, xw, m.b, &pred));
+    TEST_OK(ctx, td_graph_mse(m.g, pred, m.y, &m.loss));
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.learning_rate = 0.1f;
+    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    td_node params[2] = {m.w, m.b};
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, 2, params, &o, &m.trainer));
+    td_evaluator *ev;
+    TEST_OK(ctx, td_evaluator_create(m.g, mesh, mask, 1, &m.loss, &ev));
+    m.xs = test_tensor(ctx, TD_F32, 2, xd);
+    m.ys = test_tensor(ctx, TD_F32, 2, yd);
+    td_tensor *mt = test_tensor(ctx, TD_F32, 1, md);
+    for (int i = 0; i < BATCH; i++)
+        test_f32(mt)[i] = 1.0f;
+    TEST_OK(ctx, linreg_step(&m, 0)); /* device 3's run 1 */
+    TEST_OK(ctx, linreg_step(&m, 1)); /* run 2 */
+    linreg_batch(&m, 9);
+    td_binding eb[3] = {{m.x, m.xs}, {m.y, m.ys}, {mask, mt}};
+    TEST_OK(ctx, td_evaluator_load(ev, m.trainer));
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected failure in its run 3", td_evaluator_run(ev, 3, eb));
+    TEST_OK(ctx, linreg_step(&m, 2)); /* drops device 3, runs on three */
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
+    cr_assert_eq(p.devices, 3);
+    cr_assert_eq(p.devices_lost, 1);
+    linreg_batch(&m, 9);
+    TEST_OK(ctx, td_evaluator_load(ev, m.trainer));
+    TEST_OK(ctx, td_evaluator_run(ev, 3, eb));
+    float after_loss, fresh_loss;
+    double examples;
+    TEST_OK(ctx, td_evaluator_result(ev, 1, &after_loss, &examples));
+    cr_assert_eq(examples, BATCH);
+    td_evaluator *fresh;
+    TEST_OK(ctx, td_evaluator_create(m.g, mesh, mask, 1, &m.loss, &fresh));
+    TEST_OK(ctx, td_evaluator_load(fresh, m.trainer));
+    TEST_OK(ctx, td_evaluator_run(fresh, 3, eb));
+    TEST_OK(ctx, td_evaluator_result(fresh, 1, &fresh_loss, NULL));
+    cr_assert_eq(after_loss, fresh_loss, "the re-planned evaluator gives %g, a fresh one %g", (double)after_loss,
+                 (double)fresh_loss);
+    td_tensor_destroy(mt);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* A global batch that does not divide by the survivors is an error that
+ * says so (even shards: uneven ones are not built yet). */
+Test(survivors, batch_not_dividing_by_the_survivors_is_named)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, "cpu:5,cpu:1@fail=2"); /* 12 rows over 6, then over 5: does not divide */
+    linreg m;
+    linreg_init(ctx, mesh, &m);
+    td_trainer_destroy(m.trainer);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    td_node params[2] = {m.w, m.b};
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, 2, params, &o, &m.trainer));
+    TEST_OK(ctx, linreg_step(&m, 0));
+    td_status s = linreg_step(&m, 1);
+    cr_assert_neq(s, TD_OK);
+    cr_assert(test_message_mentions(ctx, "continuing on the surviving devices failed"), "%s", td_last_error(ctx));
+    cr_assert(test_message_mentions(ctx, "5"), "%s", td_last_error(ctx));
     linreg_fini(&m);
     td_context_destroy(ctx);
 }
