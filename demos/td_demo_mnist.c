@@ -43,11 +43,17 @@ typedef struct demo {
     uint32_t *order, *index;
 } demo;
 
+static void log_to_stderr(void *user, td_log_level level, const char *message)
+{
+    fprintf(stderr, "%s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
+}
+
 static int usage(const char *demo_name)
 {
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine]\n"
+            "          [--on-device-loss fail|continue]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
@@ -58,7 +64,10 @@ static int usage(const char *demo_name)
             "  --batch-norm     batch normalization after each convolution (statistics per device)\n"
             "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
             "  --accumulate K   average the gradients of K batches per update (default 1)\n"
-            "  --schedule S     constant (default) or cosine: decay the rate to 0 over the run\n",
+            "  --schedule S     constant (default) or cosine: decay the rate to 0 over the run\n"
+            "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
+            "                   (the global batch must divide by the devices left; inject faults with\n"
+            "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
             demo_name, TD_FASHION_MNIST_DIR);
     return 2;
 }
@@ -143,6 +152,12 @@ static int parse(demo *d, int argc, char **argv)
                 return 2;
             }
             d->o.cosine = strcmp(v, "cosine") == 0;
+        } else if (strcmp(f, "--on-device-loss") == 0) {
+            if (strcmp(v, "fail") != 0 && strcmp(v, "continue") != 0) {
+                fprintf(stderr, "%s: --on-device-loss expects fail or continue, got '%s'\n", d->name, v);
+                return 2;
+            }
+            d->o.continue_on_loss = strcmp(v, "continue") == 0;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", d->name, f);
             return usage(d->name);
@@ -214,7 +229,13 @@ static void release(demo *d)
 
 static int setup(demo *d, const char *model)
 {
-    td_status s = td_context_create(NULL, &d->ctx);
+    /* Warnings (a device dropped, a trace's dropped events) go to stderr. */
+    td_context_options co;
+    td_context_options_init(&co);
+    co.log = log_to_stderr;
+    co.log_user = (void *)d->name;
+    co.log_level = TD_LOG_WARN;
+    td_status s = td_context_create(&co, &d->ctx);
     if (s != TD_OK)
         return fail(d, s, "td_context_create");
     if ((s = td_mesh_create(d->ctx, d->o.devices, &d->mesh)) != TD_OK)
@@ -268,6 +289,7 @@ static int setup(demo *d, const char *model)
     opts.accumulate_steps = d->o.accumulate;
     opts.n_metrics = 1;
     opts.metrics = &d->accuracy;
+    opts.on_device_loss = d->o.continue_on_loss ? TD_ON_DEVICE_LOSS_CONTINUE : TD_ON_DEVICE_LOSS_FAIL;
     if (d->o.cosine) {
         opts.schedule.kind = TD_SCHEDULE_COSINE_DECAY;
         opts.schedule.init_value = d->o.learning_rate;
@@ -294,6 +316,7 @@ static int train(demo *d)
            d->name, d->n_dev, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
            d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant");
     double train_seconds = 0, test_acc = 0, test_loss = 0, train_acc = 0, train_loss = 0, last_loss = 0;
+    uint32_t lost = 0;
     td_status s;
     for (int epoch = 0; epoch < d->o.epochs; epoch++) {
         if ((s = td_data_order(d->ctx, d->o.seed, (uint64_t)epoch, n_train, d->order)) != TD_OK)
@@ -311,6 +334,14 @@ static int train(demo *d)
                 return fail(d, s, "td_trainer_step");
             loss_sum += loss * (double)valid;
             acc_sum += acc * (double)valid;
+            td_train_progress p;
+            td_trainer_progress(d->trainer, &p);
+            if (p.devices_lost > lost) {
+                printf("epoch %d, step %zu: %u device(s) lost; continuing on %u (the cause is on stderr)\n", epoch + 1,
+                       step + 1, p.devices_lost - lost, p.devices);
+                fflush(stdout);
+                lost = p.devices_lost;
+            }
         }
         double seconds = now() - t0;
         train_seconds += seconds;
@@ -329,14 +360,17 @@ static int train(demo *d)
     if ((s = td_trainer_replicas_identical(d->trainer, &identical)) != TD_OK)
         return fail(d, s, "td_trainer_replicas_identical");
     double samples = (double)per_epoch * d->o.epochs;
+    td_train_progress end;
+    td_trainer_progress(d->trainer, &end);
     printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
            "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
            "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
-           "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"replicas_bitwise_identical\": %s}\n",
+           "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
+           "\"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
            last_loss, train_acc, test_loss, test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
-           identical ? "true" : "false");
+           end.devices, end.devices_lost, identical ? "true" : "false");
     return identical ? 0 : 1;
 }
 

@@ -24,6 +24,7 @@
 const char *const td_cli_models[] = {"linreg", "mlp", "cnn", NULL};
 const char *const td_cli_optimizers[] = {"sgd", "momentum", "adam", "adamw", "rmsprop", NULL};
 const char *const td_cli_schedules[] = {"constant", "cosine", "warmup-cosine", NULL};
+const char *const td_cli_device_loss[] = {"fail", "continue", NULL};
 
 void td_cli_config_defaults(td_cli_config *c, unsigned set)
 {
@@ -191,6 +192,8 @@ static void trainer_options(td_cli_session *s)
                    : strcmp(c->optimizer, "rmsprop") == 0 ? TD_OPTIMIZER_RMSPROP
                                                           : TD_OPTIMIZER_SGD;
     o->learning_rate = c->lr;
+    if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
+        o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     o->schedule.kind = TD_SCHEDULE_CONSTANT;
     o->schedule.init_value = c->lr;
     const uint64_t updates = s->total_updates;

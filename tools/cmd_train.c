@@ -55,6 +55,7 @@ typedef struct train_run {
     td_cli_metrics metrics;
     td_cli_progress progress;
     td_step_timing *timing; /* the last step's, per device, from the step callback */
+    uint32_t n_timing;      /* devices in it: fewer once a device was dropped */
     float lr;               /* the last step's learning rate, likewise */
     char path[4096];
 } train_run;
@@ -64,7 +65,11 @@ static void on_step(void *user, const td_step_report *report)
 {
     train_run *r = user;
     r->lr = report->learning_rate;
+    r->n_timing = report->n_devices;
     memcpy(r->timing, report->timing, sizeof *r->timing * report->n_devices);
+    if (report->devices_lost)
+        fprintf(stderr, "tandem train: step %llu: %u device(s) lost, continuing on %u\n",
+                (unsigned long long)report->micro_step, report->devices_lost, report->n_devices);
 }
 
 /* Saves when the trainer is between accumulation rounds; *saved says
@@ -137,7 +142,7 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                 const td_cli_step_record rec = {
                     .epoch = (int64_t)epoch + 1, .step = step + 1, .steps = steps, .global = after.micro_steps,
                     .loss = loss, .accuracy = accuracy, .lr = r->lr, .samples_per_second = (double)valid / seconds,
-                    .seconds = seconds, .has_accuracy = s->classifier, .n_devices = s->n_devices, .timing = r->timing};
+                    .seconds = seconds, .has_accuracy = s->classifier, .n_devices = r->n_timing, .timing = r->timing};
                 td_cli_metrics_step(&r->metrics, &rec);
             }
             /* The bar shows the epoch's rate so far: one step's rate jumps about. */
@@ -257,6 +262,8 @@ int td_cli_train(int argc, char **argv)
              "JSON lines per step and per epoch (appended to when resuming)"),
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
              "timeline of every device and the host, Chrome trace JSON (open in ui.perfetto.dev)"),
+        {"--on-device-loss", TD_CLI_CHOICE, &c.on_device_loss, 0, 0, 0, td_cli_device_loss, 0, "WHAT",
+         "fail (default), or continue on the devices left (the batch must divide by their count)"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -304,7 +311,7 @@ int td_cli_train(int argc, char **argv)
     }
     if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, c.metrics, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
-    if (rc == TD_CLI_EXIT_OK && r->metrics.file)
+    if (rc == TD_CLI_EXIT_OK)
         td_trainer_on_step(r->s.trainer, on_step, r);
     td_status trace_status;
     if (rc == TD_CLI_EXIT_OK && c.trace && (trace_status = td_trace_begin(r->s.ctx, c.trace)) != TD_OK)
@@ -356,7 +363,8 @@ int td_cli_train(int argc, char **argv)
                (unsigned long long)p.updates, last.train_loss, last.test_loss);
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
-        printf("\"seconds\":%.3f,\"replicas_bitwise_identical\":%s}\n", train_seconds, identical ? "true" : "false");
+        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"replicas_bitwise_identical\":%s}\n",
+               train_seconds, p.devices, p.devices_lost, identical ? "true" : "false");
         if (!identical && rc == TD_CLI_EXIT_OK)
             rc = TD_CLI_EXIT_FAILURE;
     }

@@ -42,6 +42,7 @@ typedef struct td_cli_config {
     bool resume;
     const char *metrics; /* JSONL path, or NULL */
     const char *trace;   /* Chrome trace-event JSON path, or NULL */
+    const char *on_device_loss; /* "fail" (NULL) or "continue" */
 } td_cli_config;
 
 /* The flags a config can come from, one bit each, so that --resume can

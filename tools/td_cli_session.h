@@ -56,6 +56,7 @@ td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, 
 extern const char *const td_cli_models[];
 extern const char *const td_cli_optimizers[];
 extern const char *const td_cli_schedules[];
+extern const char *const td_cli_device_loss[];
 
 /* Fills the defaults that depend on the model (optimizer, learning rate)
  * where the user gave none. */

@@ -80,6 +80,17 @@ if expect_rc 0 "linreg" "$tandem" train --model linreg --devices cpu:2 --epochs 
     fail "linreg did not learn: $(tail -1 out)"
 fi
 
+echo "== a device that fails, and training goes on without it"
+if expect_rc 0 "continue on survivors" "$tandem" train --model mlp --data generated --limit 600 --batch 60 --epochs 2 \
+  --devices "cpu:3,cpu:1@fail=4" --on-device-loss continue; then
+  python3 -c 'import json,sys; r=json.loads(open("out").read().strip().splitlines()[-1]); sys.exit(0 if r["devices_at_end"] == 3 and r["devices_lost"] == 1 and r["updates"] == 20 and r["replicas_bitwise_identical"] else 1)' ||
+    fail "did not finish on three devices after the failure: $(tail -1 out)"
+  grep -q "1 device(s) lost, continuing on 3" err || fail "the loss was not reported: $(cat err)"
+fi
+expect_rc 1 "fail is the default" "$tandem" train --model mlp --data generated --limit 600 --batch 60 --epochs 1 \
+  --devices "cpu:3,cpu:1@fail=4" || true
+expect_usage_error "--on-device-loss" "bad loss policy" "$tandem" train --on-device-loss retry
+
 echo "== mlp on generated data, checkpoints and metrics"
 mlp=(--model mlp --data generated --limit 300 --batch 64 --seed 3)
 if expect_rc 0 "mlp train" "$tandem" train "${mlp[@]}" --devices cpu:2 --epochs 2 --checkpoint ck --metrics m.jsonl --trace t.json; then
