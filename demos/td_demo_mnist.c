@@ -41,6 +41,7 @@ typedef struct demo {
     td_tensor *train_images, *train_labels, *test_images, *test_labels;
     td_tensor *xb, *yb, *mb; /* one global batch: u8 images, i32 labels, f32 mask */
     uint32_t *order, *index;
+    float input_mean, input_std; /* the model's input standardization */
 } demo;
 
 static void log_to_stderr(void *user, td_log_level level, const char *message)
@@ -53,7 +54,7 @@ static int usage(const char *demo_name)
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine]\n"
-            "          [--on-device-loss fail|continue]\n"
+            "          [--on-device-loss fail|continue] [--raw-inputs]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
@@ -65,6 +66,8 @@ static int usage(const char *demo_name)
             "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
             "  --accumulate K   average the gradients of K batches per update (default 1)\n"
             "  --schedule S     constant (default) or cosine: decay the rate to 0 over the run\n"
+            "  --raw-inputs     feed pixels / 255 (the seeds' way) instead of standardizing them by the\n"
+            "                   training set's mean and standard deviation\n"
             "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
             "                   (the global batch must divide by the devices left; inject faults with\n"
             "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
@@ -106,6 +109,10 @@ static int parse(demo *d, int argc, char **argv)
         const char *f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
             return usage(d->name) - 1; /* 1: print and leave with 0 */
+        if (strcmp(f, "--raw-inputs") == 0) {
+            d->o.raw_inputs = true;
+            continue;
+        }
         if (strcmp(f, "--batch-norm") == 0) {
             d->o.batch_norm = true;
             continue;
@@ -260,6 +267,10 @@ static int setup(demo *d, const char *model)
     mo.seed = d->o.seed;
     mo.batch_norm = d->o.batch_norm;
     mo.dropout = d->o.dropout;
+    if (!d->o.raw_inputs && (s = td_dataset_pixel_stats(d->ctx, d->train_images, &mo.input_mean, &mo.input_std)) != TD_OK)
+        return fail(d, s, "td_dataset_pixel_stats");
+    d->input_mean = mo.input_mean;
+    d->input_std = mo.input_std;
     if ((s = td_graph_create(d->ctx, &d->g)) != TD_OK ||
         (s = td_graph_input(d->g, "image", TD_U8, 4, xdims, TD_SHARDED, &d->x)) != TD_OK ||
         (s = td_graph_input(d->g, "label", TD_I32, 1, ydims, TD_SHARDED, &d->y)) != TD_OK ||
@@ -312,9 +323,11 @@ static int train(demo *d)
     size_t per_epoch = d->o.limit && (size_t)d->o.limit < n_train ? (size_t)d->o.limit : n_train;
     size_t B = (size_t)d->o.batch, steps = (per_epoch + B - 1) / B;
     printf("%s: %u device(s) [%s], global batch %zu, %zu batches per epoch (%zu examples, the last batch %zu), "
-           "batch norm %s, dropout %g, accumulate %u, schedule %s\n",
+           "batch norm %s, dropout %g, accumulate %u, schedule %s, lr %g, inputs %s (mean %.4f, std %.4f)\n",
            d->name, d->n_dev, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
-           d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant");
+           d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
+           (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", (double)d->input_mean,
+           (double)d->input_std);
     double train_seconds = 0, test_acc = 0, test_loss = 0, train_acc = 0, train_loss = 0, last_loss = 0;
     uint32_t lost = 0;
     td_status s;
@@ -364,12 +377,13 @@ static int train(demo *d)
     td_trainer_progress(d->trainer, &end);
     printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
            "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
+           "\"learning_rate\": %g, \"inputs\": \"%s\", "
            "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
            "\"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
-           last_loss, train_acc, test_loss, test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
+           (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss, test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
            end.devices, end.devices_lost, identical ? "true" : "false");
     return identical ? 0 : 1;
 }

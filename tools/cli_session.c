@@ -175,6 +175,10 @@ static td_status build_graph(td_cli_session *s)
     mo.batch_norm = s->config.batch_norm;
     mo.dropout = s->config.dropout;
     mo.classes = CLASSES;
+    /* The whole training split's statistics: the same for every --limit,
+     * for train and for eval, so a checkpoint needs to record only whether. */
+    if (!s->config.raw_inputs && (st = td_dataset_pixel_stats(s->ctx, s->train.x, &mo.input_mean, &mo.input_std)) != TD_OK)
+        return st;
     if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK)
         st = td_model_classification(s->g, s->config.model, s->x, s->y, s->mask, &mo, &s->loss, &s->accuracy);
     return st;

@@ -1,4 +1,5 @@
 /* The built-in models (tandem/models.h), composed of public layers only. */
+#include <math.h>
 #include <string.h>
 
 #include "tandem/layers.h"
@@ -11,6 +12,7 @@ td_status td_model_options_init(td_model_options *o)
         return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
     o->classes = 10;
+    o->input_std = 1.0f;
     return TD_OK;
 }
 
@@ -26,6 +28,9 @@ static td_status check(td_graph *g, td_node images, const td_model_options *in, 
     if (o->classes < 1)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: classes %lld, expected >= 1", fn,
                             (long long)o->classes);
+    if (!isfinite(o->input_mean) || !(o->input_std > 0.0f) || !isfinite(o->input_std))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input_mean %g and input_std %g, expected finite values "
+                            "with input_std > 0", fn, (double)o->input_mean, (double)o->input_std);
     if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: dropout %g, expected in [0, 1)", fn,
                             (double)o->dropout);
@@ -132,6 +137,22 @@ td_status td_model_classifier(td_graph *g, const char *name, td_node images, con
                         name ? name : "(null)");
 }
 
+/* pixels (0..255) -> (pixels / 255 - mean) / std, as one scale and one
+ * shift: (pixels - 255 mean) * (1 / (255 std)). Only the scale when the
+ * mean is 0 and the std 1. */
+static td_status standardize(td_graph *g, td_node pixels, float mean, float std, td_node *out)
+{
+    if (mean == 0.0f && std == 1.0f)
+        return td_graph_scale(g, pixels, 1.0f / 255.0f, out);
+    td_node shift, centred;
+    td_status s = td_graph_constant(g, -255.0f * mean, &shift);
+    if (s == TD_OK)
+        s = td_graph_add(g, pixels, shift, &centred);
+    if (s == TD_OK)
+        s = td_graph_scale(g, centred, 1.0f / (255.0f * std), out);
+    return s;
+}
+
 td_status td_model_classification(td_graph *g, const char *name, td_node images, td_node labels, td_node mask,
                                   const td_model_options *options, td_node *loss, td_node *accuracy)
 {
@@ -140,8 +161,16 @@ td_status td_model_classification(td_graph *g, const char *name, td_node images,
     if (s != TD_OK || (s = td_graph_check_out(g, accuracy, fn)) != TD_OK ||
         (s = td_graph_check_node(g, images, fn, TD_U8)) != TD_OK)
         return s;
+    td_model_options o;
+    td_model_options_init(&o);
+    if (options)
+        o = *options;
+    if (!isfinite(o.input_mean) || !(o.input_std > 0.0f) || !isfinite(o.input_std))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input_mean %g and input_std %g, expected finite values "
+                            "with input_std > 0", fn, (double)o.input_mean, (double)o.input_std);
     td_node pixels, scaled, logits, per_example, predicted, label_f32, correct;
-    if ((s = td_graph_cast(g, images, &pixels)) != TD_OK || (s = td_graph_scale(g, pixels, 1.0f / 255.0f, &scaled)) != TD_OK ||
+    if ((s = td_graph_cast(g, images, &pixels)) != TD_OK ||
+        (s = standardize(g, pixels, o.input_mean, o.input_std, &scaled)) != TD_OK ||
         (s = td_model_classifier(g, name, scaled, options, &logits)) != TD_OK ||
         (s = td_graph_softmax_cross_entropy_per_example(g, logits, labels, &per_example)) != TD_OK ||
         (s = td_graph_masked_mean(g, per_example, mask, loss)) != TD_OK || (s = td_graph_argmax(g, logits, &predicted)) != TD_OK ||

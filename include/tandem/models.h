@@ -19,9 +19,14 @@ typedef struct td_model_options {
     int64_t classes;  /* classifier outputs; Fashion-MNIST has 10 */
     bool batch_norm;  /* normalise after each conv / hidden dense (their bias then dropped) */
     float dropout;    /* rate before the classifier (cnn) or after each hidden relu (mlp); 0 = none */
+    /* td_model_classification's input scaling: pixels / 255, then
+     * (x - input_mean) / input_std. The defaults 0 and 1 leave [0, 1];
+     * td_dataset_pixel_stats gives a training set's mean and std. */
+    float input_mean;
+    float input_std;
 } td_model_options;
 
-/* seed 0, 10 classes, no batch norm, no dropout. */
+/* seed 0, 10 classes, no batch norm, no dropout, inputs in [0, 1]. */
 TD_API td_status td_model_options_init(td_model_options *options);
 
 /* Seed 003's MLP: images [B, H, W, C] f32 flattened, dense 512, relu,
@@ -40,8 +45,8 @@ TD_API td_status td_model_classifier(td_graph *g, const char *name, td_node imag
                                      td_node *logits);
 
 /* The classifier `name` trained the way the demos and `tandem train` do:
- * images u8 [B, H, W, C] (raw bytes, cast and scaled by 1/255 on the
- * device), labels i32 [B] and mask f32 [B] (1 valid, 0 padding) give
+ * images u8 [B, H, W, C] (raw bytes, cast and scaled on the device: / 255,
+ * then standardized by options' input_mean and input_std), labels i32 [B] and mask f32 [B] (1 valid, 0 padding) give
  *   *loss     = masked mean over the global batch of the per-example
  *               softmax cross-entropy of the logits,
  *   *accuracy = masked mean of argmax(logits) == label,

@@ -4,6 +4,7 @@
  * Fashion-MNIST when it is installed. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -690,4 +691,37 @@ Test(data, real_fashion_mnist_has_the_published_counts, .timeout = 60)
     expect_fashion_split("train", 60000, 6000);
     expect_fashion_split("t10k", 10000, 1000);
     cr_assert_eq(counter.live, live_at_start);
+}
+
+/* The pixel statistics against a direct computation, and bad input named. */
+Test(data, pixel_stats_are_the_scaled_mean_and_std)
+{
+    const int64_t dims[2] = {3, 5};
+    td_tensor *t;
+    TEST_OK(ctx, td_tensor_create(ctx, TD_U8, 2, dims, &t));
+    uint8_t *p;
+    td_tensor_data(t, (void **)&p);
+    double sum = 0, squares = 0;
+    for (int i = 0; i < 15; i++) {
+        p[i] = (uint8_t)(i * 17);
+        sum += p[i] / 255.0;
+    }
+    const double mean = sum / 15;
+    for (int i = 0; i < 15; i++)
+        squares += (p[i] / 255.0 - mean) * (p[i] / 255.0 - mean);
+    float m, s;
+    TEST_OK(ctx, td_dataset_pixel_stats(ctx, t, &m, &s));
+    cr_assert(fabs(m - mean) < 1e-6 && fabs(s - sqrt(squares / 15)) < 1e-6, "mean %g std %g, expected %g %g", (double)m,
+              (double)s, mean, sqrt(squares / 15));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "std is NULL", td_dataset_pixel_stats(ctx, t, &m, NULL));
+    td_tensor *f;
+    TEST_OK(ctx, td_tensor_create(ctx, TD_F32, 2, dims, &f));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "u8", td_dataset_pixel_stats(ctx, f, &m, &s));
+    const int64_t none[1] = {0};
+    td_tensor *e;
+    TEST_OK(ctx, td_tensor_create(ctx, TD_U8, 1, none, &e));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "no values", td_dataset_pixel_stats(ctx, e, &m, &s));
+    td_tensor_destroy(t);
+    td_tensor_destroy(f);
+    td_tensor_destroy(e);
 }

@@ -165,3 +165,61 @@ Test(models, classification_gives_a_masked_loss_and_accuracy_that_train)
     td_tensor_destroy(yt);
     td_tensor_destroy(mt);
 }
+
+/* input_mean / input_std: the classification graph standardizes the
+ * bytes as (x / 255 - mean) / std. Checked against the same model fed the
+ * host-standardized f32 images: the same loss (same parameters, the
+ * initializers being keyed by name and seed). */
+Test(models, classification_standardizes_its_inputs)
+{
+    td_mesh *mesh = test_mesh(ctx, "cpu:1");
+    const int64_t xd[4] = {4, 8, 8, 1}, bd[1] = {4}, ld[1] = {4};
+    td_model_options o;
+    td_model_options_init(&o);
+    cr_assert_eq(o.input_mean, 0.0f);
+    cr_assert_eq(o.input_std, 1.0f);
+    o.input_mean = 0.3f;
+    o.input_std = 0.4f;
+    td_graph *gu;
+    td_node x, y, mask, loss, accuracy;
+    TEST_OK(ctx, td_graph_create(ctx, &gu));
+    TEST_OK(ctx, td_graph_input(gu, "bytes", TD_U8, 4, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_input(gu, "label", TD_I32, 1, ld, TD_SHARDED, &y));
+    TEST_OK(ctx, td_graph_input(gu, "mask", TD_F32, 1, bd, TD_SHARDED, &mask));
+    TEST_OK(ctx, td_model_classification(gu, "cnn", x, y, mask, &o, &loss, &accuracy));
+    /* The reference: f32 images standardized on the host, the plain model. */
+    td_graph *gf;
+    td_node fx, fy, logits, ref;
+    TEST_OK(ctx, td_graph_create(ctx, &gf));
+    TEST_OK(ctx, td_graph_input(gf, "images", TD_F32, 4, xd, TD_SHARDED, &fx));
+    TEST_OK(ctx, td_graph_input(gf, "label", TD_I32, 1, ld, TD_SHARDED, &fy));
+    TEST_OK(ctx, td_model_cnn(gf, fx, &o, &logits));
+    TEST_OK(ctx, td_graph_softmax_cross_entropy(gf, logits, fy, &ref));
+
+    td_tensor *xt = test_tensor(ctx, TD_U8, 4, xd), *yt = test_tensor(ctx, TD_I32, 1, ld),
+              *mt = test_tensor(ctx, TD_F32, 1, bd), *ft = test_tensor(ctx, TD_F32, 4, xd);
+    uint8_t *bytes;
+    td_tensor_data(xt, (void **)&bytes);
+    test_rng rng = {99};
+    for (int i = 0; i < 4 * 64; i++) {
+        bytes[i] = (uint8_t)(test_rng_next(&rng) & 0xff);
+        test_f32(ft)[i] = ((float)bytes[i] / 255.0f - 0.3f) / 0.4f;
+    }
+    for (int i = 0; i < 4; i++) {
+        test_i32(yt)[i] = i % 10;
+        test_f32(mt)[i] = 1.0f;
+    }
+    td_program *pu = test_compile(ctx, gu, mesh, 1, &loss), *pf = test_compile(ctx, gf, mesh, 1, &ref);
+    td_binding bu[3] = {{x, xt}, {y, yt}, {mask, mt}}, bf[2] = {{fx, ft}, {fy, yt}};
+    TEST_OK(ctx, td_program_run(pu, 3, bu));
+    TEST_OK(ctx, td_program_run(pf, 2, bf));
+    td_tensor *lu = test_read_output(ctx, pu, 0, 0), *lf = test_read_output(ctx, pf, 0, 0);
+    cr_assert(test_close(test_f32(lu)[0], test_f32(lf)[0], 1e-5, 1e-6), "standardized in the graph %.7g, on the host %.7g",
+              (double)test_f32(lu)[0], (double)test_f32(lf)[0]);
+    o.input_std = 0.0f;
+    td_node l2, a2;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "input_std", td_model_classification(gu, "cnn", x, y, mask, &o, &l2, &a2));
+    td_tensor *all[] = {xt, yt, mt, ft, lu, lf};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        td_tensor_destroy(all[i]);
+}
