@@ -8,6 +8,7 @@
  * lost device would) or stall a wait until its timeout (as a hung one). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -657,4 +658,21 @@ Test(survivors, batch_not_dividing_by_the_survivors_is_named)
     cr_assert(test_message_mentions(ctx, "5"), "%s", td_last_error(ctx));
     linreg_fini(&m);
     td_context_destroy(ctx);
+}
+
+/* The same on the backend specs (TD_TEST_DEVICES) with one more simulated
+ * device that fails at its third step: GPU-style devices (PoCL, lavapipe,
+ * mixed) re-plan and go on like CPU ones. */
+Test(survivors_devices, a_failing_device_leaves_the_rest_training, .timeout = 300)
+{
+    const char *base = test_devices_spec("cpu:3");
+    char spec[256];
+    snprintf(spec, sizeof spec, "%s,cpu:1@fail=3", base);
+    td_context *probe = test_context(0);
+    td_mesh *mesh = test_mesh_or_skip(probe, base);
+    const uint32_t n = test_mesh_size(mesh);
+    td_context_destroy(probe);
+    if (BATCH % (n + 1) != 0 || BATCH % n != 0)
+        cr_skip_test("%s: the batch of %d does not divide by %u and %u devices", spec, BATCH, n + 1, n);
+    check_like_one_device(spec, 6, 0, n, 1);
 }
