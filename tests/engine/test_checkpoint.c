@@ -420,6 +420,77 @@ Test(checkpoint, resume_on_another_mesh_continues_the_same_run)
     td_context_destroy(ctx);
 }
 
+/* A device lost mid-run with on_device_loss = continue, then a checkpoint:
+ * the run is the one that saved after the step before the loss on cpu:4
+ * and resumed on cpu:3 -- bitwise, file for file (parameters, batch norm
+ * statistics, Adam's moments, counters): the failed step is re-run on the
+ * three survivors from the same master values and optimizer state, and
+ * the state re-split over three owners is the one a checkpoint restores. */
+Test(checkpoint, a_device_lost_before_a_save_is_the_resumed_run_bitwise)
+{
+    enum { STEPS = 6, BEFORE = 2 };
+    td_context *ctx = test_context(30000);
+    char *dir = ckpt_test_temp_dir();
+    dataset data;
+    make_dataset(ctx, &data);
+
+    model a;
+    build_model(ctx, &a, true);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.optimizer = TD_OPTIMIZER_ADAM;
+    o.schedule.kind = TD_SCHEDULE_EXPONENTIAL_DECAY;
+    o.schedule.init_value = 0.02f;
+    o.schedule.decay_rate = 0.5f;
+    o.schedule.transition_steps = 4;
+    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    td_trainer *ta = NULL;
+    TEST_OK(ctx, td_trainer_create(a.g, test_mesh(ctx, "cpu:3,cpu:1@fail=3"), a.loss, a.n_params, a.params, &o, &ta));
+    feeder fa;
+    feeder_init(ctx, &fa, &data, 0, 0);
+    float la[STEPS];
+    train(ctx, ta, &a, &fa, STEPS, la); /* the fourth device fails in step 3 */
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(ta, &p));
+    cr_assert_eq(p.devices, 3);
+    cr_assert_eq(p.devices_lost, 1);
+    char pa[512];
+    snprintf(pa, sizeof pa, "%s/continued.safetensors", dir);
+    save_plain(ctx, ta, pa);
+
+    model b;
+    build_model(ctx, &b, true);
+    td_trainer *tb = make_trainer(ctx, &b, test_mesh(ctx, "cpu:4"));
+    feeder fb;
+    feeder_init(ctx, &fb, &data, 0, 0);
+    float lb[BEFORE];
+    train(ctx, tb, &b, &fb, BEFORE, lb);
+    char saved[512];
+    save_with_position(ctx, tb, &fb, dir, saved, sizeof saved);
+    model c;
+    build_model(ctx, &c, true);
+    td_trainer *tc = make_trainer(ctx, &c, test_mesh(ctx, "cpu:3"));
+    feeder fc;
+    resume(ctx, tc, dir, &data, &fc);
+    float lc[STEPS - BEFORE];
+    train(ctx, tc, &c, &fc, STEPS - BEFORE, lc);
+    char pc[512];
+    snprintf(pc, sizeof pc, "%s/resumed.safetensors", dir);
+    save_plain(ctx, tc, pc);
+    for (int s = 0; s < BEFORE; s++)
+        cr_assert_eq(la[s], lb[s], "step %d before the loss: %.9g, cpu:4 %.9g", s, (double)la[s], (double)lb[s]);
+    for (int s = BEFORE; s < STEPS; s++)
+        cr_assert_eq(la[s], lc[s - BEFORE], "step %d: %.9g continued, %.9g resumed on cpu:3", s, (double)la[s],
+                     (double)lc[s - BEFORE]);
+    cr_assert_eq(compare_files(ctx, pa, pc, 0, 0, true), 0.0, "the continued run's checkpoint differs from the resumed one's");
+    ckpt_test_remove_dir(dir);
+    feeder_free(&fa);
+    feeder_free(&fb);
+    feeder_free(&fc);
+    dataset_free(&data);
+    td_context_destroy(ctx);
+}
+
 /* ---- the directory: keep K, newest valid, refusals before writing ---- */
 
 Test(checkpoint, a_directory_keeps_the_newest_k_and_opens_the_newest_valid)
