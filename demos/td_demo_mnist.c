@@ -49,7 +49,7 @@ static void log_to_stderr(void *user, td_log_level level, const char *message)
     fprintf(stderr, "%s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
 }
 
-static int usage(const char *demo_name)
+static int usage(const char *demo_name, const demo_options *o)
 {
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
@@ -59,19 +59,19 @@ static int usage(const char *demo_name)
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
             "  --seed N         initial parameters, dropout masks and data order (default 0)\n"
-            "  --lr X           Adam learning rate (the peak with --schedule cosine; default 1e-3)\n"
+            "  --lr X           Adam learning rate (the peak with --schedule cosine; default %g)\n"
             "  --limit N        train on N examples per epoch (default: all 60000)\n"
             "  --data DIR       Fashion-MNIST IDX files (default %s)\n"
             "  --batch-norm     batch normalization after each convolution (statistics per device)\n"
             "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
             "  --accumulate K   average the gradients of K batches per update (default 1)\n"
-            "  --schedule S     constant (default) or cosine: decay the rate to 0 over the run\n"
+            "  --schedule S     constant or cosine: decay the rate to 0 over the run (default %s)\n"
             "  --raw-inputs     feed pixels / 255 (the seeds' way) instead of standardizing them by the\n"
             "                   training set's mean and standard deviation\n"
             "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
             "                   (the global batch must divide by the devices left; inject faults with\n"
             "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
-            demo_name, TD_FASHION_MNIST_DIR);
+            demo_name, (double)o->learning_rate, TD_FASHION_MNIST_DIR, o->cosine ? "cosine" : "constant");
     return 2;
 }
 
@@ -108,7 +108,7 @@ static int parse(demo *d, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
-            return usage(d->name) - 1; /* 1: print and leave with 0 */
+            return usage(d->name, &d->o) - 1; /* 1: print and leave with 0 */
         if (strcmp(f, "--raw-inputs") == 0) {
             d->o.raw_inputs = true;
             continue;
@@ -119,7 +119,7 @@ static int parse(demo *d, int argc, char **argv)
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "%s: %s needs a value\n", d->name, f);
-            return usage(d->name);
+            return usage(d->name, &d->o);
         }
         const char *v = argv[++i];
         int64_t n;
@@ -167,7 +167,7 @@ static int parse(demo *d, int argc, char **argv)
             d->o.continue_on_loss = strcmp(v, "continue") == 0;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", d->name, f);
-            return usage(d->name);
+            return usage(d->name, &d->o);
         }
     }
     return 0;
