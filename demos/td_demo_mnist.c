@@ -54,7 +54,7 @@ static int usage(const char *demo_name, const demo_options *o)
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine]\n"
-            "          [--on-device-loss fail|continue] [--raw-inputs]\n"
+            "          [--on-device-loss fail|continue] [--inputs raw|standardized]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
@@ -66,12 +66,13 @@ static int usage(const char *demo_name, const demo_options *o)
             "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
             "  --accumulate K   average the gradients of K batches per update (default 1)\n"
             "  --schedule S     constant or cosine: decay the rate to 0 over the run (default %s)\n"
-            "  --raw-inputs     feed pixels / 255 (the seeds' way) instead of standardizing them by the\n"
-            "                   training set's mean and standard deviation\n"
+            "  --inputs I       raw: pixels / 255 (the seeds' way); standardized: then by the training\n"
+            "                   set's mean and standard deviation (default %s)\n"
             "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
             "                   (the global batch must divide by the devices left; inject faults with\n"
             "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
-            demo_name, (double)o->learning_rate, TD_FASHION_MNIST_DIR, o->cosine ? "cosine" : "constant");
+            demo_name, (double)o->learning_rate, TD_FASHION_MNIST_DIR, o->cosine ? "cosine" : "constant",
+            o->raw_inputs ? "raw" : "standardized");
     return 2;
 }
 
@@ -109,10 +110,6 @@ static int parse(demo *d, int argc, char **argv)
         const char *f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
             return usage(d->name, &d->o) - 1; /* 1: print and leave with 0 */
-        if (strcmp(f, "--raw-inputs") == 0) {
-            d->o.raw_inputs = true;
-            continue;
-        }
         if (strcmp(f, "--batch-norm") == 0) {
             d->o.batch_norm = true;
             continue;
@@ -165,6 +162,12 @@ static int parse(demo *d, int argc, char **argv)
                 return 2;
             }
             d->o.continue_on_loss = strcmp(v, "continue") == 0;
+        } else if (strcmp(f, "--inputs") == 0) {
+            if (strcmp(v, "raw") != 0 && strcmp(v, "standardized") != 0) {
+                fprintf(stderr, "%s: --inputs expects raw or standardized, got '%s'\n", d->name, v);
+                return 2;
+            }
+            d->o.raw_inputs = strcmp(v, "raw") == 0;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", d->name, f);
             return usage(d->name, &d->o);

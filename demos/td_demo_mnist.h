@@ -21,7 +21,7 @@ typedef struct demo_options {
     uint32_t accumulate; /* --accumulate K: micro-batches per update (1 = none) */
     bool cosine;         /* --schedule cosine: the rate decays to 0 over the run (optax.cosine_decay_schedule) */
     bool continue_on_loss; /* --on-device-loss continue: drop a failed device and go on (td_trainer_options) */
-    bool raw_inputs;       /* --raw-inputs: pixels / 255 only, not standardized by the training set's statistics */
+    bool raw_inputs;       /* --inputs raw: pixels / 255 only; standardized: by the training set's mean and std */
 } demo_options;
 
 /* Parses the command line, trains the built-in classifier `model` ("mlp"

@@ -31,7 +31,7 @@ td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_pos
         {"seed", seed},            {"lr", lr},
         {"dropout", dropout},      {"batch_norm", c->batch_norm ? "1" : "0"},
         {"epoch", epoch},          {"position", position},
-        {"inputs", c->raw_inputs ? "raw" : "standardized"},
+        {"inputs", c->inputs},
     };
     td_checkpoint_options o;
     td_checkpoint_options_init(&o);
@@ -137,7 +137,9 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     c->batch_norm = batch_norm != 0;
     /* Checkpoints written before inputs were standardized have no key: raw. */
     const char *inputs = NULL;
-    c->raw_inputs = td_checkpoint_metadata(ck, "inputs", &inputs) != TD_OK || strcmp(inputs, "standardized") != 0;
+    c->inputs = td_checkpoint_metadata(ck, "inputs", &inputs) == TD_OK && strcmp(inputs, "standardized") == 0
+                    ? "standardized"
+                    : "raw";
     at->epoch = (uint64_t)epoch;
     at->position = (uint64_t)position;
     return true;
@@ -196,8 +198,7 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     bad = bad || differs(command, must_match, TD_CLI_SET_DROPOUT, "--dropout", a, b);
     bad = bad || differs(command, must_match, TD_CLI_SET_BATCH_NORM, "--batch-norm", c->batch_norm ? "on" : "off",
                          saved.batch_norm ? "on" : "off");
-    bad = bad || differs(command, must_match, TD_CLI_SET_RAW_INPUTS, "--raw-inputs", c->raw_inputs ? "on" : "off",
-                         saved.raw_inputs ? "on" : "off");
+    bad = bad || differs(command, must_match, TD_CLI_SET_INPUTS, "--inputs", c->inputs, saved.inputs);
     if (bad)
         return TD_CLI_EXIT_USAGE;
 

@@ -25,6 +25,7 @@ const char *const td_cli_models[] = {"linreg", "mlp", "cnn", NULL};
 const char *const td_cli_optimizers[] = {"sgd", "momentum", "adam", "adamw", "rmsprop", NULL};
 const char *const td_cli_schedules[] = {"constant", "cosine", "warmup-cosine", NULL};
 const char *const td_cli_device_loss[] = {"fail", "continue", NULL};
+const char *const td_cli_inputs[] = {"raw", "standardized", NULL};
 
 void td_cli_config_defaults(td_cli_config *c, unsigned set)
 {
@@ -39,6 +40,10 @@ void td_cli_config_defaults(td_cli_config *c, unsigned set)
     }
     if (!(set & TD_CLI_SET_SCHEDULE) && cnn)
         c->schedule = "cosine";
+    /* Measured per model (bench/RESULTS.md): standardizing helps the CNN,
+     * not the MLP. */
+    if (!(set & TD_CLI_SET_INPUTS))
+        c->inputs = cnn ? "standardized" : "raw";
     if (!(set & TD_CLI_SET_DATA) && linreg)
         c->data = "generated";
 }
@@ -181,7 +186,7 @@ static td_status build_graph(td_cli_session *s)
     mo.classes = CLASSES;
     /* The whole training split's statistics: the same for every --limit,
      * for train and for eval, so a checkpoint needs to record only whether. */
-    if (!s->config.raw_inputs && (st = td_dataset_pixel_stats(s->ctx, s->train.x, &mo.input_mean, &mo.input_std)) != TD_OK)
+    if (strcmp(s->config.inputs, "standardized") == 0 && (st = td_dataset_pixel_stats(s->ctx, s->train.x, &mo.input_mean, &mo.input_std)) != TD_OK)
         return st;
     if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK)
         st = td_model_classification(s->g, s->config.model, s->x, s->y, s->mask, &mo, &s->loss, &s->accuracy);

@@ -252,8 +252,9 @@ int td_cli_train(int argc, char **argv)
              "average K batches' gradients per update (default 1)"),
         FLAG("--seed", TD_CLI_U64, &c.seed, 0, 0, TD_CLI_SET_SEED, "N", "initial parameters, dropout, data order (default 0)"),
         FLAG("--batch-norm", TD_CLI_SWITCH, &c.batch_norm, 0, 0, TD_CLI_SET_BATCH_NORM, "", "batch norm in the model"),
-        FLAG("--raw-inputs", TD_CLI_SWITCH, &c.raw_inputs, 0, 0, TD_CLI_SET_RAW_INPUTS, "",
-             "pixels / 255 only (the seeds' way), not standardized by the training set's mean and std"),
+        {"--inputs", TD_CLI_CHOICE, &c.inputs, 0, 0, 0, td_cli_inputs, TD_CLI_SET_INPUTS, "HOW",
+         "raw: pixels / 255 (the seeds' way); standardized: then by the training set's mean and std "
+         "(default: cnn standardized, mlp raw)"},
         {"--dropout", TD_CLI_FLOAT, &c.dropout, 0, 1, 1, NULL, TD_CLI_SET_DROPOUT, "P", "dropout rate (default 0)"},
         FLAG("--limit", TD_CLI_INT, &c.limit, 1, 1e12, TD_CLI_SET_LIMIT, "N",
              "train on N examples per epoch (generated data: N examples in all)"),

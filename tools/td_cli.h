@@ -38,7 +38,7 @@ typedef struct td_cli_config {
     float lr;
     float dropout;
     bool batch_norm;
-    bool raw_inputs; /* pixels / 255 only, not standardized by the training set's statistics */
+    const char *inputs; /* "raw": pixels / 255; "standardized": then by the training set's mean and std */
     const char *checkpoint; /* directory, or NULL */
     bool resume;
     const char *metrics; /* JSONL path, or NULL */
@@ -61,7 +61,7 @@ enum {
     TD_CLI_SET_LR = 1u << 9,
     TD_CLI_SET_DROPOUT = 1u << 10,
     TD_CLI_SET_BATCH_NORM = 1u << 11,
-    TD_CLI_SET_RAW_INPUTS = 1u << 12,
+    TD_CLI_SET_INPUTS = 1u << 12,
 };
 
 /* `tandem <name> ...`: each returns the process exit code. argv[0] is the

@@ -57,6 +57,7 @@ extern const char *const td_cli_models[];
 extern const char *const td_cli_optimizers[];
 extern const char *const td_cli_schedules[];
 extern const char *const td_cli_device_loss[];
+extern const char *const td_cli_inputs[];
 
 /* Fills the defaults that depend on the model (optimizer, learning rate)
  * where the user gave none. */
