@@ -201,6 +201,15 @@ td_status td_error_set(td_context *ctx, td_status status, const char *fmt, ...)
     return status;
 }
 
+void td_error_copy(td_context *ctx, char *buf, size_t size)
+{
+    if (!size)
+        return;
+    pthread_mutex_lock(&ctx->error_lock);
+    snprintf(buf, size, "%s", ctx->error_message);
+    pthread_mutex_unlock(&ctx->error_lock);
+}
+
 void td_error_clear(td_context *ctx)
 {
     pthread_mutex_lock(&ctx->error_lock);

@@ -31,6 +31,9 @@ void td_free_with(const td_allocator *allocator, void *ptr);
  * never overwrites a primary error recorded since td_error_clear. */
 td_status td_error_set(td_context *ctx, td_status status, const char *fmt, ...) TD_PRINTF(3, 4);
 void td_error_clear(td_context *ctx);
+/* Copies the last error message into buf under the error lock: a worker
+ * fenced off after a timeout may still be recording its own. */
+void td_error_copy(td_context *ctx, char *buf, size_t size);
 
 /* The one rule for a dtype a call does not take: TD_ERR_INVALID_ARGUMENT
  * with "<fn>: <what> is <dtype>, expected <expected>" (a value outside

@@ -199,8 +199,9 @@ void td_program_before_shrink(td_program *p)
         p->job_dst = p->saved_params;
         if (td_mesh_run(p->mesh, read_params_job, p) != TD_OK) {
             /* Unreadable: the re-plan starts from the initializers, and says so. */
-            td_log(ctx, TD_LOG_WARN, "a program's parameters could not be read back before the mesh shrank: %s",
-                   td_last_error(ctx));
+            char why[512];
+            td_error_copy(ctx, why, sizeof why);
+            td_log(ctx, TD_LOG_WARN, "a program's parameters could not be read back before the mesh shrank: %s", why);
             td_free(ctx, p->saved_params);
             p->saved_params = NULL;
         }

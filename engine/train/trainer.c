@@ -843,9 +843,12 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     if (live != TD_OK)
         return live;
     td_context *ctx = t->ctx;
-    if (t->stale && (live = trainer_refresh(t)) != TD_OK)
+    if (t->stale && (live = trainer_refresh(t)) != TD_OK) {
+        char why[1024];
+        td_error_copy(ctx, why, sizeof why);
         return td_error_set(ctx, live, "td_trainer_step: the mesh lost devices and the trainer cannot plan for the %u "
-                                       "left: %s", t->mesh->count, td_last_error(ctx));
+                                       "left: %s", t->mesh->count, why);
+    }
     t->lost_this_step = 0;
     for (;;) {
         td_status s = step_once(t, n_bindings, bindings, loss);
@@ -855,7 +858,7 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
          * rest and run the same global batch again from the master
          * parameters (the failed attempt changed nothing). */
         char cause[1024];
-        snprintf(cause, sizeof cause, "%s", td_last_error(ctx));
+        td_error_copy(ctx, cause, sizeof cause);
         const uint32_t before = t->mesh->count;
         uint32_t dropped = 0;
         td_status d = td_mesh_drop_lost(t->mesh, &dropped);
@@ -863,8 +866,11 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
             return s;
         if (d == TD_OK)
             d = trainer_refresh(t);
-        if (d != TD_OK)
-            return td_error_set(ctx, d, "%s; continuing on the surviving devices failed: %s", cause, td_last_error(ctx));
+        if (d != TD_OK) {
+            char why[1024];
+            td_error_copy(ctx, why, sizeof why);
+            return td_error_set(ctx, d, "%s; continuing on the surviving devices failed: %s", cause, why);
+        }
         t->devices_lost += dropped;
         t->lost_this_step += dropped;
         td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the %u devices left of %u",
@@ -905,7 +911,7 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
          * error is what the caller gets; a device that cannot be restored
          * (lost) fails again on the next call. */
         char cause[512];
-        snprintf(cause, sizeof cause, "%s", td_last_error(t->ctx));
+        td_error_copy(t->ctx, cause, sizeof cause);
         td_status r = td_program_write_all_params(t->program, t->master);
         const bool dropped = t->micro > 0;
         t->micro = 0;
