@@ -15,6 +15,7 @@
 int main(int argc, char **argv)
 {
     const demo_options defaults = {.devices = "cpu:4", .epochs = 5, .batch = 128, .seed = 0,
-                                   .data = TD_FASHION_MNIST_DIR, .learning_rate = 2e-3f, .accumulate = 1, .cosine = true};
+                                   .data = TD_FASHION_MNIST_DIR, .learning_rate = 2e-3f, .accumulate = 1,
+                                   .cosine = true};
     return demo_mnist_main("mnist_cnn", argc, argv, "cnn", &defaults);
 }

@@ -270,7 +270,8 @@ static int setup(demo *d, const char *model)
     mo.seed = d->o.seed;
     mo.batch_norm = d->o.batch_norm;
     mo.dropout = d->o.dropout;
-    if (!d->o.raw_inputs && (s = td_dataset_pixel_stats(d->ctx, d->train_images, &mo.input_mean, &mo.input_std)) != TD_OK)
+    if (!d->o.raw_inputs &&
+        (s = td_dataset_pixel_stats(d->ctx, d->train_images, &mo.input_mean, &mo.input_std)) != TD_OK)
         return fail(d, s, "td_dataset_pixel_stats");
     d->input_mean = mo.input_mean;
     d->input_std = mo.input_std;
@@ -386,7 +387,8 @@ static int train(demo *d)
            "\"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
-           (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss, test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
+           (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss,
+           test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
            end.devices, end.devices_lost, identical ? "true" : "false");
     return identical ? 0 : 1;
 }

@@ -12,7 +12,8 @@ td_status td_dataset_pixel_stats(td_context *ctx, const td_tensor *images, float
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;
     if (!images || !mean || !std)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !images ? "images" : !mean ? "mean" : "std");
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                            !images ? "images" : !mean ? "mean" : "std");
     td_dtype dtype;
     td_tensor_dtype(images, &dtype);
     if (dtype != TD_U8)

@@ -16,6 +16,15 @@ td_status td_model_options_init(td_model_options *o)
     return TD_OK;
 }
 
+static td_status check_input_scaling(td_graph *g, const td_model_options *o, const char *fn)
+{
+    if (isfinite(o->input_mean) && o->input_std > 0.0f && isfinite(o->input_std))
+        return TD_OK;
+    return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                        "%s: input_mean %g and input_std %g, expected finite values with input_std > 0", fn,
+                        (double)o->input_mean, (double)o->input_std);
+}
+
 static td_status check(td_graph *g, td_node images, const td_model_options *in, td_model_options *o,
                        td_node *out, const char *fn)
 {
@@ -28,9 +37,8 @@ static td_status check(td_graph *g, td_node images, const td_model_options *in, 
     if (o->classes < 1)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: classes %lld, expected >= 1", fn,
                             (long long)o->classes);
-    if (!isfinite(o->input_mean) || !(o->input_std > 0.0f) || !isfinite(o->input_std))
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input_mean %g and input_std %g, expected finite values "
-                            "with input_std > 0", fn, (double)o->input_mean, (double)o->input_std);
+    if ((s = check_input_scaling(g, o, fn)) != TD_OK)
+        return s;
     if (!(o->dropout >= 0.0f && o->dropout < 1.0f))
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: dropout %g, expected in [0, 1)", fn,
                             (double)o->dropout);
@@ -165,9 +173,8 @@ td_status td_model_classification(td_graph *g, const char *name, td_node images,
     td_model_options_init(&o);
     if (options)
         o = *options;
-    if (!isfinite(o.input_mean) || !(o.input_std > 0.0f) || !isfinite(o.input_std))
-        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: input_mean %g and input_std %g, expected finite values "
-                            "with input_std > 0", fn, (double)o.input_mean, (double)o.input_std);
+    if ((s = check_input_scaling(g, &o, fn)) != TD_OK)
+        return s;
     td_node pixels, scaled, logits, per_example, predicted, label_f32, correct;
     if ((s = td_graph_cast(g, images, &pixels)) != TD_OK ||
         (s = standardize(g, pixels, o.input_mean, o.input_std, &scaled)) != TD_OK ||
