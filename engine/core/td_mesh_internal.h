@@ -48,6 +48,9 @@ struct td_mesh {
      * calls that when the mesh goes, so it never reaches up a layer. */
     void *collectives;
     void (*collectives_destroy)(void *collectives);
+    /* Wakes every device waiting inside a collective with `status`: a job
+     * past its time stops its waits before stalled devices are fenced. */
+    void (*collectives_abort)(void *collectives, td_status status);
     /* Bumped each time the mesh drops lost devices: what was planned for
      * an older generation plans again. */
     uint64_t generation;

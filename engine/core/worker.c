@@ -229,9 +229,19 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
 
     /* Every wait inside a job is bounded by the context timeout (a
      * collective's wait for a peer by twice it); a job makes a handful of
-     * them, so four timeouts is the bound (tandem/context.h). */
-    const uint64_t limit_ms = 4ull * td_context_timeout_ms(mesh->ctx);
-    bool idle = wait_idle(pool, limit_ms);
+     * them, so four timeouts is the bound (tandem/context.h). At three the
+     * collectives are aborted, so devices waiting on a stalled peer return
+     * and only the stalled ones are still inside at four. */
+    const uint64_t timeout_ms = td_context_timeout_ms(mesh->ctx), limit_ms = 4ull * timeout_ms;
+    bool idle = wait_idle(pool, 3ull * timeout_ms);
+    if (!idle) {
+        if (mesh->collectives && mesh->collectives_abort) {
+            pthread_mutex_unlock(&pool->lock); /* the ring takes its own locks; workers may need the pool's */
+            mesh->collectives_abort(mesh->collectives, TD_ERR_TIMEOUT);
+            pthread_mutex_lock(&pool->lock);
+        }
+        idle = wait_idle(pool, timeout_ms);
+    }
     td_status result = pool->first_failure;
     uint32_t stuck = pool->pending;
     if (!idle) {

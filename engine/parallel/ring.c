@@ -118,6 +118,11 @@ static void ring_destroy(void *collectives)
     td_free(ctx, ring);
 }
 
+static void ring_abort_for_mesh(void *collectives, td_status status)
+{
+    td_ring_abort(collectives, status);
+}
+
 td_status td_mesh_ring(td_mesh *mesh, td_ring **out)
 {
     if (!mesh->collectives) {
@@ -127,6 +132,7 @@ td_status td_mesh_ring(td_mesh *mesh, td_ring **out)
             return s;
         mesh->collectives = ring;
         mesh->collectives_destroy = ring_destroy;
+        mesh->collectives_abort = ring_abort_for_mesh;
     }
     *out = mesh->collectives;
     return TD_OK;
