@@ -194,6 +194,7 @@ void td_program_before_shrink(td_program *p)
             survivor = i;
     td_free(ctx, p->saved_params);
     p->saved_params = n && survivor < p->n_dev ? td_alloc(ctx, n * sizeof(float)) : NULL;
+    p->saved_elems = n;
     if (p->saved_params) {
         p->job_device = survivor;
         p->job_dst = p->saved_params;
@@ -215,7 +216,6 @@ td_status td_program_refresh(td_program *p)
     if (!p->stale)
         return TD_OK;
     td_context *ctx = p->ctx;
-    const uint64_t saved_elems = p->planned ? p->plan.size[TD_BUF_PARAMS] : 0;
     unplan(p);
     td_free(ctx, p->devs);
     p->n_dev = p->mesh->count;
@@ -226,14 +226,17 @@ td_status td_program_refresh(td_program *p)
         s = plan_for_mesh(p, NULL);
         /* The parameters as they were, when the layout is the same (it
          * does not depend on the device count, only on the graph). */
-        if (s == TD_OK && p->saved_params && saved_elems == p->plan.size[TD_BUF_PARAMS] && saved_elems)
+        if (s == TD_OK && p->saved_params && p->saved_elems == p->plan.size[TD_BUF_PARAMS] && p->saved_elems)
             s = td_program_write_all_params(p, p->saved_params);
     }
-    td_free(ctx, p->saved_params);
-    p->saved_params = NULL;
-    if (s != TD_OK && p->devs) {
-        td_mesh_run(p->mesh, release_job, p); /* what did compile */
-        p->stale = true;                      /* and try again next time */
+    if (s == TD_OK) {
+        td_free(ctx, p->saved_params); /* kept otherwise, for the next try */
+        p->saved_params = NULL;
+    }
+    if (s != TD_OK) {
+        if (p->devs)
+            td_mesh_run(p->mesh, release_job, p); /* what did compile */
+        p->stale = true;                          /* and try again next time */
     }
     return s;
 }

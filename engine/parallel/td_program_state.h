@@ -48,6 +48,7 @@ struct td_program {
     bool planned;         /* plan holds a built plan */
     bool stale;           /* the mesh dropped devices: nothing is on the devices, plan again before use */
     float *saved_params;  /* the parameters read back before the devices went, for the re-plan */
+    uint64_t saved_elems; /* their count */
     const char *trace_name;  /* the device tracks' name for one run: "run", "step", "evaluate" */
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;

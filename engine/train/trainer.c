@@ -480,6 +480,18 @@ static void report_step(td_trainer *t, float loss, double seconds)
     t->on_step(t->on_step_user, &r);
 }
 
+/* Calls that read the owners' chunks need them: after the mesh dropped
+ * devices, the trainer plans them again in its next step. */
+static td_status check_planned(const td_trainer *t, const char *fn)
+{
+    if (!t->stale)
+        return TD_OK;
+    return td_error_set(t->ctx, TD_ERR_STATE,
+                        "%s: the mesh dropped lost devices and the trainer has not planned for the %u left yet (its "
+                        "last td_trainer_step failed to); step again first",
+                        fn, t->mesh->count);
+}
+
 /* The first check of every call on a trainer: not NULL, not released. */
 static td_status check_trainer(const td_trainer *t, const char *fn)
 {
@@ -992,6 +1004,8 @@ td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_
         return live;
     if (!state_bytes)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: state_bytes is NULL");
+    if ((live = check_planned(t, "td_trainer_memory")) != TD_OK)
+        return live;
     if (device >= t->mesh->count)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: device %u is not in the mesh (%u devices)",
                             device, t->mesh->count);
@@ -1084,7 +1098,8 @@ const td_program *td_trainer_program(const td_trainer *t)
 
 td_status td_trainer_check_live(const td_trainer *t, const char *fn)
 {
-    return td_owned_check_live(&t->owned, fn);
+    td_status s = td_owned_check_live(&t->owned, fn);
+    return s == TD_OK ? check_planned(t, fn) : s;
 }
 
 void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)

@@ -656,6 +656,10 @@ Test(survivors, batch_not_dividing_by_the_survivors_is_named)
     cr_assert_neq(s, TD_OK);
     cr_assert(test_message_mentions(ctx, "continuing on the surviving devices failed"), "%s", td_last_error(ctx));
     cr_assert(test_message_mentions(ctx, "5"), "%s", td_last_error(ctx));
+    /* The trainer could not plan for the five left: what reads its chunks says so. */
+    size_t bytes;
+    TEST_FAILS(ctx, TD_ERR_STATE, "has not planned", td_trainer_memory(m.trainer, 0, &bytes));
+    cr_assert_neq(linreg_step(&m, 2), TD_OK);
     linreg_fini(&m);
     td_context_destroy(ctx);
 }
