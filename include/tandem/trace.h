@@ -19,7 +19,7 @@
  * Cost: off, one pointer test per program run and per collective. On,
  * each kernel is timed on its own -- the device finishes one before the
  * next starts, so GPU queues lose their overlap while tracing -- and each
- * event takes a short lock; the events stay in memory (48 bytes each, at
+ * event takes a short lock; the events stay in memory (56 bytes each, at
  * most 4 Mi events; later ones are counted and dropped) until
  * td_trace_end writes the file.
  *
