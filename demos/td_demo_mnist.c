@@ -379,17 +379,24 @@ static int train(demo *d)
     double samples = (double)per_epoch * d->o.epochs;
     td_train_progress end;
     td_trainer_progress(d->trainer, &end);
+    /* The split in force: examples per device of a global batch (even
+     * shards; speed-aware ones are issue 10's next part). */
+    char split[512];
+    size_t used = (size_t)snprintf(split, sizeof split, "[");
+    for (uint32_t i = 0; i < end.devices && used < sizeof split - 16; i++)
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%zu", i ? ", " : "", B / end.devices);
+    snprintf(split + used, sizeof split - used, "]");
     printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
            "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
            "\"learning_rate\": %g, \"inputs\": \"%s\", "
            "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
-           "\"replicas_bitwise_identical\": %s}\n",
+           "\"balance\": \"even\", \"split\": %s, \"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss,
            test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
-           end.devices, end.devices_lost, identical ? "true" : "false");
+           end.devices, end.devices_lost, split, identical ? "true" : "false");
     return identical ? 0 : 1;
 }
 

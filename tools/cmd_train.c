@@ -366,8 +366,11 @@ int td_cli_train(int argc, char **argv)
                (unsigned long long)p.updates, last.train_loss, last.test_loss);
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
-        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"replicas_bitwise_identical\":%s}\n",
-               train_seconds, p.devices, p.devices_lost, identical ? "true" : "false");
+        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"even\",\"split\":[",
+               train_seconds, p.devices, p.devices_lost);
+        for (uint32_t d = 0; d < p.devices; d++) /* examples per device of a global batch: even shards */
+            printf("%s%lld", d ? "," : "", (long long)c.batch / (long long)p.devices);
+        printf("],\"replicas_bitwise_identical\":%s}\n", identical ? "true" : "false");
         if (!identical && rc == TD_CLI_EXIT_OK)
             rc = TD_CLI_EXIT_FAILURE;
     }
