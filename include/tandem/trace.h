@@ -51,8 +51,9 @@ TD_API bool td_trace_active(const td_context *ctx);
 
 /* A span of the caller's on the host track (loading data, an epoch):
  * begin/end pairs nest, at most 32 deep. With no trace on, both do
- * nothing and return TD_OK, so callers need not test. span_end without
- * a begin is TD_ERR_STATE. The name is copied. */
+ * nothing and return TD_OK, so callers need not test (a NULL or empty
+ * name is refused either way). span_end without a begin is TD_ERR_STATE.
+ * The name is copied. */
 TD_API td_status td_trace_span_begin(td_context *ctx, const char *name);
 TD_API td_status td_trace_span_end(td_context *ctx);
 
