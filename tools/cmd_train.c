@@ -67,9 +67,11 @@ static void on_step(void *user, const td_step_report *report)
     r->lr = report->learning_rate;
     r->n_timing = report->n_devices;
     memcpy(r->timing, report->timing, sizeof *r->timing * report->n_devices);
-    if (report->devices_lost)
+    if (report->devices_lost) {
+        td_cli_progress_clear(&r->progress); /* the live line, on a terminal */
         fprintf(stderr, "tandem train: step %llu: %u device(s) lost, continuing on %u\n",
                 (unsigned long long)report->micro_step, report->devices_lost, report->n_devices);
+    }
 }
 
 /* Saves when the trainer is between accumulation rounds; *saved says
