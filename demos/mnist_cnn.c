@@ -9,13 +9,16 @@
  * gives the seed's pixels / 255), and Adam's rate peaking at 2e-3 with a
  * cosine decay over the run (--lr 1e-3 --schedule constant is the seed's).
  * Over 5 epochs on cpu:4 the seed's recipe ends at 0.905 test accuracy
- * (mean of 3 seeds), this one at 0.915. */
+ * (mean of 3 seeds), this one at 0.915. With --batch-norm the defaults
+ * become a peak of 5e-3 reached after a linear warm-up over the first
+ * tenth of the run (--schedule warmup-cosine): 0.922 over 3 seeds. */
 #include "td_demo_mnist.h"
 
 int main(int argc, char **argv)
 {
     const demo_options defaults = {.devices = "cpu:4", .epochs = 5, .batch = 128, .seed = 0,
                                    .data = TD_FASHION_MNIST_DIR, .learning_rate = 2e-3f, .accumulate = 1,
-                                   .cosine = true};
+                                   .schedule = "cosine", .batch_norm_learning_rate = 5e-3f,
+                                   .batch_norm_schedule = "warmup-cosine"};
     return demo_mnist_main("mnist_cnn", argc, argv, "cnn", &defaults);
 }

@@ -9,6 +9,6 @@ int main(int argc, char **argv)
 {
     const demo_options defaults = {.devices = "cpu:4", .epochs = 5, .batch = 128, .seed = 0,
                                    .data = TD_FASHION_MNIST_DIR, .learning_rate = 1e-3f, .accumulate = 1,
-                                   .raw_inputs = true};
+                                   .schedule = "constant", .raw_inputs = true};
     return demo_mnist_main("mnist_mlp", argc, argv, "mlp", &defaults);
 }

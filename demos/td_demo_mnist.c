@@ -53,25 +53,28 @@ static int usage(const char *demo_name, const demo_options *o)
 {
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
-            "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine]\n"
+            "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine|warmup-cosine]\n"
             "          [--on-device-loss fail|continue] [--inputs raw|standardized]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
             "  --seed N         initial parameters, dropout masks and data order (default 0)\n"
-            "  --lr X           Adam learning rate (the peak with --schedule cosine; default %g)\n"
+            "  --lr X           Adam learning rate, the peak of a schedule (default %g; %g with --batch-norm)\n"
             "  --limit N        train on N examples per epoch (default: all 60000)\n"
             "  --data DIR       Fashion-MNIST IDX files (default %s)\n"
             "  --batch-norm     batch normalization after each convolution (statistics per device)\n"
             "  --dropout P      dropout at rate P before the classifier (default 0: none)\n"
             "  --accumulate K   average the gradients of K batches per update (default 1)\n"
-            "  --schedule S     constant or cosine: decay the rate to 0 over the run (default %s)\n"
+            "  --schedule S     constant, cosine (decay to 0 over the run) or warmup-cosine (a tenth of\n"
+            "                   the run warms up first) (default %s; %s with --batch-norm)\n"
             "  --inputs I       raw: pixels / 255 (the seeds' way); standardized: then by the training\n"
             "                   set's mean and standard deviation (default %s)\n"
             "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
             "                   (the global batch must divide by the devices left; inject faults with\n"
             "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
-            demo_name, (double)o->learning_rate, TD_FASHION_MNIST_DIR, o->cosine ? "cosine" : "constant",
+            demo_name, (double)o->learning_rate,
+            (double)(o->batch_norm_learning_rate > 0 ? o->batch_norm_learning_rate : o->learning_rate),
+            TD_FASHION_MNIST_DIR, o->schedule, o->batch_norm_schedule ? o->batch_norm_schedule : o->schedule,
             o->raw_inputs ? "raw" : "standardized");
     return 2;
 }
@@ -106,6 +109,7 @@ static bool parse_float(const char *demo_name, const char *flag, const char *tex
 
 static int parse(demo *d, int argc, char **argv)
 {
+    bool lr_given = false, schedule_given = false;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0)
@@ -147,15 +151,17 @@ static int parse(demo *d, int argc, char **argv)
         } else if (strcmp(f, "--lr") == 0) {
             if (!parse_float(d->name, f, v, 1e-9f, 1e3f, false, &d->o.learning_rate))
                 return 2;
+            lr_given = true;
         } else if (strcmp(f, "--dropout") == 0) {
             if (!parse_float(d->name, f, v, 0.0f, 1.0f, true, &d->o.dropout))
                 return 2;
         } else if (strcmp(f, "--schedule") == 0) {
-            if (strcmp(v, "constant") != 0 && strcmp(v, "cosine") != 0) {
-                fprintf(stderr, "%s: --schedule expects constant or cosine, got '%s'\n", d->name, v);
+            if (strcmp(v, "constant") != 0 && strcmp(v, "cosine") != 0 && strcmp(v, "warmup-cosine") != 0) {
+                fprintf(stderr, "%s: --schedule expects constant, cosine or warmup-cosine, got '%s'\n", d->name, v);
                 return 2;
             }
-            d->o.cosine = strcmp(v, "cosine") == 0;
+            d->o.schedule = v;
+            schedule_given = true;
         } else if (strcmp(f, "--on-device-loss") == 0) {
             if (strcmp(v, "fail") != 0 && strcmp(v, "continue") != 0) {
                 fprintf(stderr, "%s: --on-device-loss expects fail or continue, got '%s'\n", d->name, v);
@@ -173,6 +179,11 @@ static int parse(demo *d, int argc, char **argv)
             return usage(d->name, &d->o);
         }
     }
+    /* Batch norm's own defaults, where the user chose none (demo_options). */
+    if (d->o.batch_norm && !lr_given && d->o.batch_norm_learning_rate > 0)
+        d->o.learning_rate = d->o.batch_norm_learning_rate;
+    if (d->o.batch_norm && !schedule_given && d->o.batch_norm_schedule)
+        d->o.schedule = d->o.batch_norm_schedule;
     return 0;
 }
 
@@ -305,11 +316,19 @@ static int setup(demo *d, const char *model)
     opts.n_metrics = 1;
     opts.metrics = &d->accuracy;
     opts.on_device_loss = d->o.continue_on_loss ? TD_ON_DEVICE_LOSS_CONTINUE : TD_ON_DEVICE_LOSS_FAIL;
-    if (d->o.cosine) {
+    const uint64_t updates = batches / d->o.accumulate ? batches / d->o.accumulate : 1;
+    if (strcmp(d->o.schedule, "cosine") == 0) {
         opts.schedule.kind = TD_SCHEDULE_COSINE_DECAY;
         opts.schedule.init_value = d->o.learning_rate;
-        uint64_t updates = batches / d->o.accumulate;
-        opts.schedule.decay_steps = updates ? updates : 1;
+        opts.schedule.decay_steps = updates;
+    } else if (strcmp(d->o.schedule, "warmup-cosine") == 0) {
+        /* As tandem train's: a tenth of the run warms up from 0, the rest decays to 0. */
+        opts.schedule.kind = TD_SCHEDULE_WARMUP_COSINE_DECAY;
+        opts.schedule.init_value = 0.0f;
+        opts.schedule.peak_value = d->o.learning_rate;
+        opts.schedule.end_value = 0.0f;
+        opts.schedule.warmup_steps = updates / 10 ? updates / 10 : 1;
+        opts.schedule.decay_steps = updates > opts.schedule.warmup_steps ? updates : opts.schedule.warmup_steps + 1;
     }
     if ((s = td_trainer_create(d->g, d->mesh, d->loss, d->n_params, d->params, &opts, &d->trainer)) != TD_OK)
         return fail(d, s, "td_trainer_create");
@@ -329,7 +348,7 @@ static int train(demo *d)
     printf("%s: %u device(s) [%s], global batch %zu, %zu batches per epoch (%zu examples, the last batch %zu), "
            "batch norm %s, dropout %g, accumulate %u, schedule %s, lr %g, inputs %s (mean %.4f, std %.4f)\n",
            d->name, d->n_dev, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
-           d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
+           d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.schedule,
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", (double)d->input_mean,
            (double)d->input_std);
     double train_seconds = 0, test_acc = 0, test_loss = 0, train_acc = 0, train_loss = 0, last_loss = 0;
@@ -393,7 +412,7 @@ static int train(demo *d)
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
            "\"balance\": \"even\", \"split\": %s, \"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
-           d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.cosine ? "cosine" : "constant",
+           d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.schedule,
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss,
            test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
            end.devices, end.devices_lost, split, identical ? "true" : "false");

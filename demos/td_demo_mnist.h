@@ -19,7 +19,14 @@ typedef struct demo_options {
     bool batch_norm;     /* --batch-norm: the model normalises after its convolutions */
     float dropout;       /* --dropout P: rate before the classifier (0 = none) */
     uint32_t accumulate; /* --accumulate K: micro-batches per update (1 = none) */
-    bool cosine;         /* --schedule cosine: the rate decays to 0 over the run (optax.cosine_decay_schedule) */
+    /* --schedule: "constant", "cosine" (decays to 0 over the run, optax's
+     * cosine_decay_schedule) or "warmup-cosine" (a tenth of the run warms
+     * up linearly from 0 first). */
+    const char *schedule;
+    /* With --batch-norm and no --lr / --schedule given: these instead
+     * (batch norm takes larger rates; NULL / 0 keep the above). */
+    float batch_norm_learning_rate;
+    const char *batch_norm_schedule;
     bool continue_on_loss; /* --on-device-loss continue: drop a failed device and go on (td_trainer_options) */
     bool raw_inputs;       /* --inputs raw: pixels / 255 only; standardized: by the training set's mean and std */
 } demo_options;

@@ -247,9 +247,10 @@ int td_cli_train(int argc, char **argv)
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
          "default adam (linreg: sgd); momentum is SGD with momentum 0.9"},
         FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_SET_LR, "X",
-             "learning rate, the peak of a schedule (default 1e-3; cnn 2e-3; sgd 1e-2; linreg 0.05)"),
+             "learning rate, the peak of a schedule (default 1e-3; cnn 2e-3, 5e-3 with --batch-norm; sgd 1e-2; linreg 0.05)"),
         {"--schedule", TD_CLI_CHOICE, &c.schedule, 0, 0, 0, td_cli_schedules, TD_CLI_SET_SCHEDULE, "NAME",
-         "the rate over the run (default constant; cnn cosine); warmup-cosine warms up over the first tenth"},
+         "the rate over the run (default constant; cnn cosine, warmup-cosine with --batch-norm); warmup-cosine "
+         "warms up over the first tenth"},
         FLAG("--accumulate", TD_CLI_INT, &c.accumulate, 1, 1024, TD_CLI_SET_ACCUMULATE, "K",
              "average K batches' gradients per update (default 1)"),
         FLAG("--seed", TD_CLI_U64, &c.seed, 0, 0, TD_CLI_SET_SEED, "N", "initial parameters, dropout, data order (default 0)"),
