@@ -316,20 +316,9 @@ static int setup(demo *d, const char *model)
     opts.n_metrics = 1;
     opts.metrics = &d->accuracy;
     opts.on_device_loss = d->o.continue_on_loss ? TD_ON_DEVICE_LOSS_CONTINUE : TD_ON_DEVICE_LOSS_FAIL;
-    const uint64_t updates = batches / d->o.accumulate ? batches / d->o.accumulate : 1;
-    if (strcmp(d->o.schedule, "cosine") == 0) {
-        opts.schedule.kind = TD_SCHEDULE_COSINE_DECAY;
-        opts.schedule.init_value = d->o.learning_rate;
-        opts.schedule.decay_steps = updates;
-    } else if (strcmp(d->o.schedule, "warmup-cosine") == 0) {
-        /* As tandem train's: a tenth of the run warms up from 0, the rest decays to 0. */
-        opts.schedule.kind = TD_SCHEDULE_WARMUP_COSINE_DECAY;
-        opts.schedule.init_value = 0.0f;
-        opts.schedule.peak_value = d->o.learning_rate;
-        opts.schedule.end_value = 0.0f;
-        opts.schedule.warmup_steps = updates / 10 ? updates / 10 : 1;
-        opts.schedule.decay_steps = updates > opts.schedule.warmup_steps ? updates : opts.schedule.warmup_steps + 1;
-    }
+    if ((s = td_schedule_for_run(d->ctx, d->o.schedule, d->o.learning_rate, batches / d->o.accumulate,
+                                 &opts.schedule)) != TD_OK)
+        return fail(d, s, "td_schedule_for_run");
     if ((s = td_trainer_create(d->g, d->mesh, d->loss, d->n_params, d->params, &opts, &d->trainer)) != TD_OK)
         return fail(d, s, "td_trainer_create");
     const td_node metrics[2] = {d->loss, d->accuracy};

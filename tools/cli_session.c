@@ -208,21 +208,8 @@ static void trainer_options(td_cli_session *s)
     o->learning_rate = c->lr;
     if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
-    o->schedule.kind = TD_SCHEDULE_CONSTANT;
-    o->schedule.init_value = c->lr;
-    const uint64_t updates = s->total_updates;
-    if (strcmp(c->schedule, "cosine") == 0) {
-        o->schedule.kind = TD_SCHEDULE_COSINE_DECAY;
-        o->schedule.decay_steps = updates;
-    } else if (strcmp(c->schedule, "warmup-cosine") == 0) {
-        /* A tenth of the run warms up linearly from 0, the rest decays to 0. */
-        o->schedule.kind = TD_SCHEDULE_WARMUP_COSINE_DECAY;
-        o->schedule.init_value = 0.0f;
-        o->schedule.peak_value = c->lr;
-        o->schedule.end_value = 0.0f;
-        o->schedule.warmup_steps = updates / 10 ? updates / 10 : 1;
-        o->schedule.decay_steps = updates > o->schedule.warmup_steps ? updates : o->schedule.warmup_steps + 1;
-    }
+    /* The name was checked against td_cli_schedules when parsed. */
+    td_schedule_for_run(NULL, c->schedule, c->lr, s->total_updates, &o->schedule);
     o->accumulate_steps = (uint32_t)c->accumulate;
     o->n_metrics = s->classifier ? 1 : 0;
     o->metrics = s->classifier ? &s->accuracy : NULL;

@@ -31,8 +31,7 @@ static td_status push(td_context *ctx, spec_list *list, const td_backend_ops *op
     memset(e, 0, sizeof *e);
     e->ops = ops;
     e->index = index;
-    e->faults.slow = 1.0f;
-    snprintf(e->item, sizeof e->item, "%s", spec);
+    e->faults.slow = 1.0f; /* item and faults: set by parse_spec for the whole item */
     return TD_OK;
 }
 
@@ -394,8 +393,6 @@ td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped)
     }
     const uint32_t before = mesh->count;
     mesh->count = kept;
-    mesh->generation++;
-    mesh->dropped += before - kept;
     *dropped = before - kept;
     td_log(ctx, TD_LOG_WARN, "mesh '%s': dropped lost device(s) %s; %u of %u go on", mesh->spec, names, kept, before);
     return td_worker_pool_create(mesh);

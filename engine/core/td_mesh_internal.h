@@ -31,7 +31,8 @@ typedef struct td_mesh_device {
     uint64_t runs;  /* program runs started; touched by its worker only */
     /* Set once the device failed, or did not finish a job in time: its
      * later program runs fail at once, and an injected hang or slowdown
-     * waiting on it wakes up (worker.c). Written under the pool's lock. */
+     * waiting on it wakes up (worker.c). Only ever set, with an atomic
+     * store; read atomically, or under the pool's lock by the waits. */
     bool lost;
 } td_mesh_device;
 
@@ -51,10 +52,6 @@ struct td_mesh {
     /* Wakes every device waiting inside a collective with `status`: a job
      * past its time stops its waits before stalled devices are fenced. */
     void (*collectives_abort)(void *collectives, td_status status);
-    /* Bumped each time the mesh drops lost devices: what was planned for
-     * an older generation plans again. */
-    uint64_t generation;
-    uint32_t dropped; /* devices dropped so far */
 };
 
 /* Whether device `position` was lost (failed, or fenced off after a

@@ -252,7 +252,7 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
         busy_list(mesh, names, sizeof names);
         for (uint32_t i = 0; i < mesh->count; i++)
             if (pool->workers[i].busy)
-                mesh->devices[i].lost = true;
+                __atomic_store_n(&mesh->devices[i].lost, true, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&pool->released);
     }
     pthread_mutex_unlock(&pool->lock);
@@ -266,30 +266,20 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
 
 bool td_mesh_device_lost(td_mesh *mesh, uint32_t position)
 {
-    td_worker_pool *pool = mesh->pool;
-    if (!pool)
-        return false;
-    pthread_mutex_lock(&pool->lock);
-    const bool lost = mesh->devices[position].lost;
-    pthread_mutex_unlock(&pool->lock);
-    return lost;
+    return __atomic_load_n(&mesh->devices[position].lost, __ATOMIC_ACQUIRE);
 }
 
 td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
 {
     td_mesh_device *md = &mesh->devices[position];
     td_worker_pool *pool = mesh->pool;
-    pthread_mutex_lock(&pool->lock);
-    const bool lost = md->lost;
-    pthread_mutex_unlock(&pool->lock);
-    if (lost)
+    /* Every run asks: a lock-free read, the flag only ever goes to true. */
+    if (__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE))
         return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST, "device %u (%s) was lost earlier in this mesh", position,
                             md->item);
     const uint64_t run = ++md->runs;
     if (md->faults.fail_at == run) {
-        pthread_mutex_lock(&pool->lock);
-        md->lost = true;
-        pthread_mutex_unlock(&pool->lock);
+        __atomic_store_n(&md->lost, true, __ATOMIC_RELEASE);
         return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST, "device %u (%s): injected failure in its run %llu",
                             position, md->item, (unsigned long long)run);
     }
@@ -297,9 +287,9 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
         /* Stops answering: no timeout here on purpose, the mesh's job
          * timeout is what ends it. */
         pthread_mutex_lock(&pool->lock);
-        while (!md->lost && !pool->stopping)
+        while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping)
             pthread_cond_wait(&pool->released, &pool->lock);
-        md->lost = true;
+        __atomic_store_n(&md->lost, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&pool->lock);
         /* No message: the job already timed out and said which device
          * hung; the caller may be reading that message right now. */
@@ -325,9 +315,9 @@ td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t el
     }
     pthread_mutex_lock(&pool->lock);
     int rc = 0;
-    while (!md->lost && !pool->stopping && rc != ETIMEDOUT)
+    while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&pool->released, &pool->lock, &deadline);
-    const bool fenced = md->lost || pool->stopping;
+    const bool fenced = __atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) || pool->stopping;
     pthread_mutex_unlock(&pool->lock);
     /* Fenced: the job timed out and its message named this device; a
      * stale worker records nothing the caller may be reading. */

@@ -69,24 +69,22 @@ static td_status compile_device(td_program *p, uint32_t pos)
     return s;
 }
 
+/* Destroys the segments of *list (count entries, some NULL) and the list. */
+static void destroy_segments(td_context *ctx, td_mesh_device *md, td_segment ***list, uint32_t count)
+{
+    for (uint32_t i = 0; *list && i < count; i++)
+        if ((*list)[i])
+            md->ops->segment_destroy(md->dev, (*list)[i]);
+    td_free(ctx, *list);
+    *list = NULL;
+}
+
 static td_status release_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
-    if (pd->segments) {
-        for (uint32_t i = 0; i < p->plan.n_steps; i++)
-            if (pd->segments[i])
-                md->ops->segment_destroy(md->dev, pd->segments[i]);
-        td_free(p->ctx, pd->segments);
-        pd->segments = NULL;
-    }
-    if (pd->call_segments) {
-        for (uint32_t i = 0; i < p->plan.n_calls; i++)
-            if (pd->call_segments[i])
-                md->ops->segment_destroy(md->dev, pd->call_segments[i]);
-        td_free(p->ctx, pd->call_segments);
-        pd->call_segments = NULL;
-    }
+    destroy_segments(p->ctx, md, &pd->segments, p->plan.n_steps);
+    destroy_segments(p->ctx, md, &pd->call_segments, p->plan.n_calls);
     td_free(p->ctx, pd->calls);
     pd->calls = NULL;
     for (int b = 0; b < TD_BUF_COUNT; b++)

@@ -24,17 +24,20 @@ static double seconds_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Waits for everything the device was given, so a phase or a traced span
+ * ends when the device's work does. */
+static td_status drain(td_mesh_device *md, uint32_t timeout_ms)
+{
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
+}
+
 /* Ends a phase: waits for the device first when the program asks for it,
  * so the phase owns the work it queued. */
 static td_status end_phase(td_program *p, uint32_t pos, td_program_phase phase, double *mark)
 {
-    td_status s = TD_OK;
-    if (p->phase_waits) {
-        td_mesh_device *md = &p->mesh->devices[pos];
-        uint64_t ticket;
-        if ((s = md->ops->submit(md->dev, &ticket)) == TD_OK)
-            s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
-    }
+    const td_status s = p->phase_waits ? drain(&p->mesh->devices[pos], td_context_timeout_ms(p->ctx)) : TD_OK;
     double t = seconds_now();
     p->devs[pos].phase_seconds[phase] = t - *mark;
     *mark = t;
@@ -46,15 +49,6 @@ static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
     const td_slot *sl = &p->plan.slots[node];
     td_arg a = {p->devs[pos].buffers[sl->buffer], sl->offset};
     return a;
-}
-
-/* Waits for everything the device was given, so a traced span ends when
- * the device's work does. */
-static td_status drain(td_mesh_device *md, uint32_t timeout_ms)
-{
-    uint64_t ticket;
-    td_status s = md->ops->submit(md->dev, &ticket);
-    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
 }
 
 /* One segment step with every kernel timed alone: each call runs as its
@@ -83,6 +77,21 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
     return s;
 }
 
+/* Segment step i as one enqueue -- waited for and stretched only on a
+ * device with an injected slowdown. */
+static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
+{
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_segment *segment = p->devs[pos].segments[i];
+    if (!(md->faults.slow > 1.0f))
+        return md->ops->segment_run(md->dev, segment);
+    const uint64_t begin = td_trace_now();
+    td_status s = md->ops->segment_run(md->dev, segment);
+    if (s == TD_OK && (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+        s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+    return s;
+}
+
 static td_status run_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
@@ -97,7 +106,6 @@ static td_status run_device(td_program *p, uint32_t pos)
     uint64_t bytes = 0;
     if ((s = td_mesh_device_begin_run(p->mesh, pos)) != TD_OK)
         return s;
-    const bool slow = md->faults.slow > 1.0f;
 
     for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
@@ -127,16 +135,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
         const td_step *st = &p->plan.steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
-            if (tr) {
-                s = run_segment_traced(p, pos, st, tr, track);
-            } else if (!slow) {
-                s = ops->segment_run(dev, pd->segments[i]);
-            } else {
-                const uint64_t begin = td_trace_now();
-                if ((s = ops->segment_run(dev, pd->segments[i])) == TD_OK &&
-                    (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
-                    s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
-            }
+            s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
         }
         td_node in = p->graph.nodes[st->node].in[0];

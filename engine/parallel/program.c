@@ -17,10 +17,12 @@ static td_status program_job(void *arg, uint32_t pos)
 
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn)
 {
-    /* A job that timed out may still be ending on a fenced-off device: it
-     * must be out before the ring is reset under it. */
-    td_status quiet = td_mesh_wait_quiet(p->mesh);
-    if (quiet != TD_OK)
+    /* After a failure only (a failed ring, a mesh that dropped devices): a
+     * job that timed out may still be ending on a fenced-off device, and it
+     * must be out before the ring is reset or re-made under it.
+     * td_mesh_run waits for it too, but only after this. */
+    td_status quiet = TD_OK;
+    if ((p->stale || td_ring_failed(p->ring)) && (quiet = td_mesh_wait_quiet(p->mesh)) != TD_OK)
         return quiet;
     if (p->stale) {
         /* The re-plan runs jobs of its own: keep the caller's arguments. */

@@ -256,7 +256,8 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
             pthread_mutex_unlock(&p->lock);
             td_error_set(ctx, TD_ERR_TIMEOUT,
                          "ring rank %u waited %llu ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)",
-                         me, (unsigned long long)timeout_ms, peer, (unsigned)(target >> 32), (unsigned)(target & UNIT_DONE), peer,
+                         me, (unsigned long long)timeout_ms, peer, (unsigned)(target >> 32),
+                         (unsigned)(target & UNIT_DONE), peer,
                          (unsigned)(seen >> 32), (unsigned)(seen & UNIT_DONE));
             td_ring_abort(ring, TD_ERR_TIMEOUT);
             return TD_ERR_TIMEOUT;
@@ -406,6 +407,18 @@ static td_status exchange_total(td_ring *ring, uint32_t r, uint64_t base, const 
     return TD_OK;
 }
 
+/* A traced phase of an op ends now: [*mark, now) on the track, and the
+ * next phase starts here. Nothing when tracing is off. */
+static void phase_done(td_trace *tr, uint32_t track, const char *category, const char *name, uint64_t *mark,
+                       uint64_t bytes)
+{
+    if (!tr)
+        return;
+    const uint64_t now = td_trace_now();
+    td_trace_span(tr, track, category, name, NULL, *mark, now, bytes);
+    *mark = now;
+}
+
 static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -423,7 +436,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     const uint32_t track = tr ? td_trace_device_track(tr, md) : 0;
     /* Bytes this rank receives from its predecessor in each phase. */
     const uint64_t peer_bytes = n > 1 ? (uint64_t)bytes_needed / n * (n - 1) : 0;
-    uint64_t mark = 0;
+    uint64_t mark = tr ? td_trace_now() : 0;
 
     if (atomic_load(&ring->abort_status) != TD_OK)
         return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
@@ -445,7 +458,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     if ((s = ops->submit(dev, &t0)) != TD_OK || (s = ops->wait(dev, t0, td_context_timeout_ms(ctx))) != TD_OK)
         return fail(ring, r, s);
 
-    mark = tr ? td_trace_now() : 0;
+    if (tr)
+        mark = td_trace_now(); /* the phases start once the device's earlier work is done */
     float *work, *gather;
     if (direct) {
         /* In the all-gather the input is rank r's chunk only; place it. */
@@ -509,13 +523,11 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
         WAIT_OWN(first, k);
         publish(me, base | u_load(&um, k));
     }
-    if (tr && !direct) {
-        const uint64_t now = td_trace_now();
+    if (!direct) {
         const size_t loaded = op->kind == OP_ALL_GATHER ? (chunk_lo(op->count, n, r + 1) - chunk_lo(op->count, n, r)) *
                                                               sizeof(float)
                                                         : bytes_needed;
-        td_trace_span(tr, track, "copy", "device->host", NULL, mark, now, loaded);
-        mark = now;
+        phase_done(tr, track, "copy", "device->host", &mark, loaded);
     }
 
     uint32_t owned = wrap((int64_t)r + op->shift, n);
@@ -560,11 +572,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 return fail(ring, r, s);
             publish(me, base | u_fin(&um, k));
         }
-        if (tr) {
-            const uint64_t now = td_trace_now();
-            td_trace_span(tr, track, "collective", "reduce-scatter", NULL, mark, now, peer_bytes);
-            mark = now;
-        }
+        phase_done(tr, track, "collective", "reduce-scatter", &mark, peer_bytes);
     } else if (!direct) {
         for (size_t k = 0; k < op->slices; k++) {
             size_t lo, hi;
@@ -595,18 +603,13 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     }
 #undef WAIT_OWN
 #undef WAIT_PRED
-    if (tr) {
-        const uint64_t now = td_trace_now();
-        td_trace_span(tr, track, "collective", "all-gather", NULL, mark, now, peer_bytes);
-        mark = now;
-    }
+    phase_done(tr, track, "collective", "all-gather", &mark, peer_bytes);
 
     if (!direct) {
         uint64_t t;
         if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
             return fail(ring, r, s);
-        if (tr)
-            td_trace_span(tr, track, "copy", "host->device", NULL, mark, td_trace_now(), bytes_needed);
+        phase_done(tr, track, "copy", "host->device", &mark, bytes_needed);
     }
     publish(me, base | UNIT_DONE);
     if ((s = wait_for(ring, r, succ, base | UNIT_DONE)) != TD_OK)
@@ -659,8 +662,9 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
             s = fail(ring, r, u);
     }
     if (s == TD_OK && tr)
-        td_trace_span(tr, td_trace_device_track(tr, md), "collective", op->kind == OP_ALL_GATHER ? "all-gather op" : "all-reduce",
-                      NULL, begin, td_trace_now(), op->count * sizeof(float));
+        td_trace_span(tr, td_trace_device_track(tr, md), "collective",
+                      op->kind == OP_ALL_GATHER ? "all-gather op" : "all-reduce", NULL, begin, td_trace_now(),
+                      op->count * sizeof(float));
     return s;
 }
 

@@ -3,6 +3,7 @@
  * show in step / decay_steps once step counts reach the millions. */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "td_context_internal.h"
 #include "td_schedule.h"
@@ -109,5 +110,35 @@ td_status td_schedule_value(td_context *ctx, const td_schedule *schedule, uint64
                             "%g > 1 grows without bound unless has_end_value caps it)",
                             (unsigned long long)step, (double)value, (double)schedule->decay_rate);
     *lr = value;
+    return TD_OK;
+}
+
+td_status td_schedule_for_run(td_context *ctx, const char *name, float peak, uint64_t updates, td_schedule *out)
+{
+    if (!out || !name)
+        return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_schedule_for_run: %s is NULL",
+                                  !out ? "schedule" : "name")
+                   : TD_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    if (updates == 0)
+        updates = 1;
+    if (strcmp(name, "constant") == 0) {
+        out->kind = TD_SCHEDULE_CONSTANT;
+        out->init_value = peak;
+    } else if (strcmp(name, "cosine") == 0) {
+        out->kind = TD_SCHEDULE_COSINE_DECAY;
+        out->init_value = peak;
+        out->decay_steps = updates;
+    } else if (strcmp(name, "warmup-cosine") == 0) {
+        out->kind = TD_SCHEDULE_WARMUP_COSINE_DECAY;
+        out->peak_value = peak;
+        out->warmup_steps = updates / 10 ? updates / 10 : 1;
+        /* decay_steps counts the warm-up and must exceed it (optax). */
+        out->decay_steps = updates > out->warmup_steps ? updates : out->warmup_steps + 1;
+    } else {
+        return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                  "td_schedule_for_run: schedule '%s', expected constant, cosine or warmup-cosine", name)
+                   : TD_ERR_INVALID_ARGUMENT;
+    }
     return TD_OK;
 }

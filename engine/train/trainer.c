@@ -544,7 +544,6 @@ static td_status plan_owners(td_trainer *t, const td_node *listed)
 {
     td_context *ctx = t->ctx;
     const td_plan *plan = td_program_plan(t->program);
-    const uint32_t n = t->mesh->count;
     t->ranges = td_alloc(ctx, sizeof *t->ranges * (t->n_ranges + 1));
     if (!t->ranges)
         return TD_OOM(ctx, "the trainer's ranges", sizeof *t->ranges * t->n_ranges);
@@ -555,7 +554,6 @@ static td_status plan_owners(td_trainer *t, const td_node *listed)
         t->ranges[i].state = i >= t->n_params;
     }
     qsort(t->ranges, t->n_ranges, sizeof *t->ranges, compare_ranges);
-    (void)n;
     return split_owners(t, NULL);
 }
 

@@ -72,6 +72,17 @@ typedef struct td_schedule {
  * bound unless has_end_value caps it). */
 TD_API td_status td_schedule_value(td_context *ctx, const td_schedule *schedule, uint64_t step, float *lr);
 
+/* The named schedules a training run over `updates` updates picks from
+ * (the demos' and `tandem train`'s --schedule), peaking at `peak`:
+ *   "constant"       peak at every step;
+ *   "cosine"         cosine decay from peak to 0 over the run;
+ *   "warmup-cosine"  linear from 0 to peak over the first tenth of the run
+ *                    (at least one update), then cosine decay to 0.
+ * Another name is TD_ERR_INVALID_ARGUMENT naming it and the choices (in
+ * `ctx`, which may be NULL). updates 0 is taken as 1. */
+TD_API td_status td_schedule_for_run(td_context *ctx, const char *name, float peak, uint64_t updates,
+                                     td_schedule *schedule);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,15 +64,21 @@ static void build_model(td_context *ctx, model *m, bool sync_bn)
     TEST_OK(ctx, td_graph_params(m->g, MAX_PARAMS, m->params, &m->n_params));
 }
 
+/* Adam with a decaying rate, so counters and moments both matter. */
+static void trainer_options(td_trainer_options *o)
+{
+    td_trainer_options_init(o);
+    o->optimizer = TD_OPTIMIZER_ADAM;
+    o->schedule.kind = TD_SCHEDULE_EXPONENTIAL_DECAY;
+    o->schedule.init_value = 0.02f;
+    o->schedule.decay_rate = 0.5f;
+    o->schedule.transition_steps = 4;
+}
+
 static td_trainer *make_trainer(td_context *ctx, const model *m, td_mesh *mesh)
 {
     td_trainer_options o;
-    td_trainer_options_init(&o);
-    o.optimizer = TD_OPTIMIZER_ADAM;
-    o.schedule.kind = TD_SCHEDULE_EXPONENTIAL_DECAY;
-    o.schedule.init_value = 0.02f;
-    o.schedule.decay_rate = 0.5f;
-    o.schedule.transition_steps = 4;
+    trainer_options(&o);
     td_trainer *t = NULL;
     TEST_OK(ctx, td_trainer_create(m->g, mesh, m->loss, m->n_params, m->params, &o, &t));
     return t;
@@ -437,12 +443,7 @@ Test(checkpoint, a_device_lost_before_a_save_is_the_resumed_run_bitwise)
     model a;
     build_model(ctx, &a, true);
     td_trainer_options o;
-    td_trainer_options_init(&o);
-    o.optimizer = TD_OPTIMIZER_ADAM;
-    o.schedule.kind = TD_SCHEDULE_EXPONENTIAL_DECAY;
-    o.schedule.init_value = 0.02f;
-    o.schedule.decay_rate = 0.5f;
-    o.schedule.transition_steps = 4;
+    trainer_options(&o); /* make_trainer's, continuing on the survivors */
     o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     td_trainer *ta = NULL;
     TEST_OK(ctx, td_trainer_create(a.g, test_mesh(ctx, "cpu:3,cpu:1@fail=3"), a.loss, a.n_params, a.params, &o, &ta));

@@ -638,3 +638,36 @@ Test(optimizers, state_is_split_over_the_owners)
     rms.momentum = 0.9f;
     cr_assert_eq(state_bytes("cpu:3", &rms, per, &n), 48 * 16);
 }
+
+/* The named run schedules: values at the start, the warm-up's end and the
+ * end of a 100-update run; an unknown name is refused by name. */
+Test(schedules, named_schedules_for_a_run)
+{
+    td_context *ctx = test_context(0);
+    td_schedule s;
+    float lr;
+    TEST_OK(ctx, td_schedule_for_run(ctx, "constant", 0.5f, 100, &s));
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 77, &lr));
+    cr_assert_eq(lr, 0.5f);
+    TEST_OK(ctx, td_schedule_for_run(ctx, "cosine", 0.5f, 100, &s));
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 0, &lr));
+    cr_assert_eq(lr, 0.5f);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 50, &lr));
+    cr_assert(fabsf(lr - 0.25f) < 1e-6f, "cosine at half the run: %g", (double)lr);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 100, &lr));
+    cr_assert(fabsf(lr) < 1e-7f, "cosine at the end: %g", (double)lr);
+    TEST_OK(ctx, td_schedule_for_run(ctx, "warmup-cosine", 0.5f, 100, &s));
+    cr_assert_eq(s.warmup_steps, 10);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 0, &lr));
+    cr_assert_eq(lr, 0.0f);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 5, &lr));
+    cr_assert(fabsf(lr - 0.25f) < 1e-6f, "half way up the warm-up: %g", (double)lr);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 10, &lr));
+    cr_assert(fabsf(lr - 0.5f) < 1e-6f, "the peak after the warm-up: %g", (double)lr);
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 100, &lr));
+    cr_assert(fabsf(lr) < 1e-7f, "warmup-cosine at the end: %g", (double)lr);
+    TEST_OK(ctx, td_schedule_for_run(ctx, "warmup-cosine", 0.5f, 3, &s)); /* a tiny run still validates */
+    TEST_OK(ctx, td_schedule_value(ctx, &s, 1, &lr));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "'linear'", td_schedule_for_run(ctx, "linear", 0.5f, 100, &s));
+    td_context_destroy(ctx);
+}
