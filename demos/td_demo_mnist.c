@@ -42,11 +42,15 @@ typedef struct demo {
     td_tensor *xb, *yb, *mb; /* one global batch: u8 images, i32 labels, f32 mask */
     uint32_t *order, *index;
     float input_mean, input_std; /* the model's input standardization */
+    td_balance balance;          /* --balance, parsed */
+    float balance_weights[64];
+    uint32_t n_balance_weights;
 } demo;
 
 static void log_to_stderr(void *user, td_log_level level, const char *message)
 {
-    fprintf(stderr, "%s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
+    fprintf(stderr, "%s: %s: %s\n", (const char *)user,
+            level >= TD_LOG_ERROR ? "error" : level >= TD_LOG_WARN ? "warning" : "info", message);
 }
 
 static int usage(const char *demo_name, const demo_options *o)
@@ -54,10 +58,10 @@ static int usage(const char *demo_name, const demo_options *o)
     fprintf(stderr,
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine|warmup-cosine]\n"
-            "          [--on-device-loss fail|continue] [--inputs raw|standardized]\n"
+            "          [--on-device-loss fail|continue] [--balance even|auto|W,W,...] [--inputs raw|standardized]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
             "  --epochs N       passes over the training set (default 5)\n"
-            "  --batch N        global batch size; must split evenly over the devices (default 128)\n"
+            "  --batch N        global batch size, split over the devices by --balance (default 128)\n"
             "  --seed N         initial parameters, dropout masks and data order (default 0)\n"
             "  --lr X           Adam learning rate, the peak of a schedule (default %g; %g with --batch-norm)\n"
             "  --limit N        train on N examples per epoch (default: all 60000)\n"
@@ -70,8 +74,10 @@ static int usage(const char *demo_name, const demo_options *o)
             "  --inputs I       raw: pixels / 255 (the seeds' way); standardized: then by the training\n"
             "                   set's mean and standard deviation (default %s)\n"
             "  --on-device-loss fail (default) or continue: go on without a device that fails or hangs\n"
-            "                   (the global batch must divide by the devices left; inject faults with\n"
-            "                   e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n",
+            "                   (inject faults with e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n"
+            "  --balance B      even (default): equal shares; auto: in proportion to each device's\n"
+            "                   measured speed; W,W,...: in proportion to these weights, one per device\n"
+            "                   (try --devices cpu:3,cpu:1@slow=3 --balance auto)\n",
             demo_name, (double)o->learning_rate,
             (double)(o->batch_norm_learning_rate > 0 ? o->batch_norm_learning_rate : o->learning_rate),
             TD_FASHION_MNIST_DIR, o->schedule, o->batch_norm_schedule ? o->batch_norm_schedule : o->schedule,
@@ -168,6 +174,8 @@ static int parse(demo *d, int argc, char **argv)
                 return 2;
             }
             d->o.continue_on_loss = strcmp(v, "continue") == 0;
+        } else if (strcmp(f, "--balance") == 0) {
+            d->o.balance = v;
         } else if (strcmp(f, "--inputs") == 0) {
             if (strcmp(v, "raw") != 0 && strcmp(v, "standardized") != 0) {
                 fprintf(stderr, "%s: --inputs expects raw or standardized, got '%s'\n", d->name, v);
@@ -255,18 +263,15 @@ static int setup(demo *d, const char *model)
     td_context_options_init(&co);
     co.log = log_to_stderr;
     co.log_user = (void *)d->name;
-    co.log_level = TD_LOG_WARN;
+    co.log_level = TD_LOG_INFO; /* a new batch split (--balance auto) is news */
     td_status s = td_context_create(&co, &d->ctx);
     if (s != TD_OK)
         return fail(d, s, "td_context_create");
     if ((s = td_mesh_create(d->ctx, d->o.devices, &d->mesh)) != TD_OK)
         return fail(d, s, "td_mesh_create");
     td_mesh_size(d->mesh, &d->n_dev);
-    if (d->o.batch % d->n_dev != 0) {
-        fprintf(stderr, "%s: the global batch %lld does not split evenly over %u devices; choose a multiple of %u\n",
-                d->name, (long long)d->o.batch, d->n_dev, d->n_dev);
-        return 2;
-    }
+    if ((s = td_balance_parse(d->ctx, d->o.balance, &d->balance, 64, d->balance_weights, &d->n_balance_weights)) != TD_OK)
+        return fail(d, s, "--balance");
     if ((s = td_dataset_load_mnist(d->ctx, d->o.data, "train", &d->train_images, &d->train_labels)) != TD_OK ||
         (s = td_dataset_load_mnist(d->ctx, d->o.data, "t10k", &d->test_images, &d->test_labels)) != TD_OK)
         return fail(d, s, "loading Fashion-MNIST");
@@ -316,6 +321,9 @@ static int setup(demo *d, const char *model)
     opts.n_metrics = 1;
     opts.metrics = &d->accuracy;
     opts.on_device_loss = d->o.continue_on_loss ? TD_ON_DEVICE_LOSS_CONTINUE : TD_ON_DEVICE_LOSS_FAIL;
+    opts.balance = d->balance;
+    opts.balance_weights = d->balance_weights;
+    opts.n_balance_weights = d->n_balance_weights;
     if ((s = td_schedule_for_run(d->ctx, d->o.schedule, d->o.learning_rate, batches / d->o.accumulate,
                                  &opts.schedule)) != TD_OK)
         return fail(d, s, "td_schedule_for_run");
@@ -387,24 +395,26 @@ static int train(demo *d)
     double samples = (double)per_epoch * d->o.epochs;
     td_train_progress end;
     td_trainer_progress(d->trainer, &end);
-    /* The split in force: examples per device of a global batch (even
-     * shards; speed-aware ones are issue 10's next part). */
-    char split[512];
+    /* The split in force: examples per device of a global batch. */
+    uint32_t rows[64], n_rows = 0;
+    if ((s = td_trainer_split(d->trainer, 64, rows, &n_rows)) != TD_OK)
+        return fail(d, s, "td_trainer_split");
+    char split[768];
     size_t used = (size_t)snprintf(split, sizeof split, "[");
-    for (uint32_t i = 0; i < end.devices && used < sizeof split - 16; i++)
-        used += (size_t)snprintf(split + used, sizeof split - used, "%s%zu", i ? ", " : "", B / end.devices);
+    for (uint32_t i = 0; i < n_rows && used < sizeof split - 16; i++)
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", i ? ", " : "", rows[i]);
     snprintf(split + used, sizeof split - used, "]");
     printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
            "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
            "\"learning_rate\": %g, \"inputs\": \"%s\", "
            "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
-           "\"balance\": \"even\", \"split\": %s, \"replicas_bitwise_identical\": %s}\n",
+           "\"balance\": \"%s\", \"split\": %s, \"replicas_bitwise_identical\": %s}\n",
            d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.schedule,
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss,
            test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
-           end.devices, end.devices_lost, split, identical ? "true" : "false");
+           end.devices, end.devices_lost, d->o.balance, split, identical ? "true" : "false");
     return identical ? 0 : 1;
 }
 
@@ -414,6 +424,8 @@ int demo_mnist_main(const char *name, int argc, char **argv, const char *model, 
     memset(&d, 0, sizeof d);
     d.name = name;
     d.o = *defaults;
+    if (!d.o.balance)
+        d.o.balance = "even";
     if (d.o.accumulate == 0)
         d.o.accumulate = 1;
     int rc = parse(&d, argc, argv);

@@ -28,6 +28,7 @@ typedef struct demo_options {
     float batch_norm_learning_rate;
     const char *batch_norm_schedule;
     bool continue_on_loss; /* --on-device-loss continue: drop a failed device and go on (td_trainer_options) */
+    const char *balance;   /* --balance: even, auto or W,W,... (td_balance_parse) */
     bool raw_inputs;       /* --inputs raw: pixels / 255 only; standardized: by the training set's mean and std */
 } demo_options;
 

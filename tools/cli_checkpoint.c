@@ -211,6 +211,7 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->metrics = given.metrics;
     c->trace = given.trace;
     c->on_device_loss = given.on_device_loss;
+    c->balance = given.balance;
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
     if (keep & TD_CLI_SET_EPOCHS)

@@ -194,7 +194,7 @@ static td_status build_graph(td_cli_session *s)
     return st;
 }
 
-static void trainer_options(td_cli_session *s)
+static td_status trainer_options(td_cli_session *s)
 {
     const td_cli_config *c = &s->config;
     td_trainer_options *o = &s->trainer_options;
@@ -215,6 +215,11 @@ static void trainer_options(td_cli_session *s)
     o->metrics = s->classifier ? &s->accuracy : NULL;
     /* Only a metrics file reads the split; on CPU devices the waits are free. */
     o->timing_waits = c->metrics != NULL;
+    td_status st = td_balance_parse(s->ctx, c->balance ? c->balance : "even", &o->balance,
+                                    sizeof s->balance_weights / sizeof *s->balance_weights, s->balance_weights,
+                                    &o->n_balance_weights);
+    o->balance_weights = s->balance_weights;
+    return st;
 }
 
 int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_config *config)
@@ -273,7 +278,8 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     }
     if ((st = td_graph_params(s->g, s->n_params, s->params, &s->n_params)) != TD_OK)
         return fail(s, st, "td_graph_params");
-    trainer_options(s);
+    if ((st = trainer_options(s)) != TD_OK)
+        return fail(s, st, "--balance");
     if ((st = td_trainer_create(s->g, s->mesh, s->loss, s->n_params, s->params, &s->trainer_options, &s->trainer)) !=
         TD_OK)
         return fail(s, st, "creating the trainer");

@@ -55,7 +55,8 @@ typedef struct train_run {
     td_cli_metrics metrics;
     td_cli_progress progress;
     td_step_timing *timing; /* the last step's, per device, from the step callback */
-    uint32_t n_timing;      /* devices in it: fewer once a device was dropped */
+    uint32_t *split;        /* the last step's examples per device, likewise */
+    uint32_t n_timing;      /* devices in them: fewer once a device was dropped */
     float lr;               /* the last step's learning rate, likewise */
     char path[4096];
 } train_run;
@@ -67,6 +68,12 @@ static void on_step(void *user, const td_step_report *report)
     r->lr = report->learning_rate;
     r->n_timing = report->n_devices;
     memcpy(r->timing, report->timing, sizeof *r->timing * report->n_devices);
+    memcpy(r->split, report->split, sizeof *r->split * report->n_devices);
+    if (report->rebalanced) {
+        td_cli_progress_clear(&r->progress);
+        fprintf(stderr, "tandem train: step %llu: measured the devices' speeds; the batch is split anew from the next "
+                "step (see --metrics, or the final line)\n", (unsigned long long)report->micro_step);
+    }
     if (report->devices_lost) {
         td_cli_progress_clear(&r->progress); /* the live line, on a terminal */
         fprintf(stderr, "tandem train: step %llu: %u device(s) lost, continuing on %u\n",
@@ -144,7 +151,8 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                 const td_cli_step_record rec = {
                     .epoch = (int64_t)epoch + 1, .step = step + 1, .steps = steps, .global = after.micro_steps,
                     .loss = loss, .accuracy = accuracy, .lr = r->lr, .samples_per_second = (double)valid / seconds,
-                    .seconds = seconds, .has_accuracy = s->classifier, .n_devices = r->n_timing, .timing = r->timing};
+                    .seconds = seconds, .has_accuracy = s->classifier, .n_devices = r->n_timing, .timing = r->timing,
+                    .split = r->split};
                 td_cli_metrics_step(&r->metrics, &rec);
             }
             /* The bar shows the epoch's rate so far: one step's rate jumps about. */
@@ -269,7 +277,9 @@ int td_cli_train(int argc, char **argv)
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
              "timeline of every device and the host, Chrome trace JSON (open in ui.perfetto.dev)"),
         {"--on-device-loss", TD_CLI_CHOICE, &c.on_device_loss, 0, 0, 0, td_cli_device_loss, 0, "WHAT",
-         "fail (default), or continue on the devices left (the batch must divide by their count)"},
+         "fail (default), or continue on the devices left"},
+        FLAG("--balance", TD_CLI_STRING, &c.balance, 0, 0, 0, "B",
+             "even (default), auto (by each device's measured speed) or weights W,W,... per device"),
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -311,7 +321,8 @@ int td_cli_train(int argc, char **argv)
                 (unsigned long long)start.position, r->s.steps_per_epoch);
         rc = TD_CLI_EXIT_FAILURE;
     }
-    if (rc == TD_CLI_EXIT_OK && !(r->timing = calloc(r->s.n_devices, sizeof *r->timing))) {
+    if (rc == TD_CLI_EXIT_OK && (!(r->timing = calloc(r->s.n_devices, sizeof *r->timing)) ||
+                                 !(r->split = calloc(r->s.n_devices, sizeof *r->split)))) {
         fprintf(stderr, "tandem train: out of memory\n");
         rc = TD_CLI_EXIT_FAILURE;
     }
@@ -369,15 +380,28 @@ int td_cli_train(int argc, char **argv)
                (unsigned long long)p.updates, last.train_loss, last.test_loss);
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
-        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"even\",\"split\":[",
-               train_seconds, p.devices, p.devices_lost);
-        for (uint32_t d = 0; d < p.devices; d++) /* examples per device of a global batch: even shards */
-            printf("%s%lld", d ? "," : "", (long long)c.batch / (long long)p.devices);
+        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",\"split\":[",
+               train_seconds, p.devices, p.devices_lost, c.balance ? c.balance : "even");
+        uint32_t n_rows = 0;
+        td_trainer_split(r->s.trainer, r->s.n_devices, r->split, &n_rows); /* examples per device of a global batch */
+        for (uint32_t d = 0; d < n_rows; d++)
+            printf("%s%u", d ? "," : "", r->split[d]);
+        /* balance auto: the devices' measured speeds (examples per second of busy time). */
+        double *speeds = calloc(r->s.n_devices + 1, sizeof *speeds);
+        uint32_t n_speeds = 0;
+        if (speeds && td_trainer_device_speeds(r->s.trainer, r->s.n_devices, speeds, &n_speeds) == TD_OK &&
+            n_speeds && speeds[0] > 0.0) {
+            printf("],\"device_speeds\":[");
+            for (uint32_t d = 0; d < n_speeds; d++)
+                printf("%s%.1f", d ? "," : "", speeds[d]);
+        }
+        free(speeds);
         printf("],\"replicas_bitwise_identical\":%s}\n", identical ? "true" : "false");
         if (!identical && rc == TD_CLI_EXIT_OK)
             rc = TD_CLI_EXIT_FAILURE;
     }
     free(r->timing);
+    free(r->split);
     td_cli_session_close(&r->s);
     free(r);
     return rc;

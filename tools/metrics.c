@@ -45,7 +45,7 @@ void td_cli_metrics_step(td_cli_metrics *m, const td_cli_step_record *r)
     fprintf(f, ",\"devices\":[");
     for (uint32_t d = 0; d < r->n_devices; d++) {
         const td_step_timing *t = &r->timing[d];
-        fprintf(f, "%s{\"device\":%u", d ? "," : "", d);
+        fprintf(f, "%s{\"device\":%u,\"examples\":%u", d ? "," : "", d, r->split ? r->split[d] : 0);
         number(f, "upload", t->upload);
         number(f, "compute", t->compute);
         number(f, "allreduce", t->allreduce);

@@ -44,6 +44,7 @@ typedef struct td_cli_config {
     const char *metrics; /* JSONL path, or NULL */
     const char *trace;   /* Chrome trace-event JSON path, or NULL */
     const char *on_device_loss; /* "fail" (NULL) or "continue" */
+    const char *balance;        /* "even" (NULL), "auto" or weights "W,W,..." (td_balance_parse) */
 } td_cli_config;
 
 /* The flags a config can come from, one bit each, so that --resume can

@@ -24,6 +24,7 @@ typedef struct td_cli_step_record {
     bool has_accuracy;
     uint32_t n_devices;
     const td_step_timing *timing; /* per device */
+    const uint32_t *split;        /* per device: its examples of the batch */
 } td_cli_step_record;
 
 typedef struct td_cli_epoch_record {

@@ -27,6 +27,7 @@ typedef struct td_cli_session {
     td_node *params;
     uint32_t n_params;
     td_trainer_options trainer_options;
+    float balance_weights[64]; /* --balance W,W,... */
     td_trainer *trainer;
     td_evaluator *evaluator;
     td_tensor *xb, *yb, *mb; /* one global batch */

@@ -507,7 +507,7 @@ td_status td_graph_masked_mean(td_graph *g, td_node per_example, td_node mask, t
         return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "%s: mask (node %u) has shape %s, expected [%lld] to match per_example %s",
                             fn, mask, a, (long long)xs->dims[0], b);
     }
-    td_node x = per_example, masked, local, count, avg_count, tiny, den;
+    td_node x = per_example, masked, local, count, avg_count, tiny, den, weight;
     if (xs->rank > 1) {
         int32_t axes[TD_MAX_RANK];
         for (uint32_t i = 1; i < xs->rank; i++)
@@ -518,6 +518,11 @@ td_status td_graph_masked_mean(td_graph *g, td_node per_example, td_node mask, t
     if ((s = td_graph_mul(g, x, mask, &masked)) != TD_OK || (s = td_graph_sum(g, masked, 0, NULL, false, &local)) != TD_OK ||
         (s = td_graph_sum(g, mask, 0, NULL, false, &count)) != TD_OK || (s = td_graph_pmean(g, count, &avg_count)) != TD_OK ||
         (s = td_graph_constant(g, 0x1p-20f, &tiny)) != TD_OK || (s = td_graph_maximum(g, avg_count, tiny, &den)) != TD_OK)
+        return s;
+    /* Already global: divided by the shard weight, so the trainer's
+     * weighted mean over the devices gives it back on any split (the
+     * weight is exactly 1 on an even one). */
+    if ((s = td_graph_shard_weight(g, &weight)) != TD_OK || (s = td_graph_mul(g, den, weight, &den)) != TD_OK)
         return s;
     return td_graph_div(g, local, den, out);
 }
@@ -558,6 +563,15 @@ td_status td_graph_axis_index(td_graph *g, td_node *out)
     if (s != TD_OK)
         return s;
     td_node_def d = def_of(TD_OP_AXIS_INDEX, TD_F32);
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_shard_weight(td_graph *g, td_node *out)
+{
+    td_status s = check_graph(g, out, "td_graph_shard_weight");
+    if (s != TD_OK)
+        return s;
+    td_node_def d = def_of(TD_OP_SHARD_WEIGHT, TD_F32);
     return td_graph_append(g, &d, out);
 }
 

@@ -212,13 +212,16 @@ static void count_calls(td_plan *plan, td_step **cur, uint32_t *calls, uint32_t 
     *calls += count;
 }
 
-td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
+td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs, const td_node *outputs,
                         uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
                         td_plan *plan)
 {
     td_context *ctx = g->ctx;
     memset(plan, 0, sizeof *plan);
     plan->training = training;
+    plan->shard_weight = 1.0f;
+    if (split && split->total && split->rows * devices != split->total)
+        plan->shard_weight = (float)((double)devices * (double)split->rows / (double)split->total);
     uint32_t n = g->count;
     plan->n_nodes = n;
     plan->shapes = td_alloc_zeroed(ctx, sizeof *plan->shapes * (n + 1));
@@ -235,8 +238,21 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs,
         return TD_OOM(ctx, "a plan", sizeof *plan->slots * n);
     }
     td_status s = TD_OK;
-    for (uint32_t id = 0; id < n && s == TD_OK; id++)
-        s = td_graph_infer(g, id, plan->shapes, devices);
+    for (uint32_t id = 0; id < n && s == TD_OK; id++) {
+        const td_node_def *nd = &g->nodes[id];
+        if (!split || nd->op != TD_OP_INPUT || nd->placement != TD_SHARDED || nd->attr.dims.rank == 0) {
+            s = td_graph_infer(g, id, plan->shapes, devices);
+            continue;
+        }
+        /* The device's rows of the split, in place of an even share. */
+        plan->shapes[id] = nd->attr.dims;
+        if ((uint64_t)nd->attr.dims.dims[0] != split->total)
+            s = td_error_set(ctx, TD_ERR_SHAPE_MISMATCH,
+                             "input '%s': batch size %lld (axis 0) differs from the split's global batch of %llu "
+                             "(every sharded input must hold the same examples)",
+                             nd->name, (long long)nd->attr.dims.dims[0], (unsigned long long)split->total);
+        plan->shapes[id].dims[0] = (int64_t)split->rows;
+    }
     for (uint32_t id = 0; id < n && s == TD_OK; id++)
         if (g->nodes[id].op == TD_OP_BROADCAST && g->nodes[id].attr.broadcast.root >= devices)
             s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "broadcast node %u: root %u is not a device of a %u-device mesh",

@@ -6,6 +6,7 @@ static const td_op_def *const table[TD_OP_COUNT] = {
     [TD_OP_PARAM] = &td_op_param,
     [TD_OP_CONSTANT] = &td_op_constant,
     [TD_OP_AXIS_INDEX] = &td_op_axis_index,
+    [TD_OP_SHARD_WEIGHT] = &td_op_shard_weight,
     [TD_OP_ELEMENTWISE] = &td_op_elementwise,
     [TD_OP_MATMUL] = &td_op_matmul,
     [TD_OP_SUM] = &td_op_sum,

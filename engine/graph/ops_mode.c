@@ -243,19 +243,21 @@ td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bia
                                 what[i], affine[i]);
     }
     /* Batch statistics over every axis but the last; with sync, the mesh
-     * mean of each (the shards are equal, so that is the global batch's). */
+     * mean of each weighted by the device's share of the batch
+     * (td_graph_shard_weight), which is the global batch's on any split. */
     int32_t axes[TD_MAX_RANK];
     for (uint32_t i = 0; i + 1 < xs.rank; i++)
         axes[i] = (int32_t)i;
-    td_node bm, xc_batch, xc_running, xc, sq, bv, v, eps, ve, inv, y;
+    td_node bm, xc_batch, xc_running, xc, sq, bv, v, eps, ve, inv, y, weight = TD_NO_NODE;
     if ((s = td_graph_mean(g, x, xs.rank - 1, axes, false, &bm)) != TD_OK)
         return s;
-    if (o.sync && (s = td_graph_pmean(g, bm, &bm)) != TD_OK)
+    if (o.sync && ((s = td_graph_shard_weight(g, &weight)) != TD_OK || (s = td_graph_mul(g, bm, weight, &bm)) != TD_OK ||
+                   (s = td_graph_pmean(g, bm, &bm)) != TD_OK))
         return s;
     if ((s = td_graph_sub(g, x, bm, &xc_batch)) != TD_OK || (s = td_graph_mul(g, xc_batch, xc_batch, &sq)) != TD_OK ||
         (s = td_graph_mean(g, sq, xs.rank - 1, axes, false, &bv)) != TD_OK)
         return s;
-    if (o.sync && (s = td_graph_pmean(g, bv, &bv)) != TD_OK)
+    if (o.sync && ((s = td_graph_mul(g, bv, weight, &bv)) != TD_OK || (s = td_graph_pmean(g, bv, &bv)) != TD_OK))
         return s;
     if ((s = running_update(g, mean, bm, o.momentum)) != TD_OK || (s = running_update(g, var, bv, o.momentum)) != TD_OK)
         return s;

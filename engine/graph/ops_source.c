@@ -49,7 +49,9 @@ static void emit_fill(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     c->kernel = TD_KERNEL_FILL;
     c->out = td_emit_arg(e, id);
     c->n = td_shape_count(&e->plan->shapes[id]);
-    c->alpha = n->op == TD_OP_CONSTANT ? n->attr.value : (float)e->position;
+    c->alpha = n->op == TD_OP_CONSTANT     ? n->attr.value
+               : n->op == TD_OP_SHARD_WEIGHT ? e->plan->shard_weight
+                                             : (float)e->position;
 }
 
 const td_op_def td_op_input = {"input", TD_OPF_SOURCE, infer_input, grad_none, NULL, NULL, NULL};
@@ -57,3 +59,4 @@ const td_op_def td_op_param = {"param", TD_OPF_SOURCE, infer_requested, grad_non
 /* Constants are scalars; ops broadcast them. */
 const td_op_def td_op_constant = {"constant", 0, infer_scalar, grad_none, NULL, NULL, emit_fill};
 const td_op_def td_op_axis_index = {"axis_index", 0, infer_scalar, grad_none, NULL, NULL, emit_fill};
+const td_op_def td_op_shard_weight = {"shard_weight", 0, infer_scalar, grad_none, NULL, NULL, emit_fill};

@@ -16,6 +16,7 @@ typedef enum td_op {
     TD_OP_PARAM,        /* f32 state kept on every device */
     TD_OP_CONSTANT,     /* fill */
     TD_OP_AXIS_INDEX,   /* the device's mesh position */
+    TD_OP_SHARD_WEIGHT, /* N x the device's rows / the global batch: 1 on an even split */
     TD_OP_ELEMENTWISE,  /* one td_ew_op of kernels/common/td_ew_ops.h, with broadcasting */
     TD_OP_MATMUL,
     TD_OP_SUM,          /* over axes; mean = divide by the count */

@@ -22,7 +22,8 @@ enum {
     TD_OPF_BY_MODE = 8,
     /* Reads two uint32 words the program writes before every run, at
      * slot.words in the step buffer: [0] the step, [1] the global index of
-     * the example in row 0 on this device (position x rows). */
+     * the example in row 0 on this device (the rows of the devices
+     * before it). */
     TD_OPF_STEP_WORDS = 16,
 };
 
@@ -81,7 +82,7 @@ void td_emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, const
                     float alpha, bool mean);
 
 /* The entries, one per ops_*.c file. */
-extern const td_op_def td_op_input, td_op_param, td_op_constant, td_op_axis_index;
+extern const td_op_def td_op_input, td_op_param, td_op_constant, td_op_axis_index, td_op_shard_weight;
 extern const td_op_def td_op_elementwise;
 extern const td_op_def td_op_matmul;
 extern const td_op_def td_op_sum, td_op_sum_to, td_op_broadcast_to;

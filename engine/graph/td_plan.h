@@ -55,12 +55,25 @@ typedef struct td_plan {
      * that order in TD_BUF_STEP). */
     uint32_t n_step_nodes;
     td_node *step_nodes;
+    /* N x this device's rows / the global batch (td_graph_shard_weight):
+     * exactly 1 on an even split. */
+    float shard_weight;
 } td_plan;
 
-/* Per-device shapes, slots and steps for the given outputs. grad_nodes[i],
+/* How the sharded inputs split on one device: `rows` of a global batch of
+ * `total` examples (axis 0 of every sharded input, which must all be
+ * `total` long). A NULL split divides each sharded input evenly by the
+ * device count, which it must divide. */
+typedef struct td_plan_split {
+    uint64_t rows, total;
+} td_plan_split;
+
+/* Per-device shapes, slots and steps for the given outputs, for one device
+ * of a `devices`-device mesh that gets `split` of the batch (NULL: an even
+ * share). grad_nodes[i],
  * when given, is placed at param_nodes[i]'s offset in the gradient buffer
  * (the bucket the trainer all-reduces). */
-td_status td_plan_build(const td_graph *g, uint32_t devices, uint32_t n_outputs, const td_node *outputs,
+td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs, const td_node *outputs,
                         uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
                         td_plan *plan);
 void td_plan_free(td_context *ctx, td_plan *plan);

@@ -59,13 +59,21 @@ static td_status flatten(td_graph *g, td_node x, td_node *out)
     return td_graph_reshape(g, x, 2, dims, out);
 }
 
+static td_status batch_norm(td_graph *g, const char *name, td_node x, const td_model_options *o, td_node *out)
+{
+    td_batch_norm_options bn;
+    td_batch_norm_options_init(&bn);
+    bn.sync = o->sync_batch_norm;
+    return td_layer_batch_norm(g, name, x, &bn, out);
+}
+
 static td_status mlp_hidden(td_graph *g, const char *dense, const char *norm, td_node x, const td_model_options *o,
                             td_node *out)
 {
     td_node h;
     td_status s = td_layer_dense(g, dense, x, 512, !o->batch_norm, o->seed, &h);
     if (s == TD_OK && o->batch_norm)
-        s = td_layer_batch_norm(g, norm, h, NULL, &h);
+        s = batch_norm(g, norm, h, o, &h);
     if (s == TD_OK)
         s = td_graph_relu(g, h, &h);
     if (s == TD_OK)
@@ -99,7 +107,7 @@ static td_status conv_block(td_graph *g, const char *conv, const char *norm, td_
     td_node h;
     td_status s = td_layer_conv2d(g, conv, x, features, 3, 3, NULL, !o->batch_norm, o->seed, &h);
     if (s == TD_OK && o->batch_norm)
-        s = td_layer_batch_norm(g, norm, h, NULL, &h);
+        s = batch_norm(g, norm, h, o, &h);
     if (s == TD_OK)
         s = td_graph_relu(g, h, &h);
     if (s == TD_OK)

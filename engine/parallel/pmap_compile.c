@@ -10,10 +10,54 @@
 #include <string.h>
 
 #include "td_init_internal.h"
+#include "td_op.h"
 #include "td_program_state.h"
 
 static void unplan(td_program *p);
 static td_status plan_for_mesh(td_program *p, const float *params);
+
+static void free_plans(td_program *p)
+{
+    for (uint32_t d = 0; p->plans && d < p->n_dev; d++)
+        td_plan_free(p->ctx, &p->plans[d]);
+    td_free(p->ctx, p->plans);
+    p->plans = NULL;
+}
+
+/* Device d's plan runs the same steps as device 0's -- the same kernels
+ * and the same collectives on the same sizes -- and gives outputs of the
+ * same shapes; only what the rows size differs. An uneven split of a graph
+ * whose collectives or outputs carry rows (an all_gather of activations,
+ * per-example outputs) is refused, naming the node. */
+static td_status check_same_plan(const td_program *p, uint32_t d)
+{
+    const td_plan *a = &p->plans[0], *b = &p->plans[d];
+    bool same = a->n_steps == b->n_steps && a->n_calls == b->n_calls;
+    for (uint32_t i = 0; same && i < a->n_steps; i++)
+        same = a->steps[i].kind == b->steps[i].kind && a->steps[i].n_calls == b->steps[i].n_calls;
+    if (!same)
+        return td_error_set(p->ctx, TD_ERR_UNSUPPORTED, "the plans of devices 0 and %u run different kernels under the batch split (use an even split)", d);
+    for (uint32_t i = 0; i < a->n_steps; i++) {
+        const td_node node = a->steps[i].node;
+        if (a->steps[i].kind != TD_STEP_SEGMENT && td_shape_count(&a->shapes[node]) != td_shape_count(&b->shapes[node]))
+            return td_error_set(p->ctx, TD_ERR_SHAPE_MISMATCH,
+                                "%s node %u has %lld elements on device 0 and %lld on device %u under an uneven batch "
+                                "split: a collective must move the same size on every device (use an even split)",
+                                td_op_def_of(p->graph.nodes[node].op)->name, node,
+                                (long long)td_shape_count(&a->shapes[node]), (long long)td_shape_count(&b->shapes[node]),
+                                d);
+    }
+    for (uint32_t i = 0; i < p->n_outputs; i++) {
+        const td_node node = p->outputs[i];
+        if (td_shape_count(&a->shapes[node]) != td_shape_count(&b->shapes[node]))
+            return td_error_set(p->ctx, TD_ERR_SHAPE_MISMATCH,
+                                "output %u (node %u) has %lld elements on device 0 and %lld on device %u under an uneven "
+                                "batch split: outputs must have the same shape on every device (use an even split)",
+                                i, node, (long long)td_shape_count(&a->shapes[node]),
+                                (long long)td_shape_count(&b->shapes[node]), d);
+    }
+    return TD_OK;
+}
 
 static td_status compile_device(td_program *p, uint32_t pos)
 {
@@ -22,7 +66,7 @@ static td_status compile_device(td_program *p, uint32_t pos)
     td_context *ctx = p->ctx;
     td_status s = TD_OK;
     for (int b = 0; b < TD_BUF_COUNT && s == TD_OK; b++) {
-        size_t elems = p->plan.size[b] ? p->plan.size[b] : 16;
+        size_t elems = p->plans[pos].size[b] ? p->plans[pos].size[b] : 16;
         s = md->ops->buffer_create(md->dev, elems * sizeof(float), &pd->buffers[b]);
     }
     if (s != TD_OK)
@@ -35,14 +79,14 @@ static td_status compile_device(td_program *p, uint32_t pos)
     memset(&zero, 0, sizeof zero);
     zero.kernel = TD_KERNEL_FILL;
     zero.out.buffer = pd->buffers[TD_BUF_GRADS];
-    zero.n = (int64_t)p->plan.size[TD_BUF_GRADS];
+    zero.n = (int64_t)p->plans[pos].size[TD_BUF_GRADS];
     td_segment *init = NULL;
     uint64_t ticket;
     if ((s = md->ops->segment_create(md->dev, &zero, 1, &init)) != TD_OK)
         return s;
     s = md->ops->segment_run(md->dev, init);
-    if (s == TD_OK && p->plan.size[TD_BUF_PARAMS])
-        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, p->plan.size[TD_BUF_PARAMS] * 4);
+    if (s == TD_OK && p->plans[pos].size[TD_BUF_PARAMS])
+        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, p->plans[pos].size[TD_BUF_PARAMS] * 4);
     if (s == TD_OK)
         s = md->ops->submit(md->dev, &ticket);
     if (s == TD_OK)
@@ -51,15 +95,15 @@ static td_status compile_device(td_program *p, uint32_t pos)
     if (s != TD_OK)
         return s;
 
-    pd->segments = td_alloc_zeroed(ctx, sizeof *pd->segments * (p->plan.n_steps + 1));
-    td_kernel_call *calls = td_alloc_zeroed(ctx, sizeof *calls * (p->plan.n_calls + 1));
+    pd->segments = td_alloc_zeroed(ctx, sizeof *pd->segments * (p->plans[pos].n_steps + 1));
+    td_kernel_call *calls = td_alloc_zeroed(ctx, sizeof *calls * (p->plans[pos].n_calls + 1));
     if (!pd->segments || !calls) {
         td_free(ctx, calls);
-        return TD_OOM(ctx, "device plan", sizeof *calls * p->plan.n_calls);
+        return TD_OOM(ctx, "device plan", sizeof *calls * p->plans[pos].n_calls);
     }
-    s = td_plan_emit(&p->graph, &p->plan, pd->buffers, pos, calls);
-    for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
-        const td_step *st = &p->plan.steps[i];
+    s = td_plan_emit(&p->graph, &p->plans[pos], pd->buffers, pos, calls);
+    for (uint32_t i = 0; i < p->plans[pos].n_steps && s == TD_OK; i++) {
+        const td_step *st = &p->plans[pos].steps[i];
         if (st->kind == TD_STEP_SEGMENT)
             s = md->ops->segment_create(md->dev, calls + st->first_call, st->n_calls, &pd->segments[i]);
     }
@@ -83,8 +127,9 @@ static td_status release_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
-    destroy_segments(p->ctx, md, &pd->segments, p->plan.n_steps);
-    destroy_segments(p->ctx, md, &pd->call_segments, p->plan.n_calls);
+    const td_plan *plan = p->plans ? &p->plans[pos] : NULL;
+    destroy_segments(p->ctx, md, &pd->segments, plan ? plan->n_steps : 0);
+    destroy_segments(p->ctx, md, &pd->call_segments, plan ? plan->n_calls : 0);
     td_free(p->ctx, pd->calls);
     pd->calls = NULL;
     for (int b = 0; b < TD_BUF_COUNT; b++)
@@ -106,58 +151,68 @@ static td_status plan_for_mesh(td_program *p, const float *params)
     td_mesh *mesh = p->mesh;
     const uint32_t n_outputs = p->n_outputs;
     const td_node *outputs = p->outputs;
-    td_status s = td_plan_build(&p->graph, mesh->count, n_outputs, outputs, p->n_grads, p->grad_params, p->grad_nodes,
-                                p->training, &p->plan);
+    const bool split = p->split_total && p->split_devices == mesh->count;
+    p->plans = td_alloc_zeroed(ctx, sizeof *p->plans * mesh->count);
+    td_status s = p->plans ? TD_OK : TD_OOM(ctx, "a program's plans", sizeof *p->plans * mesh->count);
+    for (uint32_t d = 0; d < mesh->count && s == TD_OK; d++) {
+        const td_plan_split share = {split ? p->split_rows[d] : 0, split ? p->split_total : 0};
+        s = td_plan_build(&p->graph, mesh->count, split ? &share : NULL, n_outputs, outputs, p->n_grads,
+                          p->grad_params, p->grad_nodes, p->training, &p->plans[d]);
+        if (s == TD_OK && d > 0)
+            s = check_same_plan(p, d);
+    }
     if (s != TD_OK) {
+        free_plans(p);
         td_free(ctx, p->devs);
         p->devs = NULL;
         return s;
     }
     p->planned = true;
-    const size_t step_words = p->plan.size[TD_BUF_STEP];
+    const size_t step_words = p->plans[0].size[TD_BUF_STEP];
     p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
-    p->call_names = td_alloc_zeroed(ctx, (p->plan.n_calls + 1) * sizeof *p->call_names);
+    p->call_names = td_alloc_zeroed(ctx, (p->plans[0].n_calls + 1) * sizeof *p->call_names);
     if (!p->step_words || !p->call_names)
         return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
-    td_plan_call_names(&p->graph, &p->plan, p->call_names);
-    /* Device d's row 0 is example d x rows: the mesh shards along axis 0. */
+    td_plan_call_names(&p->graph, &p->plans[0], p->call_names);
+    /* Device d's row 0 is the example after the rows of the devices before
+     * it: the mesh shards along axis 0. */
     for (uint32_t d = 0; d < mesh->count; d++)
-        for (uint32_t k = 0; k < p->plan.n_step_nodes; k++)
+        for (uint32_t k = 0; k < p->plans[d].n_step_nodes; k++)
             p->step_words[step_words * d + 2 * k + 1] =
-                (uint32_t)((uint64_t)d * (uint64_t)p->plan.shapes[p->plan.step_nodes[k]].dims[0]);
+                (uint32_t)td_program_row_start(p, d, p->plans[d].shapes[p->plans[d].step_nodes[k]].dims[0]);
     size_t total = 0;
     for (uint32_t i = 0; i < n_outputs; i++) {
         p->output_offset[i] = total;
-        total += (size_t)td_shape_count(&p->plan.shapes[outputs[i]]) * mesh->count;
+        total += (size_t)td_shape_count(&p->plans[0].shapes[outputs[i]]) * mesh->count;
     }
     p->out_host = td_alloc_zeroed(ctx, (total + 1) * sizeof(float));
     if (!p->out_host)
         return TD_OOM(ctx, "program outputs", total * sizeof(float));
-    uint64_t param_elems = p->plan.size[TD_BUF_PARAMS];
+    uint64_t param_elems = p->plans[0].size[TD_BUF_PARAMS];
     p->param_init = td_alloc_zeroed(ctx, (param_elems + 1) * sizeof(float));
     if (!p->param_init)
         return TD_OOM(ctx, "initial parameters", param_elems * sizeof(float));
     if (params) {
         memcpy(p->param_init, params, param_elems * sizeof(float));
     } else {
-        for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+        for (uint32_t id = 0; id < p->plans[0].n_nodes; id++) {
             const td_node_def *nd = &p->graph.nodes[id];
             if (nd->op == TD_OP_PARAM && nd->init.kind != TD_INIT_ZEROS)
-                td_init_fill(&nd->init, nd->name, p->plan.shapes[id].rank, p->plan.shapes[id].dims,
-                             p->param_init + p->plan.slots[id].offset);
+                td_init_fill(&nd->init, nd->name, p->plans[0].shapes[id].rank, p->plans[0].shapes[id].dims,
+                             p->param_init + p->plans[0].slots[id].offset);
         }
     }
     p->ring_bytes = 0;
-    for (uint32_t i = 0; i < p->plan.n_steps; i++) {
-        const td_step *st = &p->plan.steps[i];
+    for (uint32_t i = 0; i < p->plans[0].n_steps; i++) {
+        const td_step *st = &p->plans[0].steps[i];
         if (st->kind == TD_STEP_SEGMENT)
             continue;
-        size_t bytes = (size_t)td_shape_count(&p->plan.shapes[st->node]) * 4;
+        size_t bytes = (size_t)td_shape_count(&p->plans[0].shapes[st->node]) * 4;
         if (bytes > p->ring_bytes)
             p->ring_bytes = bytes;
     }
-    if (p->n_grads && p->plan.size[TD_BUF_GRADS] * 4 > p->ring_bytes)
-        p->ring_bytes = p->plan.size[TD_BUF_GRADS] * 4;
+    if (p->n_grads && p->plans[0].size[TD_BUF_GRADS] * 4 > p->ring_bytes)
+        p->ring_bytes = p->plans[0].size[TD_BUF_GRADS] * 4;
     return td_program_on_devices(p, compile_device);
 }
 
@@ -174,7 +229,7 @@ static td_status read_params_job(void *arg, uint32_t pos)
     td_mesh_device *md = &p->mesh->devices[pos];
     uint64_t ticket;
     td_status s = md->ops->read(md->dev, p->devs[pos].buffers[TD_BUF_PARAMS], 0, p->job_dst,
-                                p->plan.size[TD_BUF_PARAMS] * sizeof(float));
+                                p->plans[0].size[TD_BUF_PARAMS] * sizeof(float));
     if (s == TD_OK && (s = md->ops->submit(md->dev, &ticket)) == TD_OK)
         s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
     return s;
@@ -185,7 +240,7 @@ void td_program_before_shrink(td_program *p)
     if (p->stale || !p->devs || !p->planned)
         return;
     td_context *ctx = p->ctx;
-    const uint64_t n = p->plan.size[TD_BUF_PARAMS];
+    const uint64_t n = p->plans[0].size[TD_BUF_PARAMS];
     uint32_t survivor = p->n_dev;
     for (uint32_t i = 0; i < p->n_dev && survivor == p->n_dev; i++)
         if (!td_mesh_device_lost(p->mesh, i))
@@ -224,7 +279,7 @@ td_status td_program_refresh(td_program *p)
         s = plan_for_mesh(p, NULL);
         /* The parameters as they were, when the layout is the same (it
          * does not depend on the device count, only on the graph). */
-        if (s == TD_OK && p->saved_params && p->saved_elems == p->plan.size[TD_BUF_PARAMS] && p->saved_elems)
+        if (s == TD_OK && p->saved_params && p->saved_elems == p->plans[0].size[TD_BUF_PARAMS] && p->saved_elems)
             s = td_program_write_all_params(p, p->saved_params);
     }
     if (s == TD_OK) {
@@ -239,6 +294,66 @@ td_status td_program_refresh(td_program *p)
     return s;
 }
 
+td_status td_program_set_split(td_program *p, uint32_t n, const uint64_t *rows)
+{
+    td_context *ctx = p->ctx;
+    if (!rows || n == 0) {
+        p->split_total = 0;
+        return TD_OK;
+    }
+    uint64_t *copy = td_alloc(ctx, sizeof *copy * n);
+    if (!copy)
+        return TD_OOM(ctx, "a batch split", sizeof *copy * n);
+    uint64_t total = 0;
+    for (uint32_t d = 0; d < n; d++)
+        total += rows[d];
+    memcpy(copy, rows, sizeof *copy * n);
+    td_free(ctx, p->split_rows);
+    p->split_rows = copy;
+    p->split_devices = n;
+    p->split_total = total;
+    return TD_OK;
+}
+
+td_status td_program_replan(td_program *p, const float *params)
+{
+    td_context *ctx = p->ctx;
+    if (p->stale)
+        return td_program_refresh(p);
+    const uint64_t n = p->plans[0].size[TD_BUF_PARAMS];
+    float *keep = td_alloc(ctx, (n + 1) * sizeof *keep);
+    if (!keep)
+        return TD_OOM(ctx, "the parameters across a re-plan", n * sizeof *keep);
+    memcpy(keep, params, n * sizeof *keep);
+    td_status s = td_mesh_run(p->mesh, release_job, p);
+    unplan(p);
+    if (s == TD_OK)
+        s = plan_for_mesh(p, keep);
+    if (s == TD_OK) {
+        td_free(ctx, keep);
+        return TD_OK;
+    }
+    /* Let go of what did compile, and plan again at the next use (with these
+     * parameters) -- the same path a mesh change takes. */
+    if (p->devs)
+        td_mesh_run(p->mesh, release_job, p);
+    td_free(ctx, p->saved_params);
+    p->saved_params = keep;
+    p->saved_elems = n;
+    p->stale = true;
+    return s;
+}
+
+uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows)
+{
+    if (!(p->split_total && p->split_devices == p->n_dev))
+        return (uint64_t)pos * (uint64_t)rows;
+    uint64_t start = 0;
+    for (uint32_t d = 0; d < pos; d++)
+        start += p->split_rows[d];
+    return start;
+}
+
 static void program_shrink_hook(td_owned *self)
 {
     td_program_before_shrink((td_program *)self);
@@ -249,7 +364,7 @@ static void unplan(td_program *p)
 {
     td_context *ctx = p->ctx;
     if (p->planned)
-        td_plan_free(ctx, &p->plan);
+        free_plans(p);
     p->planned = false;
     td_free(ctx, p->out_host);
     td_free(ctx, p->param_init);
@@ -276,6 +391,7 @@ static void program_release(td_owned *self)
         td_mesh_run(p->mesh, release_job, p);
     unplan(p);
     td_free(ctx, p->saved_params);
+    td_free(ctx, p->split_rows);
     td_free(ctx, p->devs);
     td_free(ctx, p->graph.nodes);
     td_free(ctx, p->outputs);
@@ -293,7 +409,7 @@ void td_program_destroy(td_program *p)
         td_owned_destroy(&p->owned);
 }
 
-td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint64_t *split, uint32_t n_outputs, const td_node *outputs,
                              uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
                              td_program **out)
 {
@@ -366,7 +482,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
         memcpy(p->grad_nodes, grads, sizeof *grads * n_grads);
     }
     p->trace_name = "run";
-    if ((s = plan_for_mesh(p, NULL)) != TD_OK) {
+    if ((split && (s = td_program_set_split(p, mesh->count, split)) != TD_OK) || (s = plan_for_mesh(p, NULL)) != TD_OK) {
         td_program_destroy(p);
         return s;
     }
@@ -376,11 +492,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, con
 
 td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs, td_program **out)
 {
-    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, false, out);
+    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, false, out);
 }
 
 td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
                                    td_program **out)
 {
-    return td_program_compile(g, mesh, n_outputs, outputs, 0, NULL, NULL, true, out);
+    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, true, out);
 }

@@ -19,14 +19,14 @@ static td_status write_all_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_buffer *buf = p->devs[pos].buffers[TD_BUF_PARAMS];
-    return finish(p, md, md->ops->write(md->dev, buf, 0, p->job_src, p->plan.size[TD_BUF_PARAMS] * 4));
+    return finish(p, md, md->ops->write(md->dev, buf, 0, p->job_src, p->plans[0].size[TD_BUF_PARAMS] * 4));
 }
 
 static td_status set_param_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
-    const td_slot *sl = &p->plan.slots[p->job_node];
-    size_t bytes = (size_t)td_shape_count(&p->plan.shapes[p->job_node]) * 4;
+    const td_slot *sl = &p->plans[0].slots[p->job_node];
+    size_t bytes = (size_t)td_shape_count(&p->plans[0].shapes[p->job_node]) * 4;
     td_buffer *buf = p->devs[pos].buffers[TD_BUF_PARAMS];
     return finish(p, md, md->ops->write(md->dev, buf, sl->offset * 4, p->job_src, bytes));
 }
@@ -36,8 +36,8 @@ static td_status read_param_device(td_program *p, uint32_t pos)
     if (pos != p->job_device)
         return TD_OK;
     td_mesh_device *md = &p->mesh->devices[pos];
-    const td_slot *sl = &p->plan.slots[p->job_node];
-    size_t bytes = (size_t)td_shape_count(&p->plan.shapes[p->job_node]) * 4;
+    const td_slot *sl = &p->plans[0].slots[p->job_node];
+    size_t bytes = (size_t)td_shape_count(&p->plans[0].shapes[p->job_node]) * 4;
     td_buffer *buf = p->devs[pos].buffers[TD_BUF_PARAMS];
     return finish(p, md, md->ops->read(md->dev, buf, sl->offset * 4, p->job_dst, bytes));
 }
@@ -47,9 +47,9 @@ static td_status check_param(td_program *p, td_node param, const td_tensor *t, c
     td_status live = td_owned_check_live(&p->owned, fn);
     if (live != TD_OK)
         return live;
-    if (param >= p->plan.n_nodes || p->graph.nodes[param].op != TD_OP_PARAM)
+    if (param >= p->plans[0].n_nodes || p->graph.nodes[param].op != TD_OP_PARAM)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u is not a parameter", fn, param);
-    return td_program_check_tensor(p->ctx, fn, t, TD_F32, &p->plan.shapes[param], "parameter",
+    return td_program_check_tensor(p->ctx, fn, t, TD_F32, &p->plans[0].shapes[param], "parameter",
                                    p->graph.nodes[param].name);
 }
 

@@ -46,7 +46,7 @@ static td_status end_phase(td_program *p, uint32_t pos, td_program_phase phase, 
 
 static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
 {
-    const td_slot *sl = &p->plan.slots[node];
+    const td_slot *sl = &p->plans[pos].slots[node];
     td_arg a = {p->devs[pos].buffers[sl->buffer], sl->offset};
     return a;
 }
@@ -59,9 +59,9 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
     td_program_device *pd = &p->devs[pos];
     const uint32_t timeout = td_context_timeout_ms(p->ctx);
     if (!pd->call_segments) {
-        pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (p->plan.n_calls + 1));
+        pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (p->plans[pos].n_calls + 1));
         if (!pd->call_segments)
-            return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * p->plan.n_calls);
+            return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * p->plans[pos].n_calls);
     }
     td_status s = drain(md, timeout);
     for (uint32_t c = st->first_call; c < st->first_call + st->n_calls && s == TD_OK; c++) {
@@ -104,24 +104,28 @@ static td_status run_device(td_program *p, uint32_t pos)
     const uint32_t track = tr ? td_trace_device_track(tr, md) : 0;
     const uint64_t run_begin = tr ? td_trace_now() : 0;
     uint64_t bytes = 0;
+    double collective_seconds = 0.0;
     if ((s = td_mesh_device_begin_run(p->mesh, pos)) != TD_OK)
         return s;
 
-    for (uint32_t id = 0; id < p->plan.n_nodes && s == TD_OK; id++) {
+    for (uint32_t id = 0; id < p->plans[pos].n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
-        if (nd->op != TD_OP_INPUT || !p->plan.needed[id])
+        if (nd->op != TD_OP_INPUT || !p->plans[pos].needed[id])
             continue;
         void *host;
         td_tensor_data(p->bound[id], &host);
-        size_t input_bytes = (size_t)td_shape_count(&p->plan.shapes[id]) * (nd->dtype == TD_U8 ? 1 : 4);
-        size_t offset = nd->placement == TD_SHARDED ? input_bytes * pos : 0;
-        s = ops->write(dev, pd->buffers[p->plan.slots[id].buffer], p->plan.slots[id].offset * 4,
+        const td_shape *shape = &p->plans[pos].shapes[id];
+        size_t input_bytes = (size_t)td_shape_count(shape) * (nd->dtype == TD_U8 ? 1 : 4);
+        size_t offset = 0;
+        if (nd->placement == TD_SHARDED && shape->dims[0] > 0) /* the rows of the devices before it */
+            offset = input_bytes / (size_t)shape->dims[0] * (size_t)td_program_row_start(p, pos, shape->dims[0]);
+        s = ops->write(dev, pd->buffers[p->plans[pos].slots[id].buffer], p->plans[pos].slots[id].offset * 4,
                        (const char *)host + offset, input_bytes);
         bytes += input_bytes;
     }
     td_ring *ring = p->ring;
-    if (s == TD_OK && p->plan.n_step_nodes) {
-        const size_t words = p->plan.size[TD_BUF_STEP];
+    if (s == TD_OK && p->plans[pos].n_step_nodes) {
+        const size_t words = p->plans[pos].size[TD_BUF_STEP];
         uint32_t *w = p->step_words + words * pos;
         for (size_t k = 0; k < words; k += 2)
             w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
@@ -132,15 +136,21 @@ static td_status run_device(td_program *p, uint32_t pos)
         td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
-    for (uint32_t i = 0; i < p->plan.n_steps && s == TD_OK; i++) {
-        const td_step *st = &p->plan.steps[i];
+    for (uint32_t i = 0; i < p->plans[pos].n_steps && s == TD_OK; i++) {
+        const td_step *st = &p->plans[pos].steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
             s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
         }
+        /* Time in collectives is waiting for peers, not this device's
+         * work: kept apart for td_program_busy_seconds (with phase waits,
+         * the device's queued kernels finish before it starts). */
+        if (p->phase_waits && (s = drain(md, td_context_timeout_ms(p->ctx))) != TD_OK)
+            break;
+        const double collective_begin = seconds_now();
         td_node in = p->graph.nodes[st->node].in[0];
         td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
-        size_t count = (size_t)td_shape_count(&p->plan.shapes[in]);
+        size_t count = (size_t)td_shape_count(&p->plans[pos].shapes[in]);
         if (st->kind == TD_STEP_ALLREDUCE)
             s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
                                   st->mean ? pmean_finalize : NULL, p);
@@ -149,7 +159,9 @@ static td_status run_device(td_program *p, uint32_t pos)
         else
             s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
                                   dst.offset, count);
+        collective_seconds += seconds_now() - collective_begin;
     }
+    pd->collective_seconds = collective_seconds;
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
     if (s == TD_OK && p->hook)
@@ -163,7 +175,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     bytes = 0;
     for (uint32_t i = 0; i < p->n_outputs && s == TD_OK; i++) {
         td_node o = p->outputs[i];
-        size_t count = (size_t)td_shape_count(&p->plan.shapes[o]);
+        size_t count = (size_t)td_shape_count(&p->plans[pos].shapes[o]);
         td_arg a = slot_arg(p, pos, o);
         s = ops->read(dev, a.buffer, a.offset * 4, p->out_host + p->output_offset[i] + count * pos, count * 4);
         bytes += count * 4;
@@ -195,10 +207,10 @@ td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_bindin
         return live;
     if (n_bindings && !bindings)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: bindings is NULL for %u bindings", fn, n_bindings);
-    memset(p->bound, 0, sizeof *p->bound * p->plan.n_nodes);
+    memset(p->bound, 0, sizeof *p->bound * p->plans[0].n_nodes);
     for (uint32_t i = 0; i < n_bindings; i++) {
         td_node n = bindings[i].node;
-        if (n >= p->plan.n_nodes || p->graph.nodes[n].op != TD_OP_INPUT)
+        if (n >= p->plans[0].n_nodes || p->graph.nodes[n].op != TD_OP_INPUT)
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: node %u is not an input of the graph", i, n);
         if (p->bound[n])
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: input '%s' is bound twice", i,
@@ -209,14 +221,14 @@ td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_bindin
             return s;
         p->bound[n] = bindings[i].value;
     }
-    for (uint32_t id = 0; id < p->plan.n_nodes; id++) {
+    for (uint32_t id = 0; id < p->plans[0].n_nodes; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
-        if (nd->op == TD_OP_INPUT && p->plan.needed[id] && !p->bound[id])
+        if (nd->op == TD_OP_INPUT && p->plans[0].needed[id] && !p->bound[id])
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "input '%s' (node %u) is not bound", nd->name, id);
         td_node label_src = nd->op == TD_OP_XENT ? nd->in[1] : 0;
         while (nd->op == TD_OP_XENT && p->graph.nodes[label_src].op == TD_OP_RESHAPE)
             label_src = p->graph.nodes[label_src].in[0]; /* reshapes keep the values */
-        if (nd->op == TD_OP_XENT && p->plan.needed[id] && p->graph.nodes[label_src].op == TD_OP_INPUT) {
+        if (nd->op == TD_OP_XENT && p->plans[0].needed[id] && p->graph.nodes[label_src].op == TD_OP_INPUT) {
             /* A label outside [0, C) would silently give NaN: say which.
              * Labels computed on the device are not checked here; the
              * kernel gives NaN for the row (td_kernel.h), never reads out
@@ -266,6 +278,18 @@ void td_program_phase_seconds(const td_program *p, uint32_t position, double *se
     memcpy(seconds, p->devs[position].phase_seconds, sizeof p->devs[position].phase_seconds);
 }
 
+double td_program_busy_seconds(const td_program *p, uint32_t position)
+{
+    const td_program_device *pd = &p->devs[position];
+    const double busy = pd->phase_seconds[TD_PHASE_UPLOAD] + pd->phase_seconds[TD_PHASE_COMPUTE] - pd->collective_seconds;
+    return busy > 0.0 ? busy : 0.0;
+}
+
+float td_program_shard_weight(const td_program *p, uint32_t position)
+{
+    return p->plans[position].shard_weight;
+}
+
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user)
 {
     p->hook = hook;
@@ -282,7 +306,7 @@ td_status td_program_output_shape(const td_program *p, uint32_t index, uint32_t 
     if (!rank || !dims || index >= p->n_outputs)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "td_program_output_shape: output %u of %u, or NULL arguments",
                             index, p->n_outputs);
-    const td_shape *s = &p->plan.shapes[p->outputs[index]];
+    const td_shape *s = &p->plans[0].shapes[p->outputs[index]];
     *rank = s->rank;
     memcpy(dims, s->dims, sizeof(int64_t) * s->rank);
     return TD_OK;
@@ -290,7 +314,7 @@ td_status td_program_output_shape(const td_program *p, uint32_t index, uint32_t 
 
 const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device)
 {
-    size_t count = (size_t)td_shape_count(&p->plan.shapes[p->outputs[index]]);
+    size_t count = (size_t)td_shape_count(&p->plans[0].shapes[p->outputs[index]]);
     return p->out_host + p->output_offset[index] + count * device;
 }
 
@@ -307,7 +331,7 @@ td_status td_program_read_output(td_program *p, uint32_t index, uint32_t device,
     if (device >= p->n_dev)
         return td_error_set(p->ctx, TD_ERR_INVALID_ARGUMENT, "device %u is not in the mesh (%u devices)", device,
                             p->n_dev);
-    const td_shape *sh = &p->plan.shapes[p->outputs[index]];
+    const td_shape *sh = &p->plans[0].shapes[p->outputs[index]];
     td_status s = td_program_check_tensor(p->ctx, "td_program_read_output", out, p->graph.nodes[p->outputs[index]].dtype,
                                           sh, "output", "result");
     if (s != TD_OK)

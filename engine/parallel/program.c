@@ -86,9 +86,14 @@ void td_program_disown(td_program *p)
     td_context_disown(&p->owned);
 }
 
+td_mesh *td_program_mesh(const td_program *p)
+{
+    return p->mesh;
+}
+
 const td_plan *td_program_plan(const td_program *p)
 {
-    return &p->plan;
+    return &p->plans[0];
 }
 
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which)

@@ -14,7 +14,7 @@ typedef td_status (*td_program_hook)(void *user, uint32_t position);
 /* td_pmap_compile, plus: the gradient of params[i] is grads[i], laid out in
  * the gradient buffer at the parameter's offset, and `training` goes to the
  * plan (td_plan.training). */
-td_status td_program_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
+td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint64_t *split, uint32_t n_outputs, const td_node *outputs,
                              uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
                              td_program **out);
 /* td_program_run / set_param / read_param with `fn` naming the public call
@@ -62,6 +62,19 @@ void td_program_before_shrink(td_program *p);
 /* Plans a program marked by td_program_before_shrink again for its
  * mesh now; nothing for an up-to-date one. Every job does this first. */
 td_status td_program_refresh(td_program *p);
+/* The batch split the program's next plan uses: rows[d] examples of the
+ * global batch (their sum; every sharded input's axis 0) on device d of
+ * the n devices the mesh has then. Shapes, arenas and the example offsets
+ * of each device follow its rows, and td_graph_shard_weight is
+ * N x rows[d] / total. NULL (or a split for another device count) divides
+ * each sharded input evenly. Copies rows; plans nothing by itself. */
+td_status td_program_set_split(td_program *p, uint32_t n, const uint64_t *rows);
+/* Plans the program again now, for its split, with `params` (the whole
+ * parameter buffer) on every device. On failure the program is left to
+ * plan again at its next use, with those parameters. */
+td_status td_program_replan(td_program *p, const float *params);
+/* The mesh the program runs on. */
+td_mesh *td_program_mesh(const td_program *p);
 /* Devices the program is planned for now. */
 uint32_t td_program_device_count(const td_program *p);
 /* The name each device's run takes in a trace ("run" unless set): a
@@ -70,6 +83,13 @@ void td_program_set_trace_name(td_program *p, const char *name);
 /* seconds[0..TD_PHASE_COUNT) = device `position`'s phases in the last run
  * (zeros before any). */
 void td_program_phase_seconds(const td_program *p, uint32_t position, double *seconds);
+/* The last run's time device `position` spent on its own work: uploading
+ * and computing, less the in-graph collectives (waiting for its peers).
+ * Exact for devices that run synchronously (CPU); an asynchronous device's
+ * needs phase waits on (td_program_set_phase_waits) for that run. */
+double td_program_busy_seconds(const td_program *p, uint32_t position);
+/* td_graph_shard_weight's value on device `position` under the split. */
+float td_program_shard_weight(const td_program *p, uint32_t position);
 /* Host copy of output `index` as computed by `device` (valid after a run). */
 const float *td_program_output_host(const td_program *p, uint32_t index, uint32_t device);
 

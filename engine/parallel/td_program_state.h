@@ -16,6 +16,7 @@ typedef struct td_program_device {
     td_kernel_call *calls;
     td_segment **call_segments;
     double phase_seconds[TD_PHASE_COUNT]; /* the last run's, host clock (td_program_phase) */
+    double collective_seconds;            /* the last run's time inside in-graph collectives */
 } td_program_device;
 
 /* Work for every device's worker at once (td_program_on_devices). */
@@ -28,7 +29,13 @@ struct td_program {
     td_ring *ring; /* the mesh's, shared with every program on it */
     uint32_t n_dev;
     td_graph graph; /* a private copy of the nodes, so the caller's graph may go */
-    td_plan plan;
+    td_plan *plans; /* one per device: shapes and arena differ by the device's rows */
+    /* The batch split (td_program_set_split): rows per device of a global
+     * batch of split_total; split_total 0 = each sharded input divided
+     * evenly. Set for the mesh the next plan is for. */
+    uint64_t *split_rows;
+    uint32_t split_devices;
+    uint64_t split_total;
     uint32_t n_outputs;
     td_node *outputs;
     size_t *output_offset; /* into out_host, per output; each holds n_dev copies */
@@ -69,6 +76,10 @@ struct td_program {
  * waiting; a ring failed by an earlier job is reset first (no worker is
  * inside a collective between jobs). */
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn);
+
+/* The global index of device pos's first example: the rows of the devices
+ * before it under the split, or pos x `rows` on an even split. */
+uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows);
 
 /* TD_OK when t is a `dtype` tensor of shape `want`; otherwise a status and
  * a message naming the public call `fn`, the `what` ("input",

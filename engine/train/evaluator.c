@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tandem/eval.h"
+#include "td_balance.h"
 #include "td_trace.h"
 #include "td_trainer_internal.h"
 
@@ -24,6 +25,8 @@ struct td_evaluator {
     float *staging; /* the program's parameter buffer, assembled on the host */
     double *sums;   /* per metric: sum over batches of weight * value */
     double weight;  /* valid examples so far */
+    uint64_t batch; /* the sharded inputs' common batch (0: none; each divides evenly) */
+    uint64_t *rows; /* its even shares over the mesh's devices */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -37,6 +40,7 @@ static void evaluator_release(td_owned *self)
     e->program = NULL;
     td_free(e->ctx, e->staging);
     td_free(e->ctx, e->sums);
+    td_free(e->ctx, e->rows);
 }
 
 void td_evaluator_destroy(td_evaluator *e)
@@ -86,8 +90,19 @@ static td_status check_nodes(td_graph *g, td_node mask, uint32_t n_metrics, cons
 static void evaluator_before_shrink(td_owned *self)
 {
     td_evaluator *e = (td_evaluator *)self;
-    if (e->program)
-        td_program_before_shrink(e->program);
+    if (!e->program)
+        return;
+    td_program_before_shrink(e->program);
+    /* The survivors' even shares, which the re-plan then takes (a batch
+     * they do not divide included). */
+    td_mesh *mesh = td_program_mesh(e->program);
+    uint32_t survivors = 0;
+    for (uint32_t d = 0; d < mesh->count; d++)
+        survivors += !td_mesh_device_lost(mesh, d);
+    if (e->batch && survivors && e->batch >= survivors) {
+        td_balance_even(e->batch, survivors, e->rows);
+        td_program_set_split(e->program, survivors, e->rows);
+    }
 }
 
 td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t n_metrics, const td_node *metrics,
@@ -117,7 +132,19 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->mask = mask;
     td_context_own(ctx, &e->owned, "evaluator", mesh, evaluator_release);
     e->owned.before_shrink = evaluator_before_shrink;
-    s = td_program_compile(g, mesh, n_metrics, metrics, 0, NULL, NULL, false, &e->program);
+    /* Shares of a batch the devices do not divide differ by one example;
+     * the metrics are then weighted by them (td_graph_shard_weight). */
+    e->batch = td_balance_common_batch(g);
+    if (e->batch < mesh->count)
+        e->batch = 0;
+    e->rows = td_alloc_zeroed(ctx, sizeof *e->rows * mesh->count);
+    if (!e->rows)
+        s = TD_OOM(ctx, "an evaluator's split", sizeof *e->rows * mesh->count);
+    else if (e->batch)
+        td_balance_even(e->batch, mesh->count, e->rows);
+    if (s == TD_OK)
+        s = td_program_compile(g, mesh, e->batch ? e->rows : NULL, n_metrics, metrics, 0, NULL, NULL, false,
+                               &e->program);
     if (s == TD_OK)
         td_program_set_trace_name(e->program, "evaluate");
     if (s == TD_OK) {
@@ -212,7 +239,7 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
     for (uint32_t m = 0; m < e->n_metrics; m++) {
         double mean = 0.0;
         for (uint32_t d = 0; d < e->n_devices; d++)
-            mean += td_program_output_host(e->program, m, d)[0];
+            mean += (double)td_program_shard_weight(e->program, d) * td_program_output_host(e->program, m, d)[0];
         e->sums[m] += weight * (mean / e->n_devices);
     }
     e->weight += weight;

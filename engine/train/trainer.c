@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "tandem/train.h"
+#include "td_balance.h"
 #include "td_optimizer.h"
 #include "td_program_internal.h"
 #include "td_ring.h"
@@ -105,6 +106,9 @@ struct td_trainer {
     void *on_step_user;
     float *report_metrics;          /* n_metrics, for the callback's report */
     td_step_timing *report_timing;  /* per device, likewise */
+    td_balancer balance;  /* the batch split (options.balance) */
+    double *busy;         /* per device: a measured step's busy seconds */
+    bool rebalanced;      /* the last call changed the split for the next */
 };
 
 td_status td_trainer_options_init(td_trainer_options *o)
@@ -423,6 +427,8 @@ static void trainer_release(td_owned *self)
     td_free(t->ctx, t->flat_state);
     td_free(t->ctx, t->report_metrics);
     td_free(t->ctx, t->report_timing);
+    td_free(t->ctx, t->busy);
+    td_balancer_free(&t->balance);
     td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
     td_free(t->ctx, t->params);
@@ -448,14 +454,23 @@ static void fill_timing(const td_trainer *t, uint32_t device, td_step_timing *ti
     timing->download = phase[TD_PHASE_DOWNLOAD];
 }
 
+/* Output `index` (0 the loss, then the metrics) over the devices: each
+ * device's value is a mean over its rows, so the global batch's is their
+ * mean weighted by the devices' shares, sum_d w_d * v_d / N
+ * (td_graph_shard_weight; every w_d is exactly 1 on an even split, which
+ * leaves the plain mean). Fixed order, device 0 first. */
+static float combine_devices(const td_trainer *t, uint32_t index)
+{
+    float sum = 0.0f;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        sum += td_program_shard_weight(t->program, d) * td_program_output_host(t->program, index, d)[0];
+    return sum / (float)t->mesh->count;
+}
+
 static void fill_metrics(const td_trainer *t, float *values)
 {
-    for (uint32_t i = 0; i < t->n_metrics; i++) {
-        float sum = 0.0f; /* the loss's order: device 0 first */
-        for (uint32_t d = 0; d < t->mesh->count; d++)
-            sum += td_program_output_host(t->program, i + 1, d)[0];
-        values[i] = sum / (float)t->mesh->count;
-    }
+    for (uint32_t i = 0; i < t->n_metrics; i++)
+        values[i] = combine_devices(t, i + 1);
 }
 
 /* The step callback's report, from what the step left behind. */
@@ -476,6 +491,8 @@ static void report_step(td_trainer *t, float loss, double seconds)
         .n_devices = t->mesh->count,
         .timing = t->report_timing,
         .devices_lost = t->lost_this_step,
+        .split = t->balance.rows32,
+        .rebalanced = t->rebalanced,
     };
     t->on_step(t->on_step_user, &r);
 }
@@ -630,6 +647,11 @@ static void trainer_before_shrink(td_owned *self)
     free_accumulators(t);
     t->micro = 0;
     t->has_outputs = false;
+    /* The split loses the lost devices' shares (t->busy is scratch). */
+    bool *keep = (bool *)t->busy;
+    for (uint32_t d = 0; d < t->n_owners; d++)
+        keep[d] = !td_mesh_device_lost(t->mesh, d);
+    td_balancer_shrink(&t->balance, keep);
     td_program_before_shrink(t->program);
     t->stale = true;
 }
@@ -641,7 +663,9 @@ static td_status trainer_refresh(td_trainer *t)
 {
     if (!t->stale)
         return TD_OK;
-    td_status s = td_program_refresh(t->program);
+    td_status s = td_program_set_split(t->program, t->mesh->count, td_balancer_rows(&t->balance));
+    if (s == TD_OK)
+        s = td_program_refresh(t->program);
     if (s != TD_OK)
         return s;
     t->ring = td_program_ring(t->program);
@@ -658,6 +682,7 @@ static td_status trainer_refresh(td_trainer *t)
     td_free(t->ctx, t->flat_state);
     t->flat_state = NULL;
     t->stale = false;
+    td_balancer_request(&t->balance, t->micro_steps + 1); /* the survivors' speeds, past the re-plan's first run */
     return TD_OK;
 }
 
@@ -767,24 +792,37 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
     t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
-    s = t->params && t->report_metrics && t->report_timing
+    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * mesh->count + sizeof(bool) * mesh->count);
+    s = t->params && t->report_metrics && t->report_timing && t->busy
             ? TD_OK
             : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
+    if (s == TD_OK)
+        s = td_balancer_init(&t->balance, ctx, &opts, g, mesh->count);
+    /* The gradients are those of loss x the device's shard weight, and a
+     * state's update value enters the all-reduce times it too, so the
+     * ring's mean over the devices is the mean over the global batch on
+     * any split (on an even one the weight is exactly 1: the same bits). */
+    td_node weight = TD_NO_NODE, weighted_loss = loss; /* a loss that is no f32 scalar: value_and_grad names it */
+    if (s == TD_OK && (s = td_graph_shard_weight(g, &weight)) == TD_OK && loss < g->count &&
+        g->nodes[loss].dtype == TD_F32 && td_shape_count(&g->nodes[loss].shape) == 1)
+        s = td_graph_mul(g, loss, weight, &weighted_loss);
     if (s == TD_OK) {
         if (n_params)
             memcpy(t->params, params, sizeof *params * n_params);
-        s = td_graph_value_and_grad(g, loss, n_params, params, grads);
+        s = td_graph_value_and_grad(g, weighted_loss, n_params, params, grads);
     }
     td_node *listed = grads + n_ranges;
     if (s == TD_OK) {
         if (n_params)
             memcpy(listed, params, sizeof *params * n_params);
-        for (uint32_t i = 0; i < g->n_updates; i++) {
+        for (uint32_t i = 0; i < g->n_updates && s == TD_OK; i++) {
             listed[n_params + i] = g->updates[i].state;
-            grads[n_params + i] = g->updates[i].value;
+            s = td_graph_mul(g, g->updates[i].value, weight, &grads[n_params + i]);
         }
-        s = td_program_compile(g, mesh, opts.n_metrics + 1, outputs, n_ranges, listed, grads, true, &t->program);
     }
+    if (s == TD_OK)
+        s = td_program_compile(g, mesh, td_balancer_rows(&t->balance), opts.n_metrics + 1, outputs, n_ranges, listed,
+                               grads, true, &t->program);
     if (s == TD_OK) {
         td_program_disown(t->program); /* the trainer destroys it */
         t->ring = td_program_ring(t->program);
@@ -838,6 +876,76 @@ td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, t
 }
 
 static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss);
+
+/* The balancer found a faster split: the program plans for it, with the
+ * master parameters (what every device holds between steps). Accumulated
+ * gradients stay valid -- each micro-batch's are weighted by its own
+ * split. A failed re-plan is logged and retried at the next step. */
+static void rebalance(td_trainer *t)
+{
+    td_balancer_apply(&t->balance);
+    char split[256];
+    size_t used = 0;
+    for (uint32_t d = 0; d < t->mesh->count && used < sizeof split; d++)
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", d ? " " : "", t->balance.rows32[d]);
+    td_status s = td_program_set_split(t->program, t->mesh->count, td_balancer_rows(&t->balance));
+    if (s == TD_OK)
+        s = td_program_replan(t->program, t->master);
+    if (s != TD_OK) {
+        char why[512];
+        td_error_copy(t->ctx, why, sizeof why);
+        td_log(t->ctx, TD_LOG_WARN, "re-planning for the split %s failed (tried again at the next step): %s", split, why);
+        return;
+    }
+    td_log(t->ctx, TD_LOG_INFO, "step %llu: the batch split is now %s examples per device (measured speeds)",
+           (unsigned long long)t->micro_steps, split);
+}
+
+td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *rows, uint32_t *n)
+{
+    td_status s = check_trainer(t, "td_trainer_split");
+    if (s != TD_OK)
+        return s;
+    if (!rows || !n)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_split: rows or n is NULL");
+    if (capacity < t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_split: capacity %u is less than the trainer's %u devices", capacity, t->mesh->count);
+    *n = t->mesh->count;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        rows[d] = t->balance.batch ? t->balance.rows32[d] : 0;
+    return TD_OK;
+}
+
+td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, double *speeds, uint32_t *n)
+{
+    td_status s = check_trainer(t, "td_trainer_device_speeds");
+    if (s != TD_OK)
+        return s;
+    if (!speeds || !n)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_device_speeds: examples_per_second or n is NULL");
+    if (capacity < t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_device_speeds: capacity %u is less than the trainer's %u devices", capacity,
+                            t->mesh->count);
+    const bool measured = t->balance.mode == TD_BALANCE_AUTO && t->balance.measured_once;
+    *n = t->mesh->count;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        speeds[d] = measured ? t->balance.speed[d] : 0.0;
+    return TD_OK;
+}
+
+td_status td_trainer_rebalance(td_trainer *t)
+{
+    td_status s = check_trainer(t, "td_trainer_rebalance");
+    if (s != TD_OK)
+        return s;
+    if (t->balance.mode != TD_BALANCE_AUTO)
+        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_rebalance: the trainer's balance is %s, not auto",
+                            t->balance.mode == TD_BALANCE_EVEN ? "even" : "explicit");
+    td_balancer_request(&t->balance, t->micro_steps);
+    return TD_OK;
+}
 
 static bool any_device_lost(td_trainer *t)
 {
@@ -910,7 +1018,14 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     const uint64_t begin = tr ? td_trace_now() : 0;
     clock_gettime(CLOCK_MONOTONIC, &a);
     td_program_set_step(t->program, t->micro_steps);
+    /* A measured step waits for each device at the phase ends, so its
+     * busy time is its own (free on CPU devices). */
+    const bool measured = td_balancer_measures(&t->balance, t->micro_steps);
+    if (measured)
+        td_program_set_phase_waits(t->program, true);
     td_status s = td_program_run_for(t->program, n_bindings, bindings, "td_trainer_step");
+    if (measured)
+        td_program_set_phase_waits(t->program, t->options.timing_waits);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "step", NULL, begin, td_trace_now(), 0);
@@ -950,16 +1065,19 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
         t->updated = true;
         t->steps++;
     }
-    /* Each device's loss is the mean over its shard; equal shards make
-     * their mean the mean over the global batch. Fixed order. */
-    float sum = 0.0f;
-    for (uint32_t d = 0; d < t->mesh->count; d++)
-        sum += td_program_output_host(t->program, 0, d)[0];
+    const float mean_loss = combine_devices(t, 0);
     if (loss)
-        *loss = sum / (float)t->mesh->count;
+        *loss = mean_loss;
+    t->rebalanced = false;
+    if (measured) {
+        for (uint32_t d = 0; d < t->mesh->count; d++)
+            t->busy[d] = td_program_busy_seconds(t->program, d);
+        t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy);
+    }
     if (t->on_step)
-        report_step(t, sum / (float)t->mesh->count,
-                    (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
+        report_step(t, mean_loss, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
+    if (t->rebalanced)
+        rebalance(t);
     return TD_OK;
 }
 

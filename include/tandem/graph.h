@@ -274,7 +274,8 @@ TD_API td_status td_graph_softmax_cross_entropy_per_example(td_graph *g, td_node
  * their mean); mask is an f32 [B] input placed like the batch (1 = valid,
  * 0 = padding; other values act as weights). On each device the value is
  * sum(mask * x) / pmean(sum(mask)), i.e. N times the device's masked sum over
- * the global valid count, so the trainer's average over devices -- and its
+ * the global valid count (divided by td_graph_shard_weight, 1 on an even
+ * split), so the trainer's average over devices -- and its
  * gradient -- is exactly sum_all(mask * x) / sum_all(mask): N devices with
  * padded shards train as one device on the unpadded batch. The denominator
  * is max(pmean(sum(mask)), 2^-20): a batch with no valid example gives a
@@ -292,6 +293,18 @@ TD_API td_status td_graph_all_gather(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_broadcast(td_graph *g, td_node a, uint32_t root, td_node *out);
 /* A scalar f32 holding the device's position in the mesh. */
 TD_API td_status td_graph_axis_index(td_graph *g, td_node *out);
+/* A scalar f32 holding the device's share of the global batch times the
+ * device count: N * rows_d / B. It is exactly 1 on an even split (every
+ * td_pmap_compile program, every evaluator); a trainer with an uneven
+ * split (td_trainer_options.balance) gives each device its own. The
+ * trainer combines per-device scalars -- the loss, the metrics, and
+ * through the gradient all-reduce the gradients -- as the weighted mean
+ * sum_d w_d * v_d / N, which is the mean over the global batch when v_d is
+ * a mean over the device's rows. A graph that averages over the devices
+ * itself weights by it: pmean(w * local_mean) is the global batch's mean
+ * on any split (synchronized batch norm does this), and a value that is
+ * already global divides by it (td_graph_masked_mean does). */
+TD_API td_status td_graph_shard_weight(td_graph *g, td_node *out);
 
 /* Reverse-mode autodiff: adds to the graph the gradient of the scalar `loss`
  * with respect to each of `params` (nodes made by td_graph_param) and

@@ -24,6 +24,12 @@ typedef struct td_model_options {
      * td_dataset_pixel_stats gives a training set's mean and std. */
     float input_mean;
     float input_std;
+    /* Batch norm's statistics over the global batch (td_batch_norm_options
+     * .sync: two pmean per layer) instead of each device's shard. Per-device
+     * statistics (the default, as flax's without an axis name) depend on
+     * the shards, so a run on another mesh or split differs by more than
+     * rounding; synchronized ones do not. */
+    bool sync_batch_norm;
 } td_model_options;
 
 /* seed 0, 10 classes, no batch norm, no dropout, inputs in [0, 1]. */

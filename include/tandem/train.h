@@ -29,6 +29,14 @@ typedef enum td_on_device_loss {
     TD_ON_DEVICE_LOSS_CONTINUE = 1,
 } td_on_device_loss;
 
+/* td_trainer_options.balance: how each global batch is split over the
+ * devices. */
+typedef enum td_balance {
+    TD_BALANCE_EVEN = 0,     /* equal shares (the remainder one example each to the first devices) */
+    TD_BALANCE_AUTO = 1,     /* in proportion to each device's measured throughput on the step */
+    TD_BALANCE_EXPLICIT = 2, /* in proportion to balance_weights */
+} td_balance;
+
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
     td_optimizer_kind optimizer;
@@ -70,6 +78,31 @@ typedef struct td_trainer_options {
      * the survivors' count. Gradients accumulated in an open round are
      * dropped (the round restarts). */
     td_on_device_loss on_device_loss;
+    /* The batch split. Every sharded input must then hold the same global
+     * batch B on axis 0. EVEN gives every device B/N examples (when N does
+     * not divide B, the first B mod N devices one more). AUTO starts even,
+     * measures each device's busy time per example -- upload and forward +
+     * backward, not the waits for its peers -- over balance_warmup steps
+     * from the second step on (each device's median), splits in proportion, and measures again
+     * every balance_interval steps and after td_trainer_rebalance; it
+     * re-plans only for a split predicted at least 3% faster, and only
+     * between accumulation rounds. EXPLICIT splits in proportion to
+     * balance_weights (n_balance_weights of them: one positive weight per
+     * mesh device, copied). Shares
+     * come in units of balance_granularity examples (each device at least
+     * one unit; what B leaves past the last whole unit goes to the device
+     * that finishes it first), and each next unit goes to the device that
+     * would finish it first. The gradients are combined weighted by the
+     * devices' example counts (td_graph_shard_weight), so any split gives
+     * the even split's update up to float rounding; the loss and metrics
+     * are weighted likewise. A measured step waits for its devices twice
+     * (as timing_waits): nothing on CPU devices. */
+    td_balance balance;
+    const float *balance_weights;
+    uint32_t n_balance_weights;
+    uint32_t balance_granularity; /* examples per unit; 0 = 8 */
+    uint32_t balance_warmup;      /* AUTO: steps per measurement (1 to 1000); 0 = 3 */
+    uint32_t balance_interval;    /* AUTO: steps between measurements; 0 = 200 */
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer
@@ -165,6 +198,31 @@ TD_API td_status td_trainer_timing(const td_trainer *trainer, uint32_t device, t
  * optimizer updates (the calls, unless gradients are accumulated). */
 TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_seconds, uint64_t *steps);
 
+/* The batch split in force: rows[d] examples of each global batch on mesh
+ * device d, for the n (<= capacity) devices the trainer runs on now;
+ * zeros when the graph's sharded inputs share no batch size (each is then
+ * divided evenly on its own). */
+TD_API td_status td_trainer_split(const td_trainer *trainer, uint32_t capacity, uint32_t *rows, uint32_t *n);
+
+/* balance = AUTO: each device's speed as last measured, in examples per
+ * second of its own busy time (upload and forward + backward); zeros
+ * before the first measurement and for other balances. The ideal step
+ * for a global batch B is about B over their sum. */
+TD_API td_status td_trainer_device_speeds(const td_trainer *trainer, uint32_t capacity, double *examples_per_second,
+                                          uint32_t *n);
+
+/* Reads a balance as the demos and `tandem train` spell it: "even",
+ * "auto", or explicit weights "W0,W1,..." (finite numbers > 0, at most
+ * `capacity` of them, written to weights and counted in *n_weights; 0 for
+ * even and auto). Anything else is TD_ERR_INVALID_ARGUMENT naming it. */
+TD_API td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balance, uint32_t capacity,
+                                  float *weights, uint32_t *n_weights);
+
+/* balance = AUTO: measures the devices again over the next balance_warmup
+ * steps and re-splits if that is faster (a device's speed changed).
+ * TD_ERR_STATE for another balance. */
+TD_API td_status td_trainer_rebalance(td_trainer *trainer);
+
 /* What a step callback receives after each successful td_trainer_step.
  * The pointers are the trainer's and valid during the call only. */
 typedef struct td_step_report {
@@ -179,6 +237,8 @@ typedef struct td_step_report {
     uint32_t n_devices;
     const td_step_timing *timing; /* per mesh device, as td_trainer_timing */
     uint32_t devices_lost;  /* dropped during this call (on_device_loss = continue) */
+    const uint32_t *split;  /* examples per device in this call's batch (n_devices of them) */
+    bool rebalanced;        /* the split changes from the next call on (balance = auto) */
 } td_step_report;
 
 typedef void (*td_step_fn)(void *user, const td_step_report *report);
