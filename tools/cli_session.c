@@ -236,10 +236,9 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
         return fail(s, st, "--devices");
     td_mesh_size(s->mesh, &s->n_devices);
-    if (config->batch % s->n_devices != 0) {
-        fprintf(stderr,
-                "tandem %s: --batch %lld does not split evenly over the %u devices of '%s'; choose a multiple of %u\n",
-                command, (long long)config->batch, s->n_devices, config->devices, s->n_devices);
+    if (config->batch < s->n_devices) { /* a batch they do not divide is split as evenly as it goes */
+        fprintf(stderr, "tandem %s: --batch %lld is smaller than the %u devices of '%s'; each needs an example\n",
+                command, (long long)config->batch, s->n_devices, config->devices);
         return TD_CLI_EXIT_USAGE;
     }
     int rc = load_data(s);

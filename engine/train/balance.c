@@ -91,13 +91,18 @@ td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_opt
     b->ctx = ctx;
     b->mode = o->balance;
     b->n = n;
-    b->granularity = o->balance_granularity ? o->balance_granularity : DEFAULT_GRANULARITY;
+    b->granularity = o->balance_granularity;
     b->warmup = o->balance_warmup ? o->balance_warmup : DEFAULT_WARMUP;
     b->interval = o->balance_interval ? o->balance_interval : DEFAULT_INTERVAL;
     if (b->warmup > 1000)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: balance_warmup is %u, expected 1 to 1000 steps",
                             b->warmup);
     b->batch = td_balance_common_batch(g);
+    /* By default units of 8 examples, halved until the batch holds four
+     * units per device, so a small batch still splits finely. */
+    if (!b->granularity)
+        for (b->granularity = DEFAULT_GRANULARITY; b->granularity > 1 && b->batch < 4ull * n * b->granularity;)
+            b->granularity /= 2;
     if (b->mode != TD_BALANCE_EVEN && b->mode != TD_BALANCE_AUTO && b->mode != TD_BALANCE_EXPLICIT)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_trainer_create: balance is %d, expected TD_BALANCE_EVEN, _AUTO or _EXPLICIT", (int)b->mode);
@@ -223,10 +228,10 @@ void td_balancer_shrink(td_balancer *b, const bool *keep)
 td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balance, uint32_t capacity, float *weights,
                            uint32_t *n_weights)
 {
-    if (!ctx)
-        return TD_ERR_INVALID_ARGUMENT;
     if (!text || !balance || !n_weights || (capacity && !weights))
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_balance_parse: text, balance, n_weights or weights is NULL");
+        return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                  "td_balance_parse: text, balance, n_weights or weights is NULL")
+                   : TD_ERR_INVALID_ARGUMENT;
     *n_weights = 0;
     if (strcmp(text, "even") == 0 || strcmp(text, "auto") == 0) {
         *balance = text[0] == 'e' ? TD_BALANCE_EVEN : TD_BALANCE_AUTO;
@@ -240,11 +245,13 @@ td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balanc
         errno = 0;
         const double w = strtod(p, &end);
         if (end == p || errno || !(w > 0.0) || !isfinite(w) || w > 1e30 || (*end && *end != ','))
-            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                                "balance '%s': expected even, auto, or weights like 3,3,1 (numbers > 0 separated by "
-                                "commas)", text);
+            return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                      "balance '%s': expected even, auto, or weights like 3,3,1 (numbers > 0 "
+                                      "separated by commas)", text)
+                       : TD_ERR_INVALID_ARGUMENT;
         if (n == capacity)
-            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "balance '%s': more than %u weights", text, capacity);
+            return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "balance '%s': more than %u weights", text, capacity)
+                       : TD_ERR_INVALID_ARGUMENT;
         weights[n++] = (float)w;
         if (!*end)
             break;

@@ -100,7 +100,7 @@ typedef struct td_trainer_options {
     td_balance balance;
     const float *balance_weights;
     uint32_t n_balance_weights;
-    uint32_t balance_granularity; /* examples per unit; 0 = 8 */
+    uint32_t balance_granularity; /* examples per unit; 0 = 8, halved while B < 4 x N units */
     uint32_t balance_warmup;      /* AUTO: steps per measurement (1 to 1000); 0 = 3 */
     uint32_t balance_interval;    /* AUTO: steps between measurements; 0 = 200 */
 } td_trainer_options;
@@ -214,7 +214,8 @@ TD_API td_status td_trainer_device_speeds(const td_trainer *trainer, uint32_t ca
 /* Reads a balance as the demos and `tandem train` spell it: "even",
  * "auto", or explicit weights "W0,W1,..." (finite numbers > 0, at most
  * `capacity` of them, written to weights and counted in *n_weights; 0 for
- * even and auto). Anything else is TD_ERR_INVALID_ARGUMENT naming it. */
+ * even and auto). Anything else is TD_ERR_INVALID_ARGUMENT naming it (in
+ * ctx's message; ctx may be NULL to check a flag before any context). */
 TD_API td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balance, uint32_t capacity,
                                   float *weights, uint32_t *n_weights);
 

@@ -65,7 +65,7 @@ expect_usage_error "--resume" "resume without a directory" "$tandem" train --res
 expect_usage_error "--checkpoint" "eval without a checkpoint" "$tandem" eval
 expect_usage_error "frobnicate" "unknown command" "$tandem" frobnicate
 expect_usage_error "-o" "plot without -o" "$tandem" plot m.jsonl
-expect_usage_error "3 devices" "batch not divisible" "$tandem" train --model linreg --devices cpu:3 --batch 128
+expect_usage_error "3 devices" "batch smaller than the mesh" "$tandem" train --model linreg --devices cpu:3 --batch 2
 if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
   fail "an unknown device spec is not named: $(cat err)"
 fi
@@ -90,6 +90,28 @@ fi
 expect_rc 1 "fail is the default" "$tandem" train --model mlp --data generated --limit 600 --batch 60 --epochs 1 \
   --devices "cpu:3,cpu:1@fail=4" || true
 expect_usage_error "--on-device-loss" "bad loss policy" "$tandem" train --on-device-loss retry
+
+echo "== a slow device and a speed-aware split"
+if expect_rc 0 "balance auto" "$tandem" train --model mlp --data generated --limit 640 --batch 64 --epochs 2 \
+  --devices "cpu:1,cpu:1@slow=3" --balance auto --metrics balance.jsonl; then
+  python3 - out balance.jsonl <<'PY' || fail "auto balance did not split by speed: $(tail -1 out)"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert r["balance"] == "auto" and sum(r["split"]) == 64 and r["split"][0] > r["split"][1], r
+assert len(r["device_speeds"]) == 2 and r["device_speeds"][0] > r["device_speeds"][1], r
+steps = [json.loads(l) for l in open(sys.argv[2]) if '"kind":"step"' in l]
+assert [d["examples"] for d in steps[0]["devices"]] == [32, 32], steps[0]
+assert [d["examples"] for d in steps[-1]["devices"]] == r["split"], steps[-1]
+PY
+  grep -q "batch is split anew" err || fail "the new split was not reported: $(cat err)"
+fi
+if expect_rc 0 "balance by weights" "$tandem" train --model linreg --devices cpu:3 --epochs 1 --batch 60 --balance 1,2,3; then
+  # units of 4 (60 holds four per device): 8 20 32 finishes in 10.7, the best units allow (ideal 10 20 30: 10)
+  [ "$(json_field out split)" = "[8, 20, 32]" ] || fail "--balance 1,2,3 split: $(tail -1 out)"
+fi
+expect_usage_error "--balance" "bad balance" "$tandem" train --balance fastest
+expect_rc 1 "a weight per device" "$tandem" train --model linreg --devices cpu:3 --epochs 1 --balance 1,2 || true
+grep -q "expected 3 (one per mesh device)" err || fail "a wrong weight count is not named: $(cat err)"
 
 echo "== mlp on generated data, checkpoints and metrics"
 mlp=(--model mlp --data generated --limit 300 --batch 64 --seed 3)
@@ -131,7 +153,12 @@ PY
     python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4*max(1,abs(a)) else 1)' "$trained" "$evaluated" ||
       fail "eval on cpu:4 gives test loss $evaluated, training on cpu:2 gave $trained"
   fi
-  expect_usage_error "--batch" "eval batch not divisible" "$tandem" eval --checkpoint ck --devices cpu:3
+  # 64 over 3 devices: shares of 22, 21, 21, weighted (td_graph_shard_weight)
+  if expect_rc 0 "eval cpu:3 --batch 64" "$tandem" eval --checkpoint ck --devices cpu:3; then
+    evaluated=$(json_field out test_loss)
+    python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4*max(1,abs(a)) else 1)' "$trained" "$evaluated" ||
+      fail "eval on cpu:3 (uneven shares) gives test loss $evaluated, training on cpu:2 gave $trained"
+  fi
   expect_rc 0 "eval cpu:3 --batch 63" "$tandem" eval --checkpoint ck --devices cpu:3 --batch 63 || true
 
   echo "== resume"
