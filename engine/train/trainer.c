@@ -108,6 +108,7 @@ struct td_trainer {
     td_step_timing *report_timing;  /* per device, likewise */
     td_balancer balance;  /* the batch split (options.balance) */
     double *busy;         /* per device: a measured step's busy seconds */
+    bool *keep;           /* per device: survives a mesh change (td_balancer_shrink) */
     bool rebalanced;      /* the last call changed the split for the next */
 };
 
@@ -428,6 +429,7 @@ static void trainer_release(td_owned *self)
     td_free(t->ctx, t->report_metrics);
     td_free(t->ctx, t->report_timing);
     td_free(t->ctx, t->busy);
+    td_free(t->ctx, t->keep);
     td_balancer_free(&t->balance);
     td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
@@ -647,11 +649,10 @@ static void trainer_before_shrink(td_owned *self)
     free_accumulators(t);
     t->micro = 0;
     t->has_outputs = false;
-    /* The split loses the lost devices' shares (t->busy is scratch). */
-    bool *keep = (bool *)t->busy;
+    /* The split loses the lost devices' shares. */
     for (uint32_t d = 0; d < t->n_owners; d++)
-        keep[d] = !td_mesh_device_lost(t->mesh, d);
-    td_balancer_shrink(&t->balance, keep);
+        t->keep[d] = !td_mesh_device_lost(t->mesh, d);
+    td_balancer_shrink(&t->balance, t->keep);
     td_program_before_shrink(t->program);
     t->stale = true;
 }
@@ -792,8 +793,9 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
     t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
-    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * mesh->count + sizeof(bool) * mesh->count);
-    s = t->params && t->report_metrics && t->report_timing && t->busy
+    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * mesh->count);
+    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * mesh->count);
+    s = t->params && t->report_metrics && t->report_timing && t->busy && t->keep
             ? TD_OK
             : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
     if (s == TD_OK)

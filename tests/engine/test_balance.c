@@ -79,6 +79,7 @@ typedef struct balanced_run {
     uint32_t split[8], n_split;
     bool identical;
     uint32_t rebalanced_at; /* the first step whose report said rebalanced, 0 = none */
+    uint32_t lost;          /* devices dropped (on_device_loss = continue) */
 } balanced_run;
 
 static void note_rebalance(void *user, const td_step_report *r)
@@ -135,6 +136,7 @@ static void train_balanced(const char *spec, td_balance balance, const float *we
     o.balance_weights = weights;
     o.n_balance_weights = weights ? test_mesh_size(mesh) : 0;
     o.balance_granularity = 1;
+    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE; /* for the meshes with an injected failure */
     td_trainer *t;
     TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &o, &t));
     td_tensor *xs = test_tensor(ctx, TD_U8, 4, id), *ys = test_tensor(ctx, TD_I32, 1, ld),
@@ -147,6 +149,9 @@ static void train_balanced(const char *spec, td_balance balance, const float *we
     }
     TEST_OK(ctx, td_trainer_replicas_identical(t, &out->identical));
     TEST_OK(ctx, td_trainer_split(t, 8, out->split, &out->n_split));
+    td_train_progress progress;
+    TEST_OK(ctx, td_trainer_progress(t, &progress));
+    out->lost = progress.devices_lost;
     for (uint32_t i = 0; i < n_params; i++) {
         uint32_t rank;
         int64_t dims[4];
@@ -204,6 +209,26 @@ Test(balance, explicit_uneven_split_trains_like_even_and_like_one_device)
     free(one.params);
     free(even.params);
     free(uneven.params);
+}
+
+/* Explicit weights, then a device lost at its third step: the survivors
+ * keep their weights (1:2:3 of 24, in single examples: 4 8 12) and the run
+ * still trains like one device. */
+Test(balance, weights_survive_a_lost_device)
+{
+    balanced_run one, lossy;
+    train_balanced("cpu:1", TD_BALANCE_EVEN, NULL, &one);
+    const float weights[4] = {1, 2, 3, 4};
+    train_balanced("cpu:3,cpu:1@fail=3", TD_BALANCE_EXPLICIT, weights, &lossy);
+    cr_assert_eq(lossy.lost, 1);
+    cr_assert_eq(lossy.n_split, 3);
+    const uint32_t want[3] = {4, 8, 12};
+    for (int d = 0; d < 3; d++)
+        cr_assert_eq(lossy.split[d], want[d], "device %d has %u examples, expected %u", d, lossy.split[d], want[d]);
+    cr_assert(lossy.identical);
+    assert_same_training(&lossy, &one, "1:2:3:4, then 1:2:3 after a loss");
+    free(one.params);
+    free(lossy.params);
 }
 
 /* A batch that does not divide by the devices: 24 over 5 as 5 5 5 5 4. */
