@@ -109,7 +109,7 @@ struct td_trainer {
     td_balancer balance;  /* the batch split (options.balance) */
     double *busy;         /* per device: a measured step's busy seconds */
     bool *keep;           /* per device: survives a mesh change (td_balancer_shrink) */
-    bool rebalanced;      /* the last call changed the split for the next */
+    bool rebalanced;      /* the last call found a faster split: the next call plans for it first */
 };
 
 td_status td_trainer_options_init(td_trainer_options *o)
@@ -653,6 +653,7 @@ static void trainer_before_shrink(td_owned *self)
     for (uint32_t d = 0; d < t->n_owners; d++)
         t->keep[d] = !td_mesh_device_lost(t->mesh, d);
     td_balancer_shrink(&t->balance, t->keep);
+    t->rebalanced = false; /* a split found for the devices before */
     td_program_before_shrink(t->program);
     t->stale = true;
 }
@@ -1000,6 +1001,13 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
 
 static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
 {
+    /* The split the last call found, planned now rather than then: what
+     * that call left (outputs, metrics, timing) stays readable until this
+     * call. */
+    if (t->rebalanced) {
+        t->rebalanced = false;
+        rebalance(t);
+    }
     const bool last = t->micro + 1 >= t->options.accumulate_steps;
     t->has_outputs = false;
     t->updated = false;
@@ -1070,7 +1078,6 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     const float mean_loss = combine_devices(t, 0);
     if (loss)
         *loss = mean_loss;
-    t->rebalanced = false;
     if (measured) {
         for (uint32_t d = 0; d < t->mesh->count; d++)
             t->busy[d] = td_program_busy_seconds(t->program, d);
@@ -1078,8 +1085,6 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     }
     if (t->on_step)
         report_step(t, mean_loss, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
-    if (t->rebalanced)
-        rebalance(t);
     return TD_OK;
 }
 

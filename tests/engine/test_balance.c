@@ -137,8 +137,11 @@ static void train_balanced(const char *spec, td_balance balance, const float *we
     o.n_balance_weights = weights ? test_mesh_size(mesh) : 0;
     o.balance_granularity = 1;
     o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE; /* for the meshes with an injected failure */
+    o.balance_warmup = 1; /* auto: measure every other step, re-plan when it pays */
+    o.balance_interval = 2;
     td_trainer *t;
     TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &o, &t));
+    TEST_OK(ctx, td_trainer_on_step(t, note_rebalance, out));
     td_tensor *xs = test_tensor(ctx, TD_U8, 4, id), *ys = test_tensor(ctx, TD_I32, 1, ld),
               *ms = test_tensor(ctx, TD_F32, 1, ld);
     for (int step = 0; step < STEPS; step++) {
@@ -420,4 +423,32 @@ Test(balance_devices, explicit_uneven_split_trains_like_one_device, .timeout = 3
     assert_same_training(&uneven, &one, spec);
     free(one.params);
     free(uneven.params);
+}
+
+/* Auto balance on the backend specs beside a slowed CPU device: measured
+ * steps wait for asynchronous devices, re-plans compile on OpenCL and
+ * Vulkan, and whatever splits it picks, the run trains like one device. */
+Test(balance_devices, auto_rebalancing_trains_like_one_device, .timeout = 300)
+{
+    const char *base = test_devices_spec("cpu:2");
+    char spec[256];
+    snprintf(spec, sizeof spec, "%s,cpu:1@slow=4", base);
+    td_context *probe = test_context(0);
+    test_mesh_or_skip(probe, spec);
+    td_context_destroy(probe);
+    balanced_run one, automatic;
+    train_balanced("cpu:1", TD_BALANCE_EVEN, NULL, &one);
+    train_balanced(spec, TD_BALANCE_AUTO, NULL, &automatic);
+    cr_assert(automatic.identical, "%s: replicas differ", spec);
+    uint32_t total = 0;
+    for (uint32_t d = 0; d < automatic.n_split; d++) {
+        cr_assert(automatic.split[d] >= 1, "%s: device %u has no example", spec, d);
+        total += automatic.split[d];
+    }
+    cr_assert_eq(total, BATCH);
+    /* A device 4x slowed never measures as fast as the rest: the split moved. */
+    cr_assert(automatic.rebalanced_at >= 2, "%s: auto never re-split", spec);
+    assert_same_training(&automatic, &one, spec);
+    free(one.params);
+    free(automatic.params);
 }
