@@ -165,8 +165,11 @@ Test(cnn_devices, test_devices_match_cpu1_with_batch_norm_and_dropout, .timeout 
 }
 
 /* A steady-state CNN step (conv, pool, their gradients, Adam, the ring)
- * allocates nothing through tandem's allocator. */
-static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_unavailable, bool regularized)
+ * allocates nothing through tandem's allocator -- also on an uneven split,
+ * and while auto balance measures the devices (a window longer than the
+ * test, so it never re-plans: a re-plan allocates, by design). */
+static void check_cnn_steps_allocate_nothing_balanced(const char *spec, bool skip_when_unavailable, bool regularized,
+                                                      td_balance balance)
 {
     test_alloc_counter counter;
     td_context *ctx = test_counting_context(&counter, 30000);
@@ -176,6 +179,11 @@ static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_un
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.optimizer = TD_OPTIMIZER_ADAM;
+    const float weights[8] = {1, 2, 3, 1, 2, 3, 1, 2};
+    opts.balance = balance;
+    opts.balance_weights = weights;
+    opts.n_balance_weights = test_mesh_size(mesh);
+    opts.balance_warmup = 1000;
     td_trainer *t = NULL;
     TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &opts, &t));
     const int64_t xd[4] = {BATCH, 8, 8, 1}, yd[1] = {BATCH};
@@ -195,7 +203,17 @@ static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_un
     td_context_destroy(ctx);
 }
 
+static void check_cnn_steps_allocate_nothing(const char *spec, bool skip_when_unavailable, bool regularized)
+{
+    check_cnn_steps_allocate_nothing_balanced(spec, skip_when_unavailable, regularized, TD_BALANCE_EVEN);
+}
+
 Test(cnn, a_steady_state_step_allocates_nothing) { check_cnn_steps_allocate_nothing("cpu:3", false, false); }
+Test(cnn, a_steady_state_step_on_an_uneven_or_measured_split_allocates_nothing)
+{
+    check_cnn_steps_allocate_nothing_balanced("cpu:3", false, true, TD_BALANCE_EXPLICIT);
+    check_cnn_steps_allocate_nothing_balanced("cpu:3", false, true, TD_BALANCE_AUTO);
+}
 Test(cnn, a_steady_state_step_with_batch_norm_and_dropout_allocates_nothing)
 {
     check_cnn_steps_allocate_nothing("cpu:3", false, true);
