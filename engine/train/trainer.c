@@ -38,79 +38,9 @@
 #include <time.h>
 
 #include "tandem/train.h"
-#include "td_balance.h"
-#include "td_optimizer.h"
-#include "td_program_internal.h"
-#include "td_ring.h"
-#include "td_schedule.h"
 #include "td_trace.h"
-#include "td_trainer_internal.h"
+#include "td_trainer_state.h"
 
-typedef struct trainable_range {
-    size_t lo, hi; /* one listed parameter, or one updated state, in the parameter buffer */
-    bool state;    /* a td_graph_state: takes the reduced mean of its update's value, no optimizer */
-} trainable_range;
-
-/* What ring rank r keeps for the chunk it owns. */
-typedef struct trainer_owner {
-    size_t lo, hi;
-    float *block;      /* holds both copies of the state */
-    float *state;      /* state_floats arrays of hi - lo floats */
-    float *next_state; /* the step's new state; swapped in on success */
-    float g_norm;      /* this step's global gradient norm, when clipping */
-    double update_seconds; /* this step's optimizer time on the chunk (td_step_timing.update) */
-} trainer_owner;
-
-/* A device's gradient accumulator. */
-typedef struct trainer_accum {
-    float *sum;     /* the round's gradients so far, param_elems floats */
-    float *scratch; /* the call's gradients read back; NULL when the device's memory is host memory */
-} trainer_accum;
-
-struct td_trainer {
-    td_owned owned;
-    td_context *ctx;
-    td_mesh *mesh;
-    td_program *program;
-    td_ring *ring; /* the program's */
-    td_trainer_options options;
-    const td_optimizer *optimizer;
-    uint32_t state_floats;
-    td_schedule schedule; /* with a constant schedule's value from learning_rate */
-    uint32_t n_params;
-    td_node *params;
-    uint32_t n_ranges;       /* n_params + the graph's state updates */
-    trainable_range *ranges; /* sorted by offset */
-    trainer_owner *owners;   /* one per ring rank */
-    float *master;  /* parameters, laid out as the device parameter buffer */
-    float *pending; /* the step's new parameters; swapped in on success */
-    size_t param_elems;
-    float step_lr;      /* the schedule at this step */
-    uint64_t count_inc; /* steps + 1 during a step */
-    double seconds;
-    uint64_t steps;       /* optimizer updates */
-    uint64_t micro_steps; /* successful td_trainer_step calls */
-    uint64_t allreduces;  /* gradient all-reduces rank 0 completed */
-    uint32_t n_metrics;
-    td_node *metrics;
-    bool has_outputs; /* the last call succeeded: outputs and metrics are readable */
-    bool updated;     /* the last successful call updated the parameters */
-    uint32_t micro;   /* micro-batches in the accumulators, 0..K-1 */
-    trainer_accum *accum; /* per device when accumulate_steps > 1, else NULL */
-    uint32_t n_owners;    /* devices the owners and accumulators were made for */
-    bool stale;           /* the mesh dropped devices: trainer_refresh before use */
-    float *flat_state;    /* the optimizer state across a mesh change */
-    uint32_t devices_lost;   /* dropped from the mesh by on_device_loss = continue */
-    uint32_t lost_this_step; /* during the current td_trainer_step */
-    td_step_fn on_step;   /* td_trainer_on_step */
-    void *on_step_user;
-    float *report_metrics;          /* n_metrics, for the callback's report */
-    td_step_timing *report_timing;  /* per device, likewise */
-    td_balancer balance;  /* the batch split (options.balance) */
-    double *busy;         /* per device: a measured step's busy seconds */
-    bool *keep;           /* per device: survives a mesh change (td_balancer_shrink) */
-    bool rebalanced;      /* the last call found a faster split: the next call plans for it first */
-};
 
 td_status td_trainer_options_init(td_trainer_options *o)
 {
@@ -444,7 +374,7 @@ void td_trainer_destroy(td_trainer *t)
         td_owned_destroy(&t->owned);
 }
 
-static void fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
+void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
 {
     double phase[TD_PHASE_COUNT];
     td_program_phase_seconds(t->program, device, phase);
@@ -461,7 +391,7 @@ static void fill_timing(const td_trainer *t, uint32_t device, td_step_timing *ti
  * mean weighted by the devices' shares, sum_d w_d * v_d / N
  * (td_graph_shard_weight; every w_d is exactly 1 on an even split, which
  * leaves the plain mean). Fixed order, device 0 first. */
-static float combine_devices(const td_trainer *t, uint32_t index)
+float td_trainer_combine_devices(const td_trainer *t, uint32_t index)
 {
     float sum = 0.0f;
     for (uint32_t d = 0; d < t->mesh->count; d++)
@@ -469,18 +399,18 @@ static float combine_devices(const td_trainer *t, uint32_t index)
     return sum / (float)t->mesh->count;
 }
 
-static void fill_metrics(const td_trainer *t, float *values)
+void td_trainer_fill_metrics(const td_trainer *t, float *values)
 {
     for (uint32_t i = 0; i < t->n_metrics; i++)
-        values[i] = combine_devices(t, i + 1);
+        values[i] = td_trainer_combine_devices(t, i + 1);
 }
 
 /* The step callback's report, from what the step left behind. */
 static void report_step(td_trainer *t, float loss, double seconds)
 {
-    fill_metrics(t, t->report_metrics);
+    td_trainer_fill_metrics(t, t->report_metrics);
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        fill_timing(t, d, &t->report_timing[d]);
+        td_trainer_fill_timing(t, d, &t->report_timing[d]);
     const td_step_report r = {
         .micro_step = t->micro_steps,
         .updates = t->steps,
@@ -501,7 +431,7 @@ static void report_step(td_trainer *t, float loss, double seconds)
 
 /* Calls that read the owners' chunks need them: after the mesh dropped
  * devices, the trainer plans them again in its next step. */
-static td_status check_planned(const td_trainer *t, const char *fn)
+td_status td_trainer_check_planned(const td_trainer *t, const char *fn)
 {
     if (!t->stale)
         return TD_OK;
@@ -512,7 +442,7 @@ static td_status check_planned(const td_trainer *t, const char *fn)
 }
 
 /* The first check of every call on a trainer: not NULL, not released. */
-static td_status check_trainer(const td_trainer *t, const char *fn)
+td_status td_trainer_check(const td_trainer *t, const char *fn)
 {
     return t ? td_owned_check_live(&t->owned, fn) : TD_ERR_INVALID_ARGUMENT;
 }
@@ -857,7 +787,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
 
 td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *value)
 {
-    td_status s = check_trainer(t, "td_trainer_set_param");
+    td_status s = td_trainer_check(t, "td_trainer_set_param");
     if (s != TD_OK)
         return s;
     s = td_program_set_param_for(t->program, param, value, "td_trainer_set_param");
@@ -872,7 +802,7 @@ td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *va
 
 td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, td_tensor *out)
 {
-    td_status s = check_trainer(t, "td_trainer_read_param");
+    td_status s = td_trainer_check(t, "td_trainer_read_param");
     if (s != TD_OK)
         return s;
     return td_program_read_param_for(t->program, param, device, out, "td_trainer_read_param");
@@ -904,52 +834,6 @@ static void rebalance(td_trainer *t)
            (unsigned long long)t->micro_steps, split);
 }
 
-td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *rows, uint32_t *n)
-{
-    td_status s = check_trainer(t, "td_trainer_split");
-    if (s != TD_OK)
-        return s;
-    if (!rows || !n)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_split: rows or n is NULL");
-    if (capacity < t->mesh->count)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
-                            "td_trainer_split: capacity %u is less than the trainer's %u devices", capacity, t->mesh->count);
-    *n = t->mesh->count;
-    for (uint32_t d = 0; d < t->mesh->count; d++)
-        rows[d] = t->balance.batch ? t->balance.rows32[d] : 0;
-    return TD_OK;
-}
-
-td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, double *speeds, uint32_t *n)
-{
-    td_status s = check_trainer(t, "td_trainer_device_speeds");
-    if (s != TD_OK)
-        return s;
-    if (!speeds || !n)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_device_speeds: examples_per_second or n is NULL");
-    if (capacity < t->mesh->count)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
-                            "td_trainer_device_speeds: capacity %u is less than the trainer's %u devices", capacity,
-                            t->mesh->count);
-    const bool measured = t->balance.mode == TD_BALANCE_AUTO && t->balance.measured_once;
-    *n = t->mesh->count;
-    for (uint32_t d = 0; d < t->mesh->count; d++)
-        speeds[d] = measured ? t->balance.speed[d] : 0.0;
-    return TD_OK;
-}
-
-td_status td_trainer_rebalance(td_trainer *t)
-{
-    td_status s = check_trainer(t, "td_trainer_rebalance");
-    if (s != TD_OK)
-        return s;
-    if (t->balance.mode != TD_BALANCE_AUTO)
-        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_rebalance: the trainer's balance is %s, not auto",
-                            t->balance.mode == TD_BALANCE_EVEN ? "even" : "explicit");
-    td_balancer_request(&t->balance, t->micro_steps);
-    return TD_OK;
-}
-
 static bool any_device_lost(td_trainer *t)
 {
     for (uint32_t d = 0; d < t->mesh->count; d++)
@@ -960,7 +844,7 @@ static bool any_device_lost(td_trainer *t)
 
 td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
 {
-    td_status live = check_trainer(t, "td_trainer_step");
+    td_status live = td_trainer_check(t, "td_trainer_step");
     if (live != TD_OK)
         return live;
     td_context *ctx = t->ctx;
@@ -1075,7 +959,7 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
         t->updated = true;
         t->steps++;
     }
-    const float mean_loss = combine_devices(t, 0);
+    const float mean_loss = td_trainer_combine_devices(t, 0);
     if (loss)
         *loss = mean_loss;
     if (measured) {
@@ -1088,197 +972,3 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     return TD_OK;
 }
 
-td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
-{
-    td_status live = check_trainer(t, "td_trainer_replicas_identical");
-    if (live != TD_OK)
-        return live;
-    if (!identical)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_replicas_identical: identical is NULL");
-    *identical = true;
-    const td_plan *plan = td_program_plan(t->program);
-    td_status s = TD_OK;
-    for (uint32_t i = 0; i < t->n_params && s == TD_OK && *identical; i++) {
-        const td_shape *sh = &plan->shapes[t->params[i]];
-        td_tensor *ref = NULL, *other = NULL;
-        s = td_tensor_create(t->ctx, TD_F32, sh->rank, sh->dims, &ref);
-        if (s == TD_OK)
-            s = td_tensor_create(t->ctx, TD_F32, sh->rank, sh->dims, &other);
-        if (s == TD_OK)
-            s = td_program_read_param(t->program, t->params[i], 0, ref);
-        for (uint32_t d = 1; d < t->mesh->count && s == TD_OK && *identical; d++) {
-            s = td_program_read_param(t->program, t->params[i], d, other);
-            void *x, *y;
-            td_tensor_data(ref, &x);
-            td_tensor_data(other, &y);
-            if (s == TD_OK && memcmp(x, y, (size_t)td_shape_count(sh) * sizeof(float)) != 0)
-                *identical = false;
-        }
-        td_tensor_destroy(ref);
-        td_tensor_destroy(other);
-    }
-    return s;
-}
-
-td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_bytes)
-{
-    td_status live = check_trainer(t, "td_trainer_memory");
-    if (live != TD_OK)
-        return live;
-    if (!state_bytes)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: state_bytes is NULL");
-    if ((live = check_planned(t, "td_trainer_memory")) != TD_OK)
-        return live;
-    if (device >= t->mesh->count)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: device %u is not in the mesh (%u devices)",
-                            device, t->mesh->count);
-    const trainer_owner *ow = &t->owners[device];
-    *state_bytes = 2 * (size_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
-    return TD_OK;
-}
-
-td_status td_trainer_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
-{
-    td_status live = check_trainer(t, "td_trainer_timing");
-    if (live != TD_OK)
-        return live;
-    if (!timing)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: timing is NULL");
-    if (device >= t->mesh->count)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: device %u is not in the mesh (%u devices)",
-                            device, t->mesh->count);
-    if (!t->has_outputs)
-        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_timing: no successful td_trainer_step since the last failure "
-                                                  "or restore");
-    fill_timing(t, device, timing);
-    return TD_OK;
-}
-
-td_status td_trainer_on_step(td_trainer *t, td_step_fn fn, void *user)
-{
-    td_status live = check_trainer(t, "td_trainer_on_step");
-    if (live != TD_OK)
-        return live;
-    t->on_step = fn;
-    t->on_step_user = user;
-    return TD_OK;
-}
-
-td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *steps)
-{
-    td_status live = check_trainer(t, "td_trainer_stats");
-    if (live != TD_OK)
-        return live;
-    if (step_seconds)
-        *step_seconds = t->seconds;
-    if (steps)
-        *steps = t->steps;
-    return TD_OK;
-}
-
-td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *values)
-{
-    td_status live = check_trainer(t, "td_trainer_metrics");
-    if (live != TD_OK)
-        return live;
-    if (capacity < t->n_metrics || (t->n_metrics && !values))
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
-                            "td_trainer_metrics: capacity %u (values %s), expected room for the trainer's %u metrics",
-                            capacity, values ? "given" : "NULL", t->n_metrics);
-    if (!t->has_outputs)
-        return td_error_set(t->ctx, TD_ERR_STATE,
-                            "td_trainer_metrics: the last td_trainer_step did not succeed (or none ran), expected one that did");
-    fill_metrics(t, values);
-    return TD_OK;
-}
-
-td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
-{
-    td_status live = check_trainer(t, "td_trainer_progress");
-    if (live != TD_OK)
-        return live;
-    if (!out)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_progress: out is NULL");
-    out->micro_steps = t->micro_steps;
-    out->updates = t->steps;
-    out->allreduces = t->allreduces;
-    out->accumulated = t->micro;
-    out->updated = t->updated;
-    out->devices = t->mesh->count;
-    out->devices_lost = t->devices_lost;
-    return TD_OK;
-}
-
-const float *td_trainer_master(const td_trainer *t)
-{
-    return t->master;
-}
-
-const td_program *td_trainer_program(const td_trainer *t)
-{
-    return t->program;
-}
-
-td_status td_trainer_check_live(const td_trainer *t, const char *fn)
-{
-    td_status s = td_owned_check_live(&t->owned, fn);
-    return s == TD_OK ? check_planned(t, fn) : s;
-}
-
-void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)
-{
-    out->ctx = t->ctx;
-    out->program = t->program;
-    out->optimizer = t->optimizer;
-    out->state_floats = t->n_params ? t->state_floats : 0;
-    out->n_params = t->n_params;
-    out->params = t->params;
-    out->n_devices = t->mesh->count;
-    out->updates = t->steps;
-    out->micro_steps = t->micro_steps;
-    out->allreduces = t->allreduces;
-    out->accumulated = t->micro;
-}
-
-float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run)
-{
-    /* The chunks partition the buffer; a linear walk over the ranks is
-     * nothing next to the copying a caller does with each run. */
-    for (uint32_t r = 0; r < t->mesh->count; r++) {
-        const trainer_owner *ow = &t->owners[r];
-        if (at < ow->lo || at >= ow->hi)
-            continue;
-        const size_t chunk = ow->hi - ow->lo;
-        *run = ow->hi - at;
-        return (staged ? ow->next_state : ow->state) + (size_t)slot * chunk + (at - ow->lo);
-    }
-    *run = 0;
-    return NULL;
-}
-
-float *td_trainer_stage_params(td_trainer *t)
-{
-    memcpy(t->pending, t->master, t->param_elems * sizeof(float));
-    return t->pending;
-}
-
-td_status td_trainer_commit_restore(td_trainer *t, uint64_t updates, uint64_t micro_steps, uint64_t allreduces)
-{
-    /* The same swap as a successful step's: the staged copies become
-     * current, the old ones the next step's scratch. */
-    float *swap = t->master;
-    t->master = t->pending;
-    t->pending = swap;
-    for (uint32_t r = 0; r < t->mesh->count; r++) {
-        float *st = t->owners[r].state;
-        t->owners[r].state = t->owners[r].next_state;
-        t->owners[r].next_state = st;
-    }
-    t->steps = updates;
-    t->micro_steps = micro_steps;
-    t->allreduces = allreduces;
-    t->micro = 0;
-    t->has_outputs = false;
-    t->updated = false;
-    return td_program_write_all_params(t->program, t->master);
-}

@@ -1,0 +1,253 @@
+/* What callers and checkpoints read of a trainer -- replicas, memory,
+ * timing, metrics, progress, the batch split and the devices' measured
+ * speeds -- and the restore path that writes a checkpoint's values back.
+ * All of it reads or swaps what a step left; none of it runs a step. */
+#include <string.h>
+
+#include "tandem/train.h"
+#include "td_trainer_state.h"
+
+/* The checks of a call that fills one value per device of the trainer. */
+static td_status check_per_device(const td_trainer *t, const char *fn, uint32_t capacity, const void *values,
+                                  const uint32_t *n)
+{
+    td_status s = td_trainer_check(t, fn);
+    if (s != TD_OK)
+        return s;
+    if (!values || !n)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: the values or n is NULL", fn);
+    if (capacity < t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: capacity %u is less than the trainer's %u devices", fn,
+                            capacity, t->mesh->count);
+    return TD_OK;
+}
+
+td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *rows, uint32_t *n)
+{
+    td_status s = check_per_device(t, "td_trainer_split", capacity, rows, n);
+    if (s != TD_OK)
+        return s;
+    *n = t->mesh->count;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        rows[d] = t->balance.batch ? t->balance.rows32[d] : 0;
+    return TD_OK;
+}
+
+td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, double *speeds, uint32_t *n)
+{
+    td_status s = check_per_device(t, "td_trainer_device_speeds", capacity, speeds, n);
+    if (s != TD_OK)
+        return s;
+    const bool measured = t->balance.mode == TD_BALANCE_AUTO && t->balance.measured_once;
+    *n = t->mesh->count;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        speeds[d] = measured ? t->balance.speed[d] : 0.0;
+    return TD_OK;
+}
+
+td_status td_trainer_rebalance(td_trainer *t)
+{
+    td_status s = td_trainer_check(t, "td_trainer_rebalance");
+    if (s != TD_OK)
+        return s;
+    if (t->balance.mode != TD_BALANCE_AUTO)
+        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_rebalance: the trainer's balance is %s, not auto",
+                            t->balance.mode == TD_BALANCE_EVEN ? "even" : "explicit");
+    td_balancer_request(&t->balance, t->micro_steps);
+    return TD_OK;
+}
+
+td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
+{
+    td_status live = td_trainer_check(t, "td_trainer_replicas_identical");
+    if (live != TD_OK)
+        return live;
+    if (!identical)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_replicas_identical: identical is NULL");
+    *identical = true;
+    const td_plan *plan = td_program_plan(t->program);
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < t->n_params && s == TD_OK && *identical; i++) {
+        const td_shape *sh = &plan->shapes[t->params[i]];
+        td_tensor *ref = NULL, *other = NULL;
+        s = td_tensor_create(t->ctx, TD_F32, sh->rank, sh->dims, &ref);
+        if (s == TD_OK)
+            s = td_tensor_create(t->ctx, TD_F32, sh->rank, sh->dims, &other);
+        if (s == TD_OK)
+            s = td_program_read_param(t->program, t->params[i], 0, ref);
+        for (uint32_t d = 1; d < t->mesh->count && s == TD_OK && *identical; d++) {
+            s = td_program_read_param(t->program, t->params[i], d, other);
+            void *x, *y;
+            td_tensor_data(ref, &x);
+            td_tensor_data(other, &y);
+            if (s == TD_OK && memcmp(x, y, (size_t)td_shape_count(sh) * sizeof(float)) != 0)
+                *identical = false;
+        }
+        td_tensor_destroy(ref);
+        td_tensor_destroy(other);
+    }
+    return s;
+}
+
+td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_bytes)
+{
+    td_status live = td_trainer_check(t, "td_trainer_memory");
+    if (live != TD_OK)
+        return live;
+    if (!state_bytes)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: state_bytes is NULL");
+    if ((live = td_trainer_check_planned(t, "td_trainer_memory")) != TD_OK)
+        return live;
+    if (device >= t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_memory: device %u is not in the mesh (%u devices)",
+                            device, t->mesh->count);
+    const trainer_owner *ow = &t->owners[device];
+    *state_bytes = 2 * (size_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
+    return TD_OK;
+}
+
+td_status td_trainer_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
+{
+    td_status live = td_trainer_check(t, "td_trainer_timing");
+    if (live != TD_OK)
+        return live;
+    if (!timing)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: timing is NULL");
+    if (device >= t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_timing: device %u is not in the mesh (%u devices)",
+                            device, t->mesh->count);
+    if (!t->has_outputs)
+        return td_error_set(t->ctx, TD_ERR_STATE, "td_trainer_timing: no successful td_trainer_step since the last failure "
+                                                  "or restore");
+    td_trainer_fill_timing(t, device, timing);
+    return TD_OK;
+}
+
+td_status td_trainer_on_step(td_trainer *t, td_step_fn fn, void *user)
+{
+    td_status live = td_trainer_check(t, "td_trainer_on_step");
+    if (live != TD_OK)
+        return live;
+    t->on_step = fn;
+    t->on_step_user = user;
+    return TD_OK;
+}
+
+td_status td_trainer_stats(const td_trainer *t, double *step_seconds, uint64_t *steps)
+{
+    td_status live = td_trainer_check(t, "td_trainer_stats");
+    if (live != TD_OK)
+        return live;
+    if (step_seconds)
+        *step_seconds = t->seconds;
+    if (steps)
+        *steps = t->steps;
+    return TD_OK;
+}
+
+td_status td_trainer_metrics(const td_trainer *t, uint32_t capacity, float *values)
+{
+    td_status live = td_trainer_check(t, "td_trainer_metrics");
+    if (live != TD_OK)
+        return live;
+    if (capacity < t->n_metrics || (t->n_metrics && !values))
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_metrics: capacity %u (values %s), expected room for the trainer's %u metrics",
+                            capacity, values ? "given" : "NULL", t->n_metrics);
+    if (!t->has_outputs)
+        return td_error_set(t->ctx, TD_ERR_STATE,
+                            "td_trainer_metrics: the last td_trainer_step did not succeed (or none ran), expected one that did");
+    td_trainer_fill_metrics(t, values);
+    return TD_OK;
+}
+
+td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
+{
+    td_status live = td_trainer_check(t, "td_trainer_progress");
+    if (live != TD_OK)
+        return live;
+    if (!out)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_progress: out is NULL");
+    out->micro_steps = t->micro_steps;
+    out->updates = t->steps;
+    out->allreduces = t->allreduces;
+    out->accumulated = t->micro;
+    out->updated = t->updated;
+    out->devices = t->mesh->count;
+    out->devices_lost = t->devices_lost;
+    return TD_OK;
+}
+
+const float *td_trainer_master(const td_trainer *t)
+{
+    return t->master;
+}
+
+const td_program *td_trainer_program(const td_trainer *t)
+{
+    return t->program;
+}
+
+td_status td_trainer_check_live(const td_trainer *t, const char *fn)
+{
+    td_status s = td_owned_check_live(&t->owned, fn);
+    return s == TD_OK ? td_trainer_check_planned(t, fn) : s;
+}
+
+void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)
+{
+    out->ctx = t->ctx;
+    out->program = t->program;
+    out->optimizer = t->optimizer;
+    out->state_floats = t->n_params ? t->state_floats : 0;
+    out->n_params = t->n_params;
+    out->params = t->params;
+    out->n_devices = t->mesh->count;
+    out->updates = t->steps;
+    out->micro_steps = t->micro_steps;
+    out->allreduces = t->allreduces;
+    out->accumulated = t->micro;
+}
+
+float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run)
+{
+    /* The chunks partition the buffer; a linear walk over the ranks is
+     * nothing next to the copying a caller does with each run. */
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        const trainer_owner *ow = &t->owners[r];
+        if (at < ow->lo || at >= ow->hi)
+            continue;
+        const size_t chunk = ow->hi - ow->lo;
+        *run = ow->hi - at;
+        return (staged ? ow->next_state : ow->state) + (size_t)slot * chunk + (at - ow->lo);
+    }
+    *run = 0;
+    return NULL;
+}
+
+float *td_trainer_stage_params(td_trainer *t)
+{
+    memcpy(t->pending, t->master, t->param_elems * sizeof(float));
+    return t->pending;
+}
+
+td_status td_trainer_commit_restore(td_trainer *t, uint64_t updates, uint64_t micro_steps, uint64_t allreduces)
+{
+    /* The same swap as a successful step's: the staged copies become
+     * current, the old ones the next step's scratch. */
+    float *swap = t->master;
+    t->master = t->pending;
+    t->pending = swap;
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        float *st = t->owners[r].state;
+        t->owners[r].state = t->owners[r].next_state;
+        t->owners[r].next_state = st;
+    }
+    t->steps = updates;
+    t->micro_steps = micro_steps;
+    t->allreduces = allreduces;
+    t->micro = 0;
+    t->has_outputs = false;
+    t->updated = false;
+    return td_program_write_all_params(t->program, t->master);
+}
