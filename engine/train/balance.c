@@ -122,6 +122,10 @@ td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_opt
         return td_error_set(ctx, TD_ERR_NOT_DIVISIBLE,
                             "td_trainer_create: a global batch of %llu examples cannot give each of %u devices one",
                             (unsigned long long)b->batch, n);
+    if (b->batch > UINT32_MAX) /* the split is reported in uint32 */
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: a global batch of %llu examples, expected at most %u",
+                            (unsigned long long)b->batch, UINT32_MAX);
     b->speed = td_alloc(ctx, sizeof *b->speed * n);
     b->rows = td_alloc_zeroed(ctx, sizeof *b->rows * n);
     b->candidate = td_alloc_zeroed(ctx, sizeof *b->candidate * n);
