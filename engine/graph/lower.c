@@ -212,9 +212,9 @@ static void count_calls(td_plan *plan, td_step **cur, uint32_t *calls, uint32_t 
     *calls += count;
 }
 
-td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs, const td_node *outputs,
-                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
-                        td_plan *plan)
+td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs,
+                        const td_node *outputs, uint32_t n_grads, const td_node *param_nodes,
+                        const td_node *grad_nodes, bool training, td_plan *plan)
 {
     td_context *ctx = g->ctx;
     memset(plan, 0, sizeof *plan);

@@ -70,12 +70,11 @@ typedef struct td_plan_split {
 
 /* Per-device shapes, slots and steps for the given outputs, for one device
  * of a `devices`-device mesh that gets `split` of the batch (NULL: an even
- * share). grad_nodes[i],
- * when given, is placed at param_nodes[i]'s offset in the gradient buffer
- * (the bucket the trainer all-reduces). */
-td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs, const td_node *outputs,
-                        uint32_t n_grads, const td_node *param_nodes, const td_node *grad_nodes, bool training,
-                        td_plan *plan);
+ * share). grad_nodes[i], when given, is placed at param_nodes[i]'s offset
+ * in the gradient buffer (the bucket the trainer all-reduces). */
+td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split *split, uint32_t n_outputs,
+                        const td_node *outputs, uint32_t n_grads, const td_node *param_nodes,
+                        const td_node *grad_nodes, bool training, td_plan *plan);
 void td_plan_free(td_context *ctx, td_plan *plan);
 
 /* 4-byte elements node `id` occupies on a device (u8 values are packed

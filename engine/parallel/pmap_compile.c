@@ -18,25 +18,35 @@ static td_status plan_for_mesh(td_program *p, const float *params);
 
 static void free_plans(td_program *p)
 {
-    for (uint32_t d = 0; p->plans && d < p->n_dev; d++)
-        td_plan_free(p->ctx, &p->plans[d]);
+    for (uint32_t k = 0; p->plans && k < p->n_plans; k++)
+        td_plan_free(p->ctx, &p->plans[k]);
     td_free(p->ctx, p->plans);
+    td_free(p->ctx, p->plan_of);
     p->plans = NULL;
+    p->plan_of = NULL;
+    p->n_plans = 0;
 }
 
-/* Device d's plan runs the same steps as device 0's -- the same kernels
- * and the same collectives on the same sizes -- and gives outputs of the
- * same shapes; only what the rows size differs. An uneven split of a graph
- * whose collectives or outputs carry rows (an all_gather of activations,
- * per-example outputs) is refused, naming the node. */
-static td_status check_same_plan(const td_program *p, uint32_t d)
+static bool has_split(const td_program *p)
 {
-    const td_plan *a = &p->plans[0], *b = &p->plans[d];
+    return p->split_total && p->split_devices == p->mesh->count;
+}
+
+/* Plan k (first taken by device d) runs the same steps as device 0's --
+ * the same kernels and the same collectives on the same sizes -- and gives
+ * outputs of the same shapes; only what the rows size differs. An uneven
+ * split of a graph whose collectives or outputs carry rows (an all_gather
+ * of activations, per-example outputs) is refused, naming the node. */
+static td_status check_same_plan(const td_program *p, uint32_t k, uint32_t d)
+{
+    const td_plan *a = &p->plans[0], *b = &p->plans[k];
     bool same = a->n_steps == b->n_steps && a->n_calls == b->n_calls;
     for (uint32_t i = 0; same && i < a->n_steps; i++)
         same = a->steps[i].kind == b->steps[i].kind && a->steps[i].n_calls == b->steps[i].n_calls;
     if (!same)
-        return td_error_set(p->ctx, TD_ERR_UNSUPPORTED, "the plans of devices 0 and %u run different kernels under the batch split (use an even split)", d);
+        return td_error_set(p->ctx, TD_ERR_UNSUPPORTED,
+                            "the plans of devices 0 and %u run different kernels under the batch split (use an even "
+                            "split)", d);
     for (uint32_t i = 0; i < a->n_steps; i++) {
         const td_node node = a->steps[i].node;
         if (a->steps[i].kind != TD_STEP_SEGMENT && td_shape_count(&a->shapes[node]) != td_shape_count(&b->shapes[node]))
@@ -63,10 +73,11 @@ static td_status compile_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
+    const td_plan *plan = td_program_device_plan(p, pos);
     td_context *ctx = p->ctx;
     td_status s = TD_OK;
     for (int b = 0; b < TD_BUF_COUNT && s == TD_OK; b++) {
-        size_t elems = p->plans[pos].size[b] ? p->plans[pos].size[b] : 16;
+        size_t elems = plan->size[b] ? plan->size[b] : 16;
         s = md->ops->buffer_create(md->dev, elems * sizeof(float), &pd->buffers[b]);
     }
     if (s != TD_OK)
@@ -79,14 +90,14 @@ static td_status compile_device(td_program *p, uint32_t pos)
     memset(&zero, 0, sizeof zero);
     zero.kernel = TD_KERNEL_FILL;
     zero.out.buffer = pd->buffers[TD_BUF_GRADS];
-    zero.n = (int64_t)p->plans[pos].size[TD_BUF_GRADS];
+    zero.n = (int64_t)plan->size[TD_BUF_GRADS];
     td_segment *init = NULL;
     uint64_t ticket;
     if ((s = md->ops->segment_create(md->dev, &zero, 1, &init)) != TD_OK)
         return s;
     s = md->ops->segment_run(md->dev, init);
-    if (s == TD_OK && p->plans[pos].size[TD_BUF_PARAMS])
-        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, p->plans[pos].size[TD_BUF_PARAMS] * 4);
+    if (s == TD_OK && plan->size[TD_BUF_PARAMS])
+        s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, plan->size[TD_BUF_PARAMS] * 4);
     if (s == TD_OK)
         s = md->ops->submit(md->dev, &ticket);
     if (s == TD_OK)
@@ -95,15 +106,15 @@ static td_status compile_device(td_program *p, uint32_t pos)
     if (s != TD_OK)
         return s;
 
-    pd->segments = td_alloc_zeroed(ctx, sizeof *pd->segments * (p->plans[pos].n_steps + 1));
-    td_kernel_call *calls = td_alloc_zeroed(ctx, sizeof *calls * (p->plans[pos].n_calls + 1));
+    pd->segments = td_alloc_zeroed(ctx, sizeof *pd->segments * (plan->n_steps + 1));
+    td_kernel_call *calls = td_alloc_zeroed(ctx, sizeof *calls * (plan->n_calls + 1));
     if (!pd->segments || !calls) {
         td_free(ctx, calls);
-        return TD_OOM(ctx, "device plan", sizeof *calls * p->plans[pos].n_calls);
+        return TD_OOM(ctx, "device plan", sizeof *calls * plan->n_calls);
     }
-    s = td_plan_emit(&p->graph, &p->plans[pos], pd->buffers, pos, calls);
-    for (uint32_t i = 0; i < p->plans[pos].n_steps && s == TD_OK; i++) {
-        const td_step *st = &p->plans[pos].steps[i];
+    s = td_plan_emit(&p->graph, plan, pd->buffers, pos, calls);
+    for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
+        const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT)
             s = md->ops->segment_create(md->dev, calls + st->first_call, st->n_calls, &pd->segments[i]);
     }
@@ -127,7 +138,7 @@ static td_status release_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
-    const td_plan *plan = p->plans ? &p->plans[pos] : NULL;
+    const td_plan *plan = p->plans && p->plan_of ? td_program_device_plan(p, pos) : NULL;
     destroy_segments(p->ctx, md, &pd->segments, plan ? plan->n_steps : 0);
     destroy_segments(p->ctx, md, &pd->call_segments, plan ? plan->n_calls : 0);
     td_free(p->ctx, pd->calls);
@@ -151,15 +162,27 @@ static td_status plan_for_mesh(td_program *p, const float *params)
     td_mesh *mesh = p->mesh;
     const uint32_t n_outputs = p->n_outputs;
     const td_node *outputs = p->outputs;
-    const bool split = p->split_total && p->split_devices == mesh->count;
+    const bool split = has_split(p);
     p->plans = td_alloc_zeroed(ctx, sizeof *p->plans * mesh->count);
-    td_status s = p->plans ? TD_OK : TD_OOM(ctx, "a program's plans", sizeof *p->plans * mesh->count);
+    p->plan_of = td_alloc_zeroed(ctx, sizeof *p->plan_of * mesh->count);
+    td_status s = p->plans && p->plan_of ? TD_OK : TD_OOM(ctx, "a program's plans", sizeof *p->plans * mesh->count);
     for (uint32_t d = 0; d < mesh->count && s == TD_OK; d++) {
+        /* A device with the rows of one before it takes that one's plan. */
+        uint32_t e = 0;
+        while (e < d && split && p->split_rows[e] != p->split_rows[d])
+            e++;
+        if (e < d) {
+            p->plan_of[d] = p->plan_of[e];
+            continue;
+        }
         const td_plan_split share = {split ? p->split_rows[d] : 0, split ? p->split_total : 0};
         s = td_plan_build(&p->graph, mesh->count, split ? &share : NULL, n_outputs, outputs, p->n_grads,
-                          p->grad_params, p->grad_nodes, p->training, &p->plans[d]);
-        if (s == TD_OK && d > 0)
-            s = check_same_plan(p, d);
+                          p->grad_params, p->grad_nodes, p->training, &p->plans[p->n_plans]);
+        if (s != TD_OK)
+            break;
+        p->plan_of[d] = p->n_plans++;
+        if (p->plan_of[d] > 0)
+            s = check_same_plan(p, p->plan_of[d], d);
     }
     if (s != TD_OK) {
         free_plans(p);
@@ -177,9 +200,11 @@ static td_status plan_for_mesh(td_program *p, const float *params)
     /* Device d's row 0 is the example after the rows of the devices before
      * it: the mesh shards along axis 0. */
     for (uint32_t d = 0; d < mesh->count; d++)
-        for (uint32_t k = 0; k < p->plans[d].n_step_nodes; k++)
+        for (uint32_t k = 0; k < td_program_device_plan(p, d)->n_step_nodes; k++) {
+            const td_plan *plan = td_program_device_plan(p, d);
             p->step_words[step_words * d + 2 * k + 1] =
-                (uint32_t)td_program_row_start(p, d, p->plans[d].shapes[p->plans[d].step_nodes[k]].dims[0]);
+                (uint32_t)td_program_row_start(p, d, plan->shapes[plan->step_nodes[k]].dims[0]);
+        }
     size_t total = 0;
     for (uint32_t i = 0; i < n_outputs; i++) {
         p->output_offset[i] = total;
@@ -294,22 +319,30 @@ td_status td_program_refresh(td_program *p)
     return s;
 }
 
-td_status td_program_set_split(td_program *p, uint32_t n, const uint64_t *rows)
+td_status td_program_set_split(td_program *p, uint32_t n, const uint32_t *rows)
 {
     td_context *ctx = p->ctx;
     if (!rows || n == 0) {
         p->split_total = 0;
         return TD_OK;
     }
-    uint64_t *copy = td_alloc(ctx, sizeof *copy * n);
-    if (!copy)
-        return TD_OOM(ctx, "a batch split", sizeof *copy * n);
+    uint32_t *copy = td_alloc(ctx, sizeof *copy * n);
+    uint64_t *start = td_alloc(ctx, sizeof *start * n);
+    if (!copy || !start) {
+        td_free(ctx, copy);
+        td_free(ctx, start);
+        return TD_OOM(ctx, "a batch split", (sizeof *copy + sizeof *start) * n);
+    }
     uint64_t total = 0;
-    for (uint32_t d = 0; d < n; d++)
+    for (uint32_t d = 0; d < n; d++) {
+        copy[d] = rows[d];
+        start[d] = total;
         total += rows[d];
-    memcpy(copy, rows, sizeof *copy * n);
+    }
     td_free(ctx, p->split_rows);
+    td_free(ctx, p->split_start);
     p->split_rows = copy;
+    p->split_start = start;
     p->split_devices = n;
     p->split_total = total;
     return TD_OK;
@@ -346,12 +379,7 @@ td_status td_program_replan(td_program *p, const float *params)
 
 uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows)
 {
-    if (!(p->split_total && p->split_devices == p->n_dev))
-        return (uint64_t)pos * (uint64_t)rows;
-    uint64_t start = 0;
-    for (uint32_t d = 0; d < pos; d++)
-        start += p->split_rows[d];
-    return start;
+    return has_split(p) ? p->split_start[pos] : (uint64_t)pos * (uint64_t)rows;
 }
 
 static void program_shrink_hook(td_owned *self)
@@ -392,6 +420,7 @@ static void program_release(td_owned *self)
     unplan(p);
     td_free(ctx, p->saved_params);
     td_free(ctx, p->split_rows);
+    td_free(ctx, p->split_start);
     td_free(ctx, p->devs);
     td_free(ctx, p->graph.nodes);
     td_free(ctx, p->outputs);
@@ -409,9 +438,9 @@ void td_program_destroy(td_program *p)
         td_owned_destroy(&p->owned);
 }
 
-td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint64_t *split, uint32_t n_outputs, const td_node *outputs,
-                             uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
-                             td_program **out)
+td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, uint32_t n_outputs,
+                             const td_node *outputs, uint32_t n_grads, const td_node *params,
+                             const td_node *grads, bool training, td_program **out)
 {
     if (!g || !mesh)
         return g ? td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: mesh is NULL")
@@ -482,7 +511,8 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint64_t *split, 
         memcpy(p->grad_nodes, grads, sizeof *grads * n_grads);
     }
     p->trace_name = "run";
-    if ((split && (s = td_program_set_split(p, mesh->count, split)) != TD_OK) || (s = plan_for_mesh(p, NULL)) != TD_OK) {
+    if ((split && (s = td_program_set_split(p, mesh->count, split)) != TD_OK) ||
+        (s = plan_for_mesh(p, NULL)) != TD_OK) {
         td_program_destroy(p);
         return s;
     }

@@ -46,7 +46,7 @@ static td_status end_phase(td_program *p, uint32_t pos, td_program_phase phase, 
 
 static td_arg slot_arg(const td_program *p, uint32_t pos, td_node node)
 {
-    const td_slot *sl = &p->plans[pos].slots[node];
+    const td_slot *sl = &td_program_device_plan(p, pos)->slots[node];
     td_arg a = {p->devs[pos].buffers[sl->buffer], sl->offset};
     return a;
 }
@@ -57,11 +57,12 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
+    const td_plan *plan = td_program_device_plan(p, pos);
     const uint32_t timeout = td_context_timeout_ms(p->ctx);
     if (!pd->call_segments) {
-        pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (p->plans[pos].n_calls + 1));
+        pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (plan->n_calls + 1));
         if (!pd->call_segments)
-            return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * p->plans[pos].n_calls);
+            return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * plan->n_calls);
     }
     td_status s = drain(md, timeout);
     for (uint32_t c = st->first_call; c < st->first_call + st->n_calls && s == TD_OK; c++) {
@@ -98,6 +99,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     const td_backend_ops *ops = md->ops;
     td_device *dev = md->dev;
     td_program_device *pd = &p->devs[pos];
+    const td_plan *plan = td_program_device_plan(p, pos);
     td_status s = TD_OK;
     double mark = seconds_now();
     td_trace *tr = td_trace_of(p->ctx);
@@ -108,24 +110,24 @@ static td_status run_device(td_program *p, uint32_t pos)
     if ((s = td_mesh_device_begin_run(p->mesh, pos)) != TD_OK)
         return s;
 
-    for (uint32_t id = 0; id < p->plans[pos].n_nodes && s == TD_OK; id++) {
+    for (uint32_t id = 0; id < plan->n_nodes && s == TD_OK; id++) {
         const td_node_def *nd = &p->graph.nodes[id];
-        if (nd->op != TD_OP_INPUT || !p->plans[pos].needed[id])
+        if (nd->op != TD_OP_INPUT || !plan->needed[id])
             continue;
         void *host;
         td_tensor_data(p->bound[id], &host);
-        const td_shape *shape = &p->plans[pos].shapes[id];
+        const td_shape *shape = &plan->shapes[id];
         size_t input_bytes = (size_t)td_shape_count(shape) * (nd->dtype == TD_U8 ? 1 : 4);
         size_t offset = 0;
         if (nd->placement == TD_SHARDED && shape->dims[0] > 0) /* the rows of the devices before it */
             offset = input_bytes / (size_t)shape->dims[0] * (size_t)td_program_row_start(p, pos, shape->dims[0]);
-        s = ops->write(dev, pd->buffers[p->plans[pos].slots[id].buffer], p->plans[pos].slots[id].offset * 4,
+        s = ops->write(dev, pd->buffers[plan->slots[id].buffer], plan->slots[id].offset * 4,
                        (const char *)host + offset, input_bytes);
         bytes += input_bytes;
     }
     td_ring *ring = p->ring;
-    if (s == TD_OK && p->plans[pos].n_step_nodes) {
-        const size_t words = p->plans[pos].size[TD_BUF_STEP];
+    if (s == TD_OK && plan->n_step_nodes) {
+        const size_t words = plan->size[TD_BUF_STEP];
         uint32_t *w = p->step_words + words * pos;
         for (size_t k = 0; k < words; k += 2)
             w[k] = (uint32_t)p->step; /* the kernels' counter word: the step modulo 2^32 */
@@ -136,8 +138,8 @@ static td_status run_device(td_program *p, uint32_t pos)
         td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
-    for (uint32_t i = 0; i < p->plans[pos].n_steps && s == TD_OK; i++) {
-        const td_step *st = &p->plans[pos].steps[i];
+    for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
+        const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
             s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
@@ -150,7 +152,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         const double collective_begin = seconds_now();
         td_node in = p->graph.nodes[st->node].in[0];
         td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
-        size_t count = (size_t)td_shape_count(&p->plans[pos].shapes[in]);
+        size_t count = (size_t)td_shape_count(&plan->shapes[in]);
         if (st->kind == TD_STEP_ALLREDUCE)
             s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
                                   st->mean ? pmean_finalize : NULL, p);
@@ -175,7 +177,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     bytes = 0;
     for (uint32_t i = 0; i < p->n_outputs && s == TD_OK; i++) {
         td_node o = p->outputs[i];
-        size_t count = (size_t)td_shape_count(&p->plans[pos].shapes[o]);
+        size_t count = (size_t)td_shape_count(&plan->shapes[o]);
         td_arg a = slot_arg(p, pos, o);
         s = ops->read(dev, a.buffer, a.offset * 4, p->out_host + p->output_offset[i] + count * pos, count * 4);
         bytes += count * 4;
@@ -281,13 +283,14 @@ void td_program_phase_seconds(const td_program *p, uint32_t position, double *se
 double td_program_busy_seconds(const td_program *p, uint32_t position)
 {
     const td_program_device *pd = &p->devs[position];
-    const double busy = pd->phase_seconds[TD_PHASE_UPLOAD] + pd->phase_seconds[TD_PHASE_COMPUTE] - pd->collective_seconds;
+    const double busy =
+        pd->phase_seconds[TD_PHASE_UPLOAD] + pd->phase_seconds[TD_PHASE_COMPUTE] - pd->collective_seconds;
     return busy > 0.0 ? busy : 0.0;
 }
 
 float td_program_shard_weight(const td_program *p, uint32_t position)
 {
-    return p->plans[position].shard_weight;
+    return td_program_device_plan(p, position)->shard_weight;
 }
 
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user)

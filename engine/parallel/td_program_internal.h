@@ -14,9 +14,9 @@ typedef td_status (*td_program_hook)(void *user, uint32_t position);
 /* td_pmap_compile, plus: the gradient of params[i] is grads[i], laid out in
  * the gradient buffer at the parameter's offset, and `training` goes to the
  * plan (td_plan.training). */
-td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint64_t *split, uint32_t n_outputs, const td_node *outputs,
-                             uint32_t n_grads, const td_node *params, const td_node *grads, bool training,
-                             td_program **out);
+td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, uint32_t n_outputs,
+                             const td_node *outputs, uint32_t n_grads, const td_node *params,
+                             const td_node *grads, bool training, td_program **out);
 /* td_program_run / set_param / read_param with `fn` naming the public call
  * in messages (the trainer's, the evaluator's). */
 td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_binding *bindings, const char *fn);
@@ -68,7 +68,7 @@ td_status td_program_refresh(td_program *p);
  * of each device follow its rows, and td_graph_shard_weight is
  * N x rows[d] / total. NULL (or a split for another device count) divides
  * each sharded input evenly. Copies rows; plans nothing by itself. */
-td_status td_program_set_split(td_program *p, uint32_t n, const uint64_t *rows);
+td_status td_program_set_split(td_program *p, uint32_t n, const uint32_t *rows);
 /* Plans the program again now, for its split, with `params` (the whole
  * parameter buffer) on every device. On failure the program is left to
  * plan again at its next use, with those parameters. */

@@ -29,11 +29,17 @@ struct td_program {
     td_ring *ring; /* the mesh's, shared with every program on it */
     uint32_t n_dev;
     td_graph graph; /* a private copy of the nodes, so the caller's graph may go */
-    td_plan *plans; /* one per device: shapes and arena differ by the device's rows */
-    /* The batch split (td_program_set_split): rows per device of a global
-     * batch of split_total; split_total 0 = each sharded input divided
-     * evenly. Set for the mesh the next plan is for. */
-    uint64_t *split_rows;
+    /* One plan per row count in the split (shapes and arenas follow the
+     * rows): one on an even split, shared by every device. */
+    td_plan *plans;
+    uint32_t n_plans;
+    uint32_t *plan_of; /* per device: its plan's index in plans */
+    /* The batch split (td_program_set_split): rows per device, and the
+     * global index of each device's first example, of a global batch of
+     * split_total over split_devices devices; split_total 0 = each sharded
+     * input divided evenly. Set for the mesh the next plan is for. */
+    uint32_t *split_rows;
+    uint64_t *split_start;
     uint32_t split_devices;
     uint64_t split_total;
     uint32_t n_outputs;
@@ -76,6 +82,12 @@ struct td_program {
  * waiting; a ring failed by an earlier job is reset first (no worker is
  * inside a collective between jobs). */
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn);
+
+/* Device pos's plan. */
+static inline const td_plan *td_program_device_plan(const td_program *p, uint32_t pos)
+{
+    return &p->plans[p->plan_of[pos]];
+}
 
 /* The global index of device pos's first example: the rows of the devices
  * before it under the split, or pos x `rows` on an even split. */

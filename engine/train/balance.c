@@ -24,7 +24,7 @@ uint64_t td_balance_common_batch(const td_graph *g)
 }
 
 /* The slowest device's time for `rows` at `speed` (examples per unit time). */
-static double makespan(const td_balancer *b, const uint64_t *rows)
+static double makespan(const td_balancer *b, const uint32_t *rows)
 {
     double worst = 0.0;
     for (uint32_t d = 0; d < b->n; d++)
@@ -36,18 +36,18 @@ static double makespan(const td_balancer *b, const uint64_t *rows)
  * it first (ties: the lower position, so the split is deterministic); then
  * what is left past the last whole unit, likewise. Every device gets one
  * unit, or one example when the batch has fewer units than devices. */
-static void split_by_speed(const td_balancer *b, uint64_t *rows)
+static void split_by_speed(const td_balancer *b, uint32_t *rows)
 {
-    uint64_t unit = b->granularity;
+    uint32_t unit = b->granularity;
     if (b->batch / unit < b->n)
         unit = 1;
-    uint64_t left = b->batch;
+    uint64_t left = b->batch; /* at most UINT32_MAX (td_balancer_init) */
     for (uint32_t d = 0; d < b->n; d++) {
         rows[d] = unit;
         left -= unit;
     }
     while (left) {
-        const uint64_t give = left < unit ? left : unit;
+        const uint32_t give = left < unit ? (uint32_t)left : unit;
         uint32_t best = 0;
         double best_time = INFINITY;
         for (uint32_t d = 0; d < b->n; d++) {
@@ -62,15 +62,10 @@ static void split_by_speed(const td_balancer *b, uint64_t *rows)
     }
 }
 
-void td_balance_even(uint64_t batch, uint32_t n, uint64_t *rows)
+void td_balance_even(uint64_t batch, uint32_t n, uint32_t *rows)
 {
     for (uint32_t d = 0; d < n; d++)
-        rows[d] = batch / n + (d < batch % n);
-}
-
-static void split_even(const td_balancer *b, uint64_t *rows)
-{
-    td_balance_even(b->batch, b->n, rows);
+        rows[d] = (uint32_t)(batch / n + (d < batch % n));
 }
 
 static void resplit(td_balancer *b)
@@ -78,11 +73,9 @@ static void resplit(td_balancer *b)
     if (!b->batch)
         return;
     if (b->mode == TD_BALANCE_EVEN || (b->mode == TD_BALANCE_AUTO && !b->measured_once))
-        split_even(b, b->rows);
+        td_balance_even(b->batch, b->n, b->rows);
     else
         split_by_speed(b, b->rows);
-    for (uint32_t d = 0; d < b->n; d++)
-        b->rows32[d] = (uint32_t)b->rows[d];
 }
 
 td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_options *o, const td_graph *g, uint32_t n)
@@ -95,8 +88,8 @@ td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_opt
     b->warmup = o->balance_warmup ? o->balance_warmup : DEFAULT_WARMUP;
     b->interval = o->balance_interval ? o->balance_interval : DEFAULT_INTERVAL;
     if (b->warmup > 1000)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: balance_warmup is %u, expected 1 to 1000 steps",
-                            b->warmup);
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: balance_warmup is %u, expected 1 to 1000 steps", b->warmup);
     b->batch = td_balance_common_batch(g);
     /* By default units of 8 examples, halved until the batch holds four
      * units per device, so a small batch still splits finely. */
@@ -122,17 +115,16 @@ td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_opt
         return td_error_set(ctx, TD_ERR_NOT_DIVISIBLE,
                             "td_trainer_create: a global batch of %llu examples cannot give each of %u devices one",
                             (unsigned long long)b->batch, n);
-    if (b->batch > UINT32_MAX) /* the split is reported in uint32 */
+    if (b->batch > UINT32_MAX) /* shares are uint32 */
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_trainer_create: a global batch of %llu examples, expected at most %u",
                             (unsigned long long)b->batch, UINT32_MAX);
     b->speed = td_alloc(ctx, sizeof *b->speed * n);
     b->rows = td_alloc_zeroed(ctx, sizeof *b->rows * n);
     b->candidate = td_alloc_zeroed(ctx, sizeof *b->candidate * n);
-    b->rows32 = td_alloc_zeroed(ctx, sizeof *b->rows32 * n);
     b->rates = td_alloc_zeroed(ctx, sizeof *b->rates * n * b->warmup);
     b->scratch = td_alloc_zeroed(ctx, sizeof *b->scratch * b->warmup);
-    if (!b->speed || !b->rows || !b->candidate || !b->rows32 || !b->rates || !b->scratch)
+    if (!b->speed || !b->rows || !b->candidate || !b->rates || !b->scratch)
         return TD_OOM(ctx, "the batch split", 5 * sizeof *b->speed * n);
     for (uint32_t d = 0; d < n; d++) {
         const float w = b->mode == TD_BALANCE_EXPLICIT ? o->balance_weights[d] : 1.0f;
@@ -151,13 +143,12 @@ void td_balancer_free(td_balancer *b)
     td_free(b->ctx, b->speed);
     td_free(b->ctx, b->rows);
     td_free(b->ctx, b->candidate);
-    td_free(b->ctx, b->rows32);
     td_free(b->ctx, b->rates);
     td_free(b->ctx, b->scratch);
     memset(b, 0, sizeof *b);
 }
 
-const uint64_t *td_balancer_rows(const td_balancer *b)
+const uint32_t *td_balancer_rows(const td_balancer *b)
 {
     return b->batch ? b->rows : NULL;
 }
@@ -212,10 +203,7 @@ bool td_balancer_record(td_balancer *b, uint64_t step, const double *busy_second
 
 void td_balancer_apply(td_balancer *b)
 {
-    for (uint32_t d = 0; d < b->n; d++) {
-        b->rows[d] = b->candidate[d];
-        b->rows32[d] = (uint32_t)b->rows[d];
-    }
+    memcpy(b->rows, b->candidate, sizeof *b->rows * b->n);
 }
 
 void td_balancer_shrink(td_balancer *b, const bool *keep)

@@ -26,7 +26,7 @@ struct td_evaluator {
     double *sums;   /* per metric: sum over batches of weight * value */
     double weight;  /* valid examples so far */
     uint64_t batch; /* the sharded inputs' common batch (0: none; each divides evenly) */
-    uint64_t *rows; /* its even shares over the mesh's devices */
+    uint32_t *rows; /* its even shares over the mesh's devices */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");

@@ -19,9 +19,8 @@ typedef struct td_balancer {
     uint32_t interval;     /* AUTO: steps from one window's start to the next's */
     uint32_t n;            /* devices */
     double *speed;         /* per device: EXPLICIT the weights, AUTO the measured examples/s (1 until measured) */
-    uint64_t *rows;        /* the split in force, per device */
-    uint64_t *candidate;   /* AUTO: the split at the measured speeds */
-    uint32_t *rows32;      /* the same, for reports */
+    uint32_t *rows;        /* the split in force, per device (the batch is at most UINT32_MAX) */
+    uint32_t *candidate;   /* AUTO: the split at the measured speeds */
     double *rates;         /* AUTO: the window's examples per busy second, [step][device] */
     double *scratch;       /* warmup doubles, for the medians */
     uint32_t measured;     /* steps recorded in the current window */
@@ -33,7 +32,7 @@ typedef struct td_balancer {
 uint64_t td_balance_common_batch(const td_graph *g);
 /* Even shares of `batch` over n devices: batch / n each, one more for the
  * first batch mod n. */
-void td_balance_even(uint64_t batch, uint32_t n, uint64_t *rows);
+void td_balance_even(uint64_t batch, uint32_t n, uint32_t *rows);
 
 /* Checks the options' balance fields against the graph and an n-device
  * mesh, and sets the first split (even, or by the weights). */
@@ -42,7 +41,7 @@ void td_balancer_free(td_balancer *b);
 
 /* The split for the program (NULL when the graph has no common batch: the
  * program then divides each input evenly). */
-const uint64_t *td_balancer_rows(const td_balancer *b);
+const uint32_t *td_balancer_rows(const td_balancer *b);
 
 /* Whether micro step `step` (0-based: the step about to run) is in a
  * measurement window: its per-device busy time is recorded. */

@@ -88,6 +88,10 @@ td_status td_trainer_check_planned(const td_trainer *t, const char *fn);
 float td_trainer_combine_devices(const td_trainer *t, uint32_t index);
 /* Every metric of the last step, combined likewise (n_metrics values). */
 void td_trainer_fill_metrics(const td_trainer *t, float *values);
+/* The staged copies -- the new parameters (pending) and every owner's new
+ * optimizer state -- become current, and the current ones the next
+ * step's scratch: a successful step's end, and a restore's. */
+void td_trainer_swap_in_staged(td_trainer *t);
 /* Where device `device`'s time went in the last step. */
 void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing);
 

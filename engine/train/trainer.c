@@ -423,10 +423,22 @@ static void report_step(td_trainer *t, float loss, double seconds)
         .n_devices = t->mesh->count,
         .timing = t->report_timing,
         .devices_lost = t->lost_this_step,
-        .split = t->balance.rows32,
+        .split = t->balance.rows,
         .rebalanced = t->rebalanced,
     };
     t->on_step(t->on_step_user, &r);
+}
+
+void td_trainer_swap_in_staged(td_trainer *t)
+{
+    float *swap = t->master;
+    t->master = t->pending;
+    t->pending = swap;
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        float *st = t->owners[r].state;
+        t->owners[r].state = t->owners[r].next_state;
+        t->owners[r].next_state = st;
+    }
 }
 
 /* Calls that read the owners' chunks need them: after the mesh dropped
@@ -820,7 +832,7 @@ static void rebalance(td_trainer *t)
     char split[256];
     size_t used = 0;
     for (uint32_t d = 0; d < t->mesh->count && used < sizeof split; d++)
-        used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", d ? " " : "", t->balance.rows32[d]);
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", d ? " " : "", t->balance.rows[d]);
     td_status s = td_program_set_split(t->program, t->mesh->count, td_balancer_rows(&t->balance));
     if (s == TD_OK)
         s = td_program_replan(t->program, t->master);
@@ -945,14 +957,7 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     if (!last) {
         t->micro++;
     } else if (t->n_ranges) {
-        float *swap = t->master;
-        t->master = t->pending;
-        t->pending = swap;
-        for (uint32_t r = 0; r < t->mesh->count; r++) {
-            float *st = t->owners[r].state;
-            t->owners[r].state = t->owners[r].next_state;
-            t->owners[r].next_state = st;
-        }
+        td_trainer_swap_in_staged(t);
     }
     if (last) {
         t->micro = 0;

@@ -29,7 +29,7 @@ td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *row
         return s;
     *n = t->mesh->count;
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        rows[d] = t->balance.batch ? t->balance.rows32[d] : 0;
+        rows[d] = t->balance.batch ? t->balance.rows[d] : 0;
     return TD_OK;
 }
 
@@ -233,16 +233,7 @@ float *td_trainer_stage_params(td_trainer *t)
 
 td_status td_trainer_commit_restore(td_trainer *t, uint64_t updates, uint64_t micro_steps, uint64_t allreduces)
 {
-    /* The same swap as a successful step's: the staged copies become
-     * current, the old ones the next step's scratch. */
-    float *swap = t->master;
-    t->master = t->pending;
-    t->pending = swap;
-    for (uint32_t r = 0; r < t->mesh->count; r++) {
-        float *st = t->owners[r].state;
-        t->owners[r].state = t->owners[r].next_state;
-        t->owners[r].next_state = st;
-    }
+    td_trainer_swap_in_staged(t); /* as a successful step does */
     t->steps = updates;
     t->micro_steps = micro_steps;
     t->allreduces = allreduces;

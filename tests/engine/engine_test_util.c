@@ -61,6 +61,15 @@ const char *test_devices_spec(const char *fallback)
     return env && *env ? env : fallback;
 }
 
+uint32_t test_devices_spec_with(const char *fallback, const char *extra, char *spec, size_t size)
+{
+    snprintf(spec, size, "%s,%s", test_devices_spec(fallback), extra);
+    td_context *probe = test_context(0);
+    const uint32_t n = test_mesh_size(test_mesh_or_skip(probe, spec));
+    td_context_destroy(probe);
+    return n;
+}
+
 td_mesh *test_mesh_or_skip(td_context *ctx, const char *spec)
 {
     td_mesh *mesh = NULL;

@@ -50,6 +50,11 @@ td_context *test_context(uint32_t timeout_ms);
  * variable TD_TEST_DEVICES when set and not empty, else `fallback`. */
 const char *test_devices_spec(const char *fallback);
 
+/* The test devices' spec (as test_devices_spec) followed by `extra` (a
+ * simulated device, say), written to spec; skips the test when that mesh
+ * is not available here, and returns its device count. */
+uint32_t test_devices_spec_with(const char *fallback, const char *extra, char *spec, size_t size);
+
 /* Opens `spec` or skips the test (destroying ctx) when its backend is not
  * available here (TD_ERR_BACKEND_UNAVAILABLE / TD_ERR_UNKNOWN_DEVICE). Any
  * other failure fails the test. */

@@ -14,7 +14,7 @@
 /* ---- the split (td_balance.h) ---- */
 
 static void split_for(td_balance mode, uint64_t batch, uint32_t granularity, const double *speed, uint32_t n,
-                      uint64_t *rows)
+                      uint32_t *rows)
 {
     td_context *ctx = test_context(0);
     td_graph *g;
@@ -38,7 +38,7 @@ static void split_for(td_balance mode, uint64_t batch, uint32_t granularity, con
     td_context_destroy(ctx);
 }
 
-static void assert_rows(const uint64_t *rows, const uint64_t *want, uint32_t n, const char *what)
+static void assert_rows(const uint32_t *rows, const uint32_t *want, uint32_t n, const char *what)
 {
     for (uint32_t d = 0; d < n; d++)
         cr_assert_eq(rows[d], want[d], "%s: device %u gets %llu examples, expected %llu", what, d,
@@ -47,25 +47,25 @@ static void assert_rows(const uint64_t *rows, const uint64_t *want, uint32_t n, 
 
 Test(balance, split_fills_units_so_the_slowest_finishes_first)
 {
-    uint64_t rows[8];
+    uint32_t rows[8];
     /* One device 3x slower: 16 units of 8; 40 each for the fast ones (5 units,
      * 40 time units), 8 for the slow one (24): 40, against 38.4 ideal. */
     split_for(TD_BALANCE_EXPLICIT, 128, 8, (const double[]){3, 3, 3, 1}, 4, rows);
-    assert_rows(rows, (const uint64_t[]){40, 40, 40, 8}, 4, "128 by 3:3:3:1 in 8s");
+    assert_rows(rows, (const uint32_t[]){40, 40, 40, 8}, 4, "128 by 3:3:3:1 in 8s");
     /* Examples one by one: 39 39 38 12, 13 time units (39/3, 12/1): the
      * best whole examples allow, against 12.8 ideal. */
     split_for(TD_BALANCE_EXPLICIT, 128, 1, (const double[]){3, 3, 3, 1}, 4, rows);
-    assert_rows(rows, (const uint64_t[]){39, 39, 38, 12}, 4, "128 by 3:3:3:1 in 1s");
+    assert_rows(rows, (const uint32_t[]){39, 39, 38, 12}, 4, "128 by 3:3:3:1 in 1s");
     /* A batch that is no multiple of the unit: the rest (4) goes where it
      * finishes first. */
     split_for(TD_BALANCE_EXPLICIT, 100, 8, (const double[]){1, 1}, 2, rows);
-    assert_rows(rows, (const uint64_t[]){52, 48}, 2, "100 by 1:1 in 8s");
+    assert_rows(rows, (const uint32_t[]){52, 48}, 2, "100 by 1:1 in 8s");
     /* Even: the first B mod N devices one more. */
     split_for(TD_BALANCE_EVEN, 12, 8, (const double[]){1, 1, 1, 1, 1}, 5, rows);
-    assert_rows(rows, (const uint64_t[]){3, 3, 2, 2, 2}, 5, "12 over 5");
+    assert_rows(rows, (const uint32_t[]){3, 3, 2, 2, 2}, 5, "12 over 5");
     /* Fewer units than devices: one example each at least. */
     split_for(TD_BALANCE_EXPLICIT, 6, 8, (const double[]){1, 100, 1}, 3, rows);
-    assert_rows(rows, (const uint64_t[]){1, 4, 1}, 3, "6 by 1:100:1");
+    assert_rows(rows, (const uint32_t[]){1, 4, 1}, 3, "6 by 1:100:1");
 }
 
 /* ---- training: a small CNN with everything that must stay exact ---- */
@@ -405,13 +405,8 @@ Test(balance, parse_reads_the_three_spellings_and_names_bad_ones)
 
 Test(balance_devices, explicit_uneven_split_trains_like_one_device, .timeout = 300)
 {
-    const char *base = test_devices_spec("cpu:2");
     char spec[256];
-    snprintf(spec, sizeof spec, "%s,cpu:1", base);
-    td_context *probe = test_context(0);
-    td_mesh *mesh = test_mesh_or_skip(probe, spec);
-    const uint32_t n = test_mesh_size(mesh);
-    td_context_destroy(probe);
+    const uint32_t n = test_devices_spec_with("cpu:2", "cpu:1", spec, sizeof spec);
     float weights[8];
     for (uint32_t d = 0; d < n && d < 8; d++)
         weights[d] = (float)(1 + d % 3);
@@ -430,12 +425,8 @@ Test(balance_devices, explicit_uneven_split_trains_like_one_device, .timeout = 3
  * Vulkan, and whatever splits it picks, the run trains like one device. */
 Test(balance_devices, auto_rebalancing_trains_like_one_device, .timeout = 300)
 {
-    const char *base = test_devices_spec("cpu:2");
     char spec[256];
-    snprintf(spec, sizeof spec, "%s,cpu:1@slow=4", base);
-    td_context *probe = test_context(0);
-    test_mesh_or_skip(probe, spec);
-    td_context_destroy(probe);
+    test_devices_spec_with("cpu:2", "cpu:1@slow=4", spec, sizeof spec);
     balanced_run one, automatic;
     train_balanced("cpu:1", TD_BALANCE_EVEN, NULL, &one);
     train_balanced(spec, TD_BALANCE_AUTO, NULL, &automatic);
