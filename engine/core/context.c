@@ -123,6 +123,22 @@ void td_context_destroy(td_context *ctx)
     context_free(ctx);
 }
 
+void *td_context_processes(const td_context *ctx)
+{
+    return ctx->processes;
+}
+
+void td_context_set_processes(td_context *ctx, void *processes, td_status (*mesh_created)(struct td_mesh *mesh))
+{
+    ctx->processes = processes;
+    ctx->mesh_created = mesh_created;
+}
+
+td_status td_context_mesh_created(td_context *ctx, struct td_mesh *mesh)
+{
+    return ctx->mesh_created ? ctx->mesh_created(mesh) : TD_OK;
+}
+
 const char *td_last_error(const td_context *ctx)
 {
     return ctx ? ctx->error_message : "no context";

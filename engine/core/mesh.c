@@ -321,6 +321,8 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
     td_free(ctx, list);
     if (s == TD_OK)
         s = td_worker_pool_create(mesh);
+    if (s == TD_OK)
+        s = td_context_mesh_created(ctx, mesh); /* across processes: learn the global mesh */
     if (s != TD_OK) {
         td_mesh_destroy(mesh);
         return s;

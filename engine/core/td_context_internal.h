@@ -102,6 +102,17 @@ void td_owned_abandon(td_owned *object);
  * released. Every public call on an owned object checks this first. */
 td_status td_owned_check_live(const td_owned *object, const char *fn);
 
+struct td_mesh;
+
+/* The job's process group the context joined (td_processes_join), or
+ * NULL: the parallel layer's object, which core only keeps. */
+void *td_context_processes(const td_context *ctx);
+/* mesh_created runs at the end of every td_mesh_create on ctx: it makes
+ * the mesh span the processes (collective), so a mesh's global size is
+ * known as soon as it exists. */
+void td_context_set_processes(td_context *ctx, void *processes, td_status (*mesh_created)(struct td_mesh *mesh));
+td_status td_context_mesh_created(td_context *ctx, struct td_mesh *mesh);
+
 /* Convenience for allocation failures. */
 #define TD_OOM(ctx, what, bytes) \
     td_error_set((ctx), TD_ERR_OUT_OF_MEMORY, "out of host memory allocating %zu bytes for %s", \

@@ -16,6 +16,8 @@ struct td_context {
     bool destroyed; /* td_context_destroy ran; kept for handles (keep_handles) */
     struct td_trace *trace; /* while a trace is on (trace.c) */
     bool abandoned;         /* an object was abandoned: the context is never freed */
+    void *processes;        /* the job's process group (engine/parallel), opaque here */
+    td_status (*mesh_created)(struct td_mesh *mesh); /* its hook, run by td_mesh_create */
 };
 
 #endif

@@ -27,9 +27,10 @@ static void free_plans(td_program *p)
     p->n_plans = 0;
 }
 
+/* The split covers the global mesh: every device of every process. */
 static bool has_split(const td_program *p)
 {
-    return p->split_total && p->split_devices == p->mesh->count;
+    return p->split_total && p->ring && p->split_devices == td_ring_global_count(p->ring);
 }
 
 /* Plan k (first taken by device d) runs the same steps as device 0's --
@@ -112,7 +113,7 @@ static td_status compile_device(td_program *p, uint32_t pos)
         td_free(ctx, calls);
         return TD_OOM(ctx, "device plan", sizeof *calls * plan->n_calls);
     }
-    s = td_plan_emit(&p->graph, plan, pd->buffers, pos, calls);
+    s = td_plan_emit(&p->graph, plan, pd->buffers, td_ring_global_position(p->ring, pos), calls);
     for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT)
@@ -166,17 +167,21 @@ static td_status plan_for_mesh(td_program *p, const float *params)
     p->plans = td_alloc_zeroed(ctx, sizeof *p->plans * mesh->count);
     p->plan_of = td_alloc_zeroed(ctx, sizeof *p->plan_of * mesh->count);
     td_status s = p->plans && p->plan_of ? TD_OK : TD_OOM(ctx, "a program's plans", sizeof *p->plans * mesh->count);
+    /* Across processes the plans are for the global mesh: its device
+     * count sizes all_gather and the shard weights, each device takes the
+     * rows of its global position. */
+    const uint32_t global_n = td_ring_global_count(p->ring), first = td_ring_global_position(p->ring, 0);
     for (uint32_t d = 0; d < mesh->count && s == TD_OK; d++) {
         /* A device with the rows of one before it takes that one's plan. */
         uint32_t e = 0;
-        while (e < d && split && p->split_rows[e] != p->split_rows[d])
+        while (e < d && split && p->split_rows[first + e] != p->split_rows[first + d])
             e++;
         if (e < d) {
             p->plan_of[d] = p->plan_of[e];
             continue;
         }
-        const td_plan_split share = {split ? p->split_rows[d] : 0, split ? p->split_total : 0};
-        s = td_plan_build(&p->graph, mesh->count, split ? &share : NULL, n_outputs, outputs, p->n_grads,
+        const td_plan_split share = {split ? p->split_rows[first + d] : 0, split ? p->split_total : 0};
+        s = td_plan_build(&p->graph, global_n, split ? &share : NULL, n_outputs, outputs, p->n_grads,
                           p->grad_params, p->grad_nodes, p->training, &p->plans[p->n_plans]);
         if (s != TD_OK)
             break;
@@ -379,7 +384,22 @@ td_status td_program_replan(td_program *p, const float *params)
 
 uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows)
 {
-    return has_split(p) ? p->split_start[pos] : (uint64_t)pos * (uint64_t)rows;
+    const uint32_t g = td_ring_global_position(p->ring, pos);
+    return has_split(p) ? p->split_start[g] : (uint64_t)g * (uint64_t)rows;
+}
+
+uint64_t td_program_process_rows(const td_program *p, int64_t rows, uint64_t *first)
+{
+    const uint32_t g = td_ring_global_position(p->ring, 0), n = p->mesh->count;
+    if (!has_split(p)) {
+        *first = (uint64_t)g * (uint64_t)rows;
+        return (uint64_t)n * (uint64_t)rows;
+    }
+    *first = p->split_start[g];
+    uint64_t total = 0;
+    for (uint32_t d = 0; d < n; d++)
+        total += p->split_rows[g + d];
+    return total;
 }
 
 static void program_shrink_hook(td_owned *self)

@@ -14,7 +14,7 @@ static void pmean_finalize(void *user, uint32_t rank, float *data, size_t offset
     const td_program *p = user;
     (void)rank;
     (void)offset;
-    td_ring_divide(data, count, p->n_dev);
+    td_ring_divide(data, count, td_ring_global_count(p->ring)); /* every device of every process */
 }
 
 static double seconds_now(void)
@@ -119,8 +119,12 @@ static td_status run_device(td_program *p, uint32_t pos)
         const td_shape *shape = &plan->shapes[id];
         size_t input_bytes = (size_t)td_shape_count(shape) * (nd->dtype == TD_U8 ? 1 : 4);
         size_t offset = 0;
-        if (nd->placement == TD_SHARDED && shape->dims[0] > 0) /* the rows of the devices before it */
-            offset = input_bytes / (size_t)shape->dims[0] * (size_t)td_program_row_start(p, pos, shape->dims[0]);
+        if (nd->placement == TD_SHARDED && shape->dims[0] > 0) { /* the rows of the devices before it */
+            uint64_t first;
+            td_program_process_rows(p, shape->dims[0], &first); /* the bound rows start at the process's first */
+            offset = input_bytes / (size_t)shape->dims[0] *
+                     (size_t)(td_program_row_start(p, pos, shape->dims[0]) - first);
+        }
         s = ops->write(dev, pd->buffers[plan->slots[id].buffer], plan->slots[id].offset * 4,
                        (const char *)host + offset, input_bytes);
         bytes += input_bytes;
@@ -217,8 +221,15 @@ td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_bindin
         if (p->bound[n])
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "binding %u: input '%s' is bound twice", i,
                                 p->graph.nodes[n].name);
-        td_status s = td_program_check_tensor(ctx, fn, bindings[i].value, p->graph.nodes[n].dtype,
-                                              &p->graph.nodes[n].shape, "input", p->graph.nodes[n].name);
+        /* Across processes each binds its own rows of a sharded input. */
+        td_shape want = p->graph.nodes[n].shape;
+        if (p->graph.nodes[n].placement == TD_SHARDED && td_ring_process_count(p->ring) > 1 && want.rank > 0) {
+            uint64_t first;
+            const int64_t per_device = want.dims[0] / (int64_t)td_ring_global_count(p->ring);
+            want.dims[0] = (int64_t)td_program_process_rows(p, per_device, &first);
+        }
+        td_status s = td_program_check_tensor(ctx, fn, bindings[i].value, p->graph.nodes[n].dtype, &want, "input",
+                                              p->graph.nodes[n].name);
         if (s != TD_OK)
             return s;
         p->bound[n] = bindings[i].value;

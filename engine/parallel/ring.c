@@ -23,35 +23,9 @@
 #endif
 
 #include "td_clock.h"
-#include "td_ring.h"
+#include "td_ring_state.h"
 #include "td_trace.h"
 
-#define SLICE_ELEMENTS ((size_t)64 * 1024) /* 256 KiB of floats: a slice stays in L2 from add to finalize */
-#define UNIT_DONE 0xFFFFFFFFu
-
-typedef struct ring_rank {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    uint64_t progress;
-    float *work;   /* reduce-scatter memory of the current op */
-    float *gather; /* memory that holds final values of the current op */
-    double partial; /* this rank's share of the current op's total; read by peers after PART */
-    /* Below: touched by the rank's own thread only. */
-    uint32_t op;
-    td_staging *staging;
-    float *staging_host;
-    size_t staging_bytes;
-    uint64_t *tickets;
-    size_t ticket_capacity;
-} ring_rank;
-
-struct td_ring {
-    td_mesh *mesh;
-    uint32_t n;
-    ring_rank *ranks;
-    atomic_int abort_status;
-    uint32_t spin_iterations; /* 0 when ranks outnumber the cores */
-};
 
 void td_ring_divide(float *data, size_t count, uint32_t divisor)
 {
@@ -72,6 +46,8 @@ size_t td_ring_slice_elements(void)
 {
     return SLICE_ELEMENTS;
 }
+
+static void ring_destroy(void *collectives);
 
 static td_status ring_create(td_mesh *mesh, td_ring **out)
 {
@@ -97,8 +73,16 @@ static td_status ring_create(td_mesh *mesh, td_ring **out)
     atomic_init(&ring->abort_status, TD_OK);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     ring->spin_iterations = cores > 0 && mesh->count <= (uint32_t)cores ? 4000 : 0;
+    ring->global_n = mesh->count;
+    ring->n_procs = 1;
+    pthread_mutex_init(&ring->host_lock, NULL);
     *out = ring;
-    return TD_OK;
+    td_status s = td_ring_join_processes(ring);
+    if (s != TD_OK) {
+        ring_destroy(ring);
+        *out = NULL;
+    }
+    return s;
 }
 
 static void ring_destroy(void *collectives)
@@ -114,6 +98,8 @@ static void ring_destroy(void *collectives)
         pthread_mutex_destroy(&rr->lock);
         pthread_cond_destroy(&rr->cond);
     }
+    td_ring_leave_processes(ring);
+    pthread_mutex_destroy(&ring->host_lock);
     td_free(ctx, ring->ranks);
     td_free(ctx, ring);
 }
@@ -157,6 +143,11 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
         td_free(ctx, rr->tickets);
         rr->tickets = t;
         rr->ticket_capacity = tickets;
+    }
+    if (ring->n_procs > 1) {
+        td_status s = td_ring_reserve_processes(ring, bytes);
+        if (s != TD_OK)
+            return s;
     }
     if (md->ops->caps & TD_BACKEND_HOST_BUFFERS)
         return TD_OK; /* works on device memory directly */
@@ -221,15 +212,10 @@ static td_status fail(td_ring *ring, uint32_t rank, td_status status)
     return status;
 }
 
-static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target)
+static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms)
 {
     ring_rank *p = &ring->ranks[peer];
     td_context *ctx = ring->mesh->ctx;
-    /* Twice the device timeout: a device that stalls reports its own
-     * timeout (and aborts the ring) before any peer gives up on it, so the
-     * message names the cause, not a bystander waiting in the chain. This
-     * deadline only fires for a rank that never returns at all. */
-    const uint64_t timeout_ms = 2ull * td_context_timeout_ms(ctx); /* 64-bit: a timeout of 2^31 ms must not wrap */
     /* A peer a few microseconds behind is cheaper to spin on than to sleep
      * on: a futex wake costs more than a slice hand-off should. Only when
      * every rank has a core of its own, else spinning steals the core of
@@ -267,38 +253,32 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
     return TD_OK;
 }
 
-/* ---- one op, described once, run by every rank ---- */
-
-typedef enum { OP_ALLREDUCE, OP_ALL_GATHER } op_kind;
-
-typedef struct ring_op {
-    op_kind kind;
-    size_t count; /* elements of the whole (virtual) array */
-    uint32_t shift; /* after the reduce-scatter, rank r owns chunk (r + shift) % N */
-    td_ring_finalize_fn finalize;
-    td_ring_partial_fn partial; /* non-NULL: exchange a total before any finalize */
-    td_ring_total_fn total;
-    void *user;
-    int consume_input; /* the input's memory may serve as the reduction's scratch */
-    td_buffer *in, *out;
-    float *in_ptr, *out_ptr; /* host views of the operands when zero-copy, else NULL */
-    uint64_t in_offset, out_offset;
-    size_t slices; /* per chunk */
-} ring_op;
-
-typedef struct unit_map {
-    uint32_t n;
-    size_t s;
-} unit_map;
-
-static uint64_t u_load(const unit_map *m, size_t k) { (void)m; return 1 + k; }
-static uint64_t u_rs(const unit_map *m, uint32_t step, size_t k) { return 1 + m->s + (uint64_t)step * m->s + k; }
-static uint64_t u_part(const unit_map *m) { return 1 + m->s + (uint64_t)(m->n - 1) * m->s; }
-static uint64_t u_fin(const unit_map *m, size_t k) { return u_part(m) + 1 + k; }
-static uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
+/* Twice the device timeout: a device that stalls reports its own timeout
+ * (and aborts the ring) before any peer gives up on it, so the message
+ * names the cause, not a bystander waiting in the chain. This deadline
+ * only fires for a rank that never returns at all. 64-bit: a timeout of
+ * 2^31 ms must not wrap. */
+static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target)
 {
-    return u_part(m) + 1 + m->s + (uint64_t)step * m->s + k;
+    return wait_for_ms(ring, me, peer, target, 2ull * td_context_timeout_ms(ring->mesh->ctx));
 }
+
+void td_ring_publish(ring_rank *rr, uint64_t value)
+{
+    publish(rr, value);
+}
+
+td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms)
+{
+    return wait_for_ms(ring, me, peer, target, timeout_ms);
+}
+
+td_status td_ring_fail(td_ring *ring, uint32_t rank, td_status status)
+{
+    return fail(ring, rank, status);
+}
+
+/* ---- one op, described once, run by every rank ---- */
 
 static size_t chunk_lo(size_t count, uint32_t n, uint32_t c)
 {
@@ -312,14 +292,6 @@ static void slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, siz
     size_t a = c_lo + k * SLICE_ELEMENTS, b = a + SLICE_ELEMENTS;
     *lo = a < c_hi ? a : c_hi;
     *hi = b < c_hi ? b : c_hi;
-}
-
-void td_ring_owned_range(const td_ring *ring, uint32_t rank, size_t count, size_t *lo, size_t *hi)
-{
-    /* The all-reduce's shift of 1: rank r ends the reduce-scatter owning chunk r + 1. */
-    uint32_t c = (rank + 1) % ring->n;
-    *lo = chunk_lo(count, ring->n, c);
-    *hi = chunk_lo(count, ring->n, c + 1);
 }
 
 static uint32_t wrap(int64_t v, uint32_t n)
@@ -417,6 +389,35 @@ static void phase_done(td_trace *tr, uint32_t track, const char *category, const
     const uint64_t now = td_trace_now();
     td_trace_span(tr, track, category, name, NULL, *mark, now, bytes);
     *mark = now;
+}
+
+/* Between processes, the owner's reduced slice goes to the process's copy
+ * of the whole array first. */
+static void deposit_slice(td_ring *ring, const ring_op *op, const float *work, uint32_t owned, size_t k)
+{
+    size_t lo, hi;
+    slice_range(op, ring->n, owned, k, &lo, &hi);
+    if (hi > lo)
+        memcpy(ring->host + lo, work + lo, (hi - lo) * sizeof(float));
+}
+
+/* The end of an op between processes: the device's copy done, then every
+ * local rank's DONE -- not just the successor's, since each rank read the
+ * process's shared copy, which the next op overwrites. */
+static td_status finish_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, int direct)
+{
+    td_mesh_device *md = &ring->mesh->devices[r];
+    td_status s;
+    uint64_t t;
+    (void)op;
+    if (!direct && ((s = md->ops->submit(md->dev, &t)) != TD_OK ||
+                    (s = md->ops->wait(md->dev, t, td_context_timeout_ms(ring->mesh->ctx))) != TD_OK))
+        return fail(ring, r, s);
+    publish(&ring->ranks[r], base | UNIT_DONE);
+    for (uint32_t q = 0; q < ring->n; q++)
+        if (q != r && (s = wait_for(ring, r, q, base | UNIT_DONE)) != TD_OK)
+            return fail(ring, r, s);
+    return TD_OK;
 }
 
 static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
@@ -536,7 +537,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
          * each slice right after its add, while it is still in cache --
          * or, when a total is needed first, take the slice's share then
          * and finalize after the exchange. */
-        const int deferred = op->partial != NULL;
+        const int across = ring->n_procs > 1; /* the other processes sum, total and finalize after */
+        const int deferred = op->partial != NULL && !across;
         double mine = 0.0;
         for (uint32_t step = 0; step + 1 < n; step++) {
             uint32_t c = wrap((int64_t)r - 1 - step, n);
@@ -547,16 +549,22 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 slice_range(op, n, c, k, &lo, &hi);
                 add_into(work + lo, pr->work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
-                if (step + 2 == n && deferred)
+                if (step + 2 == n && across)
+                    deposit_slice(ring, op, work, owned, k);
+                else if (step + 2 == n && deferred)
                     mine += partial_slice(ring, r, op, work, owned, k);
                 else if (step + 2 == n && (s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                     return fail(ring, r, s);
-                if (step + 2 == n && !deferred)
+                if (step + 2 == n && !deferred && !across)
                     publish(me, base | u_fin(&um, k));
             }
         }
         for (size_t k = 0; n == 1 && k < op->slices; k++) {
             WAIT_OWN(owned, k);
+            if (across) {
+                deposit_slice(ring, op, work, owned, k);
+                continue;
+            }
             if (deferred) {
                 mine += partial_slice(ring, r, op, work, owned, k);
                 continue;
@@ -573,6 +581,12 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             publish(me, base | u_fin(&um, k));
         }
         phase_done(tr, track, "collective", "reduce-scatter", &mark, peer_bytes);
+        if (across) {
+            if ((s = td_ring_allreduce_across(ring, r, op, base, gather, direct)) != TD_OK)
+                return fail(ring, r, s);
+            phase_done(tr, track, "collective", "between processes", &mark, bytes_needed);
+            return finish_across(ring, r, op, base, direct);
+        }
     } else if (!direct) {
         for (size_t k = 0; k < op->slices; k++) {
             size_t lo, hi;
@@ -730,6 +744,8 @@ td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64
     td_status s = check_rank(ring, rank);
     if (s != TD_OK)
         return s;
+    if (ring->n_procs > 1)
+        return td_ring_all_gather_across(ring, rank, in, in_offset, out, out_offset, count);
     ring_op op = {
         .kind = OP_ALL_GATHER,
         .count = count * ring->n,
@@ -764,9 +780,11 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
     td_status s = check_rank(ring, rank);
     if (s != TD_OK)
         return s;
-    if (root >= ring->n)
+    if (root >= ring->global_n)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "broadcast root %u out of range (%u ranks)",
-                            root, ring->n);
+                            root, ring->global_n);
+    if (ring->n_procs > 1)
+        return td_ring_broadcast_across(ring, rank, root, in, in_offset, out, out_offset, count);
     td_context *ctx = ring->mesh->ctx;
     const uint32_t n = ring->n, pred = (rank + n - 1) % n, succ = (rank + 1) % n;
     ring_rank *me = &ring->ranks[rank], *pr = &ring->ranks[pred];

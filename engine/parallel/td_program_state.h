@@ -93,6 +93,11 @@ static inline const td_plan *td_program_device_plan(const td_program *p, uint32_
  * before it under the split, or pos x `rows` on an even split. */
 uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows);
 
+/* This process's rows of the global batch (all of it in one process) and,
+ * in *first, the global index of its first: the bound inputs hold these
+ * rows only. `rows` is a device's share on an even split. */
+uint64_t td_program_process_rows(const td_program *p, int64_t rows, uint64_t *first);
+
 /* TD_OK when t is a `dtype` tensor of shape `want`; otherwise a status and
  * a message naming the public call `fn`, the `what` ("input",
  * "parameter", ...) called `name`, what the tensor has and what was

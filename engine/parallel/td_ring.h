@@ -79,8 +79,20 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
 
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
  * value rank `rank` owns and finalizes. The trainer keeps the optimizer
- * state of exactly this range on that rank. */
+ * state of exactly this range on that rank. Across processes, the ranges
+ * of every rank of every process tile [0, count) once: this process's
+ * block, split over its ranks. */
 void td_ring_owned_range(const td_ring *ring, uint32_t rank, size_t count, size_t *lo, size_t *hi);
+
+/* The global mesh when the context joined several processes
+ * (tandem/processes.h): every process's devices, process 0's first.
+ * In one process: the mesh's count and the rank itself. */
+uint32_t td_ring_global_count(const td_ring *ring);
+uint32_t td_ring_global_position(const td_ring *ring, uint32_t rank);
+/* The job's processes (1 in one process), and process q's device count
+ * and its first global position. */
+uint32_t td_ring_process_count(const td_ring *ring);
+uint32_t td_ring_process_devices(const td_ring *ring, uint32_t process, uint32_t *first);
 
 /* out (N*count floats) = concatenation over ranks of each rank's `count`
  * floats at in, in rank order. */

@@ -19,5 +19,6 @@
 #include "tandem/checkpoint.h"
 #include "tandem/data.h"
 #include "tandem/trace.h"
+#include "tandem/processes.h"
 
 #endif

@@ -1,0 +1,357 @@
+/* The job's processes over Open MPI (td_procs.h, tandem/processes.h).
+ *
+ * Only non-blocking MPI calls are made, and each exchange polls its
+ * requests against a deadline: MPI's blocking calls cannot be bounded, and
+ * tandem promises that every wait is. The deadline is twice the context
+ * timeout, as for a ring peer: a process whose own device stalls reports
+ * that itself (and ends the job) before its peers give up on it. The
+ * communicator is a duplicate of MPI_COMM_WORLD, so the caller's own
+ * messages never match tandem's. */
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tandem/processes.h"
+#include "td_procs.h"
+#include "td_ring.h"
+
+/* MPI counts are ints: messages go in pieces of at most this many bytes. */
+#define PIECE_BYTES ((size_t)1 << 30)
+#define TAG_DATA 7100
+
+struct td_procs {
+    td_owned owned; /* first: the context owns the group like any object */
+    td_context *ctx;
+    MPI_Comm comm;
+    uint32_t rank, count;
+    bool finalize_mpi; /* tandem initialized MPI, so it finalizes it */
+    MPI_Request *requests;
+    uint32_t *request_peer;
+    size_t request_capacity;
+};
+
+/* Contexts that joined, so MPI is finalized after the last one goes (MPI
+ * itself is per process; only the first join can initialize it). */
+static int joined_contexts;
+static bool tandem_initialized_mpi;
+
+bool td_processes_available(void)
+{
+    return true;
+}
+
+bool td_processes_launched(void)
+{
+    /* Open MPI's launcher sets these; PMI_SIZE / PMIX_RANK cover Slurm's. */
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+}
+
+td_procs *td_procs_of(td_context *ctx)
+{
+    return td_context_processes(ctx);
+}
+
+uint32_t td_procs_rank(const td_procs *procs)
+{
+    return procs ? procs->rank : 0;
+}
+
+uint32_t td_procs_count(const td_procs *procs)
+{
+    return procs ? procs->count : 1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static td_status reserve_requests(td_procs *p, size_t n)
+{
+    if (n <= p->request_capacity)
+        return TD_OK;
+    MPI_Request *r = td_alloc(p->ctx, sizeof *r * n);
+    uint32_t *peer = td_alloc(p->ctx, sizeof *peer * n);
+    if (!r || !peer) {
+        td_free(p->ctx, r);
+        td_free(p->ctx, peer);
+        return TD_OOM(p->ctx, "MPI requests", n * (sizeof *r + sizeof *peer));
+    }
+    td_free(p->ctx, p->requests);
+    td_free(p->ctx, p->request_peer);
+    p->requests = r;
+    p->request_peer = peer;
+    p->request_capacity = n;
+    return TD_OK;
+}
+
+static size_t pieces_of(size_t bytes)
+{
+    return bytes == 0 ? 0 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
+}
+
+/* Posts `bytes` at data to (send) or from (receive) process `peer` as
+ * pieces; appends the requests at *n. */
+static td_status post(td_procs *p, bool send, void *data, size_t bytes, uint32_t peer, size_t *n)
+{
+    for (size_t at = 0; at < bytes; at += PIECE_BYTES) {
+        const int len = (int)(bytes - at < PIECE_BYTES ? bytes - at : PIECE_BYTES);
+        char *ptr = (char *)data + at;
+        const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, TAG_DATA, p->comm, &p->requests[*n])
+                            : MPI_Irecv(ptr, len, MPI_BYTE, (int)peer, TAG_DATA, p->comm, &p->requests[*n]);
+        if (rc != MPI_SUCCESS)
+            return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: MPI %s of %d bytes with process %u failed (%d)",
+                                p->rank, send ? "send" : "receive", len, peer, rc);
+        p->request_peer[(*n)++] = peer;
+    }
+    return TD_OK;
+}
+
+/* Polls the first n requests until all completed, the deadline passed or
+ * should_stop says so. Short sleeps, growing to 200 us: an exchange that
+ * waits for a slower process should not burn the core its devices use. */
+static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs_stop_fn should_stop, void *user)
+{
+    const double timeout = 2.0 * (double)td_context_timeout_ms(p->ctx) / 1000.0;
+    const double deadline = now_seconds() + timeout;
+    long sleep_ns = 1000;
+    for (;;) {
+        int done = 0;
+        if (MPI_Testall((int)n, p->requests, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: MPI failed during %s", p->rank, what);
+        if (done)
+            return TD_OK;
+        if (should_stop && should_stop(user))
+            return td_error_set(p->ctx, TD_ERR_ABORTED, "process %u: %s stopped: a local device failed", p->rank,
+                                what);
+        if (now_seconds() > deadline) {
+            char missing[256] = "";
+            size_t len = 0;
+            uint32_t last = UINT32_MAX;
+            for (size_t i = 0; i < n && len + 16 < sizeof missing; i++) {
+                int flag = 0;
+                MPI_Test(&p->requests[i], &flag, MPI_STATUS_IGNORE);
+                if (!flag && p->request_peer[i] != last && p->request_peer[i] != UINT32_MAX) {
+                    len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%u", len ? ", " : "",
+                                            p->request_peer[i]);
+                    last = p->request_peer[i];
+                }
+            }
+            return td_error_set(p->ctx, TD_ERR_TIMEOUT,
+                                "process %u of %u: %s waited %.0f ms for process(es) %s, which did not answer",
+                                p->rank, p->count, what, timeout * 1000.0, len ? missing : "of the job");
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 200000)
+            sleep_ns *= 2;
+    }
+}
+
+td_status td_procs_allgather(td_procs *p, const void *mine, void *all, size_t bytes, td_procs_stop_fn should_stop,
+                             void *user)
+{
+    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(bytes) + 1);
+    size_t n = 0;
+    if (bytes && (char *)all + (size_t)p->rank * bytes != mine)
+        memcpy((char *)all + (size_t)p->rank * bytes, mine, bytes);
+    for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
+        if (q == p->rank)
+            continue;
+        if ((s = post(p, false, (char *)all + (size_t)q * bytes, bytes, q, &n)) == TD_OK)
+            s = post(p, true, (void *)(uintptr_t)mine, bytes, q, &n);
+    }
+    return s == TD_OK ? wait_requests(p, n, "an all-gather between processes", should_stop, user) : s;
+}
+
+td_status td_procs_allgather_blocks(td_procs *p, float *x, const size_t *offsets, td_procs_stop_fn should_stop,
+                                    void *user)
+{
+    size_t most = 0;
+    for (uint32_t q = 0; q < p->count; q++)
+        most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
+    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
+    size_t n = 0;
+    float *own = x + offsets[p->rank];
+    const size_t own_bytes = (offsets[p->rank + 1] - offsets[p->rank]) * sizeof(float);
+    for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
+        if (q == p->rank)
+            continue;
+        if ((s = post(p, false, x + offsets[q], (offsets[q + 1] - offsets[q]) * sizeof(float), q, &n)) == TD_OK)
+            s = post(p, true, own, own_bytes, q, &n);
+    }
+    return s == TD_OK ? wait_requests(p, n, "the all-gather between processes", should_stop, user) : s;
+}
+
+td_status td_procs_exchange_blocks(td_procs *p, const float *x, const size_t *offsets, float *recv,
+                                   td_procs_stop_fn should_stop, void *user)
+{
+    size_t most = 0;
+    for (uint32_t q = 0; q < p->count; q++)
+        most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
+    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
+    size_t n = 0;
+    const size_t own = offsets[p->rank + 1] - offsets[p->rank];
+    if (own)
+        memcpy(recv + (size_t)p->rank * own, x + offsets[p->rank], own * sizeof(float));
+    for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
+        if (q == p->rank)
+            continue;
+        if ((s = post(p, false, recv + (size_t)q * own, own * sizeof(float), q, &n)) == TD_OK)
+            s = post(p, true, (void *)(uintptr_t)(x + offsets[q]), (offsets[q + 1] - offsets[q]) * sizeof(float),
+                     q, &n);
+    }
+    return s == TD_OK ? wait_requests(p, n, "the reduce-scatter between processes", should_stop, user) : s;
+}
+
+td_status td_procs_broadcast(td_procs *p, uint32_t root, void *data, size_t bytes, td_procs_stop_fn should_stop,
+                             void *user)
+{
+    td_status s = reserve_requests(p, (size_t)p->count * pieces_of(bytes) + 1);
+    size_t n = 0;
+    if (p->rank == root) {
+        for (uint32_t q = 0; q < p->count && s == TD_OK; q++)
+            if (q != root)
+                s = post(p, true, data, bytes, q, &n);
+    } else if (s == TD_OK) {
+        s = post(p, false, data, bytes, root, &n);
+    }
+    return s == TD_OK ? wait_requests(p, n, "a broadcast between processes", should_stop, user) : s;
+}
+
+/* ---- the public calls ---- */
+
+static void procs_release(td_owned *self)
+{
+    td_procs *p = (td_procs *)self;
+    td_context_set_processes(p->ctx, NULL, NULL);
+    if (p->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&p->comm);
+    td_free(p->ctx, p->requests);
+    td_free(p->ctx, p->request_peer);
+    if (p->finalize_mpi && --joined_contexts == 0 && tandem_initialized_mpi) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized)
+            MPI_Finalize();
+        tandem_initialized_mpi = false;
+    }
+}
+
+/* A mesh made on a joined context spans the processes from the start:
+ * its ring learns every process's device count now. */
+static td_status mesh_created(td_mesh *mesh)
+{
+    td_ring *ring;
+    return td_mesh_ring(mesh, &ring);
+}
+
+td_status td_processes_join(td_context *ctx)
+{
+    if (!ctx)
+        return TD_ERR_INVALID_ARGUMENT;
+    if (td_context_processes(ctx))
+        return td_error_set(ctx, TD_ERR_STATE, "td_processes_join: this context already joined the job's processes");
+    int initialized = 0, finalized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return td_error_set(ctx, TD_ERR_STATE, "td_processes_join: MPI was already finalized in this process");
+    if (!initialized) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            return td_error_set(ctx, TD_ERR_BACKEND, "td_processes_join: MPI_Init_thread failed");
+        tandem_initialized_mpi = true;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED)
+        return td_error_set(ctx, TD_ERR_UNSUPPORTED,
+                            "td_processes_join: MPI provides thread level %d, expected MPI_THREAD_SERIALIZED (%d) "
+                            "or more (tandem calls MPI from its device threads, one at a time)",
+                            provided, MPI_THREAD_SERIALIZED);
+    td_procs *p = td_alloc_zeroed(ctx, sizeof *p);
+    if (!p)
+        return TD_OOM(ctx, "the process group", sizeof *p);
+    p->ctx = ctx;
+    p->comm = MPI_COMM_NULL;
+    p->finalize_mpi = true;
+    joined_contexts++;
+    td_context_own(ctx, &p->owned, "processes", NULL, procs_release);
+    /* Errors come back as codes: a failed call must become a status, not
+     * MPI's default of ending the job from inside the library. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    p->rank = (uint32_t)rank;
+    p->count = (uint32_t)size;
+    /* The duplicate is made with the non-blocking call: a process that
+     * never joins must not hang the others. */
+    MPI_Request dup;
+    td_status s = reserve_requests(p, 2 * (size_t)size + 2);
+    if (s == TD_OK && MPI_Comm_idup(MPI_COMM_WORLD, &p->comm, &dup) != MPI_SUCCESS)
+        s = td_error_set(ctx, TD_ERR_BACKEND, "td_processes_join: MPI_Comm_idup failed");
+    if (s == TD_OK) {
+        p->requests[0] = dup;
+        p->request_peer[0] = UINT32_MAX;
+        s = wait_requests(p, 1, "joining the job's processes", NULL, NULL);
+    }
+    if (s == TD_OK)
+        MPI_Comm_set_errhandler(p->comm, MPI_ERRORS_RETURN);
+    if (s != TD_OK) {
+        td_owned_destroy(&p->owned);
+        return s;
+    }
+    td_context_set_processes(ctx, p, mesh_created);
+    return TD_OK;
+}
+
+td_status td_processes_rank(td_context *ctx, uint32_t *rank, uint32_t *count)
+{
+    if (!ctx || !rank || !count)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_procs *p = td_procs_of(ctx);
+    *rank = td_procs_rank(p);
+    *count = td_procs_count(p);
+    return TD_OK;
+}
+
+td_status td_processes_abort(td_context *ctx, int code)
+{
+    if (!ctx)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_procs *p = td_procs_of(ctx);
+    if (!p)
+        return td_error_set(ctx, TD_ERR_STATE, "td_processes_abort: the context joined no processes");
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return TD_ERR_STATE; /* not reached: MPI_Abort ends the process */
+}
+
+td_status td_processes_sum(td_context *ctx, double *values, uint32_t n)
+{
+    if (!ctx || (n && !values))
+        return TD_ERR_INVALID_ARGUMENT;
+    td_procs *p = td_procs_of(ctx);
+    if (!p || p->count == 1 || n == 0)
+        return TD_OK;
+    const size_t bytes = (size_t)n * sizeof *values;
+    double *all = td_alloc(ctx, bytes * p->count);
+    if (!all)
+        return TD_OOM(ctx, "td_processes_sum", bytes * p->count);
+    td_status s = td_procs_allgather(p, values, all, bytes, NULL, NULL);
+    for (uint32_t i = 0; i < n && s == TD_OK; i++) {
+        double sum = 0.0;
+        for (uint32_t q = 0; q < p->count; q++)
+            sum += all[(size_t)q * n + i];
+        values[i] = sum;
+    }
+    td_free(ctx, all);
+    return s;
+}

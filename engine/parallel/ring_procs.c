@@ -1,0 +1,432 @@
+/* The collectives' part between processes: the hierarchy.
+ *
+ * Inside a process the ring runs as always; between processes MPI moves
+ * whole blocks, on one thread per process (local rank 0, the leader), so
+ * MPI is only ever entered by one thread at a time. An all-reduce of S
+ * floats over P processes of n local devices each:
+ *
+ *   1. the local reduce-scatter; each owner copies its chunk of the
+ *      process's sum into the process's host copy (`ring->host`);
+ *   2. the leader sends block q (S/P floats) of that copy to process q and
+ *      receives every process's copy of its own block;
+ *   3. local rank r sums its n-th of the block over the processes, in
+ *      process order, and finalizes it (the trainer's optimizer), so each
+ *      element of the whole job is finalized once, by one device;
+ *   4. the leader gathers every process's finalized block;
+ *   5. every local rank copies the whole result to its device.
+ *
+ * Each process sends and receives (P-1)/P x S floats twice: the
+ * bandwidth-optimal amount, as a flat ring's, but in one round of P-1
+ * concurrent messages instead of 2(P-1) dependent steps. Sums run in a
+ * fixed order (the local ring's, then process 0, 1, ...), so every device
+ * of every process receives bitwise the same result. */
+#include <string.h>
+
+#include "tandem/processes.h"
+#include "td_ring_state.h"
+#include "td_trace.h"
+
+/* Units of the part between processes, after the reduce-scatter's. */
+enum {
+    X_DEPOSITED = 1, /* this rank's chunk is in the process's copy */
+    X_EXCHANGED,     /* leader: the other processes' copies of our block arrived */
+    X_PARTIAL,       /* this rank's share of the total is published */
+    X_TOTAL,         /* leader: the total over every process is known */
+    X_FINAL,         /* this rank's part of our block is finalized */
+    X_GATHERED,      /* leader: every process's block arrived */
+};
+
+static uint64_t unit(const ring_op *op, uint32_t n, uint64_t base, uint32_t x)
+{
+    const unit_map um = {n, op ? op->slices : 0};
+    return base | (u_part(&um) + x);
+}
+
+static int ring_aborted(void *user)
+{
+    td_ring *ring = user;
+    return atomic_load(&ring->abort_status) != TD_OK;
+}
+
+/* Non-leaders wait for the leader's exchange with the other processes,
+ * which is itself bounded by twice the timeout: a little longer, so the
+ * leader names the process that did not answer. */
+static td_status wait_leader(td_ring *ring, uint32_t r, uint64_t target)
+{
+    return td_ring_wait_for(ring, r, 0, target, 3ull * td_context_timeout_ms(ring->mesh->ctx));
+}
+
+static td_status wait_all_local(td_ring *ring, uint32_t r, uint64_t target)
+{
+    for (uint32_t q = 0; q < ring->n; q++) {
+        td_status s;
+        if (q != r && (s = td_ring_wait_for(ring, r, q, target, 2ull * td_context_timeout_ms(ring->mesh->ctx))) !=
+                          TD_OK)
+            return s;
+    }
+    return TD_OK;
+}
+
+static size_t part_lo(size_t count, uint32_t parts, uint32_t i)
+{
+    return (size_t)(((unsigned __int128)count * i) / parts);
+}
+
+/* This process's block of a `count`-element all-reduce, and local rank r's
+ * part of it: the elements that rank finalizes. */
+static void owned_part(const td_ring *ring, uint32_t r, size_t count, size_t *lo, size_t *hi)
+{
+    const size_t b_lo = part_lo(count, ring->n_procs, ring->proc);
+    const size_t b_len = part_lo(count, ring->n_procs, ring->proc + 1) - b_lo;
+    *lo = b_lo + part_lo(b_len, ring->n, r);
+    *hi = b_lo + part_lo(b_len, ring->n, r + 1);
+}
+
+void td_ring_owned_range(const td_ring *ring, uint32_t rank, size_t count, size_t *lo, size_t *hi)
+{
+    if (ring->n_procs > 1) {
+        owned_part(ring, rank, count, lo, hi);
+        return;
+    }
+    /* The all-reduce's shift of 1: rank r ends the reduce-scatter owning chunk r + 1. */
+    const uint32_t c = (rank + 1) % ring->n;
+    *lo = part_lo(count, ring->n, c);
+    *hi = part_lo(count, ring->n, c + 1);
+}
+
+uint32_t td_ring_global_count(const td_ring *ring)
+{
+    return ring->global_n;
+}
+
+uint32_t td_ring_global_position(const td_ring *ring, uint32_t rank)
+{
+    return (ring->device_offset ? ring->device_offset[ring->proc] : 0) + rank;
+}
+
+uint32_t td_ring_process_count(const td_ring *ring)
+{
+    return ring->n_procs;
+}
+
+uint32_t td_ring_process_devices(const td_ring *ring, uint32_t process, uint32_t *first)
+{
+    if (!ring->device_offset) {
+        *first = 0;
+        return ring->n;
+    }
+    *first = ring->device_offset[process];
+    return ring->device_offset[process + 1] - ring->device_offset[process];
+}
+
+td_status td_ring_join_processes(td_ring *ring)
+{
+    td_context *ctx = ring->mesh->ctx;
+    td_procs *procs = td_procs_of(ctx);
+    if (!procs || td_procs_count(procs) < 2)
+        return TD_OK;
+    const uint32_t P = td_procs_count(procs);
+    uint32_t *counts = td_alloc(ctx, sizeof *counts * P);
+    ring->device_offset = td_alloc(ctx, sizeof *ring->device_offset * (P + 1));
+    ring->blocks = td_alloc(ctx, sizeof *ring->blocks * (P + 1));
+    if (!counts || !ring->device_offset || !ring->blocks) {
+        td_free(ctx, counts);
+        return TD_OOM(ctx, "the processes' device counts", sizeof *counts * P * 3);
+    }
+    const uint32_t mine = ring->n;
+    td_status s = td_procs_allgather(procs, &mine, counts, sizeof mine, NULL, NULL);
+    uint64_t total = 0;
+    for (uint32_t q = 0; q < P && s == TD_OK; q++) {
+        ring->device_offset[q] = (uint32_t)total;
+        total += counts[q];
+    }
+    if (s == TD_OK && total > UINT32_MAX / 2)
+        s = td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "the job's processes hold %llu devices, at most %u expected",
+                         (unsigned long long)total, UINT32_MAX / 2);
+    td_free(ctx, counts);
+    if (s != TD_OK)
+        return s;
+    ring->device_offset[P] = (uint32_t)total;
+    ring->procs = procs;
+    ring->proc = td_procs_rank(procs);
+    ring->n_procs = P;
+    ring->global_n = (uint32_t)total;
+    return TD_OK;
+}
+
+void td_ring_leave_processes(td_ring *ring)
+{
+    td_context *ctx = ring->mesh->ctx;
+    td_free(ctx, ring->device_offset);
+    td_free(ctx, ring->blocks);
+    td_free(ctx, ring->host);
+    td_free(ctx, ring->received);
+    ring->device_offset = NULL;
+    ring->blocks = NULL;
+    ring->host = ring->received = NULL;
+}
+
+td_status td_ring_reserve_processes(td_ring *ring, size_t bytes)
+{
+    td_context *ctx = ring->mesh->ctx;
+    const size_t elems = bytes / sizeof(float) + 1;
+    /* An all-reduce's received rows: P blocks of at most ceil(S/P) each;
+     * at least P doubles (the totals' exchange reuses it). */
+    const size_t received = elems + 2 * (size_t)ring->n_procs;
+    td_status s = TD_OK;
+    pthread_mutex_lock(&ring->host_lock);
+    if (elems > ring->host_elems) {
+        float *h = td_alloc(ctx, elems * sizeof(float));
+        if (h) {
+            td_free(ctx, ring->host);
+            ring->host = h;
+            ring->host_elems = elems;
+        } else {
+            s = TD_OOM(ctx, "the process's copy of a collective", elems * sizeof(float));
+        }
+    }
+    if (s == TD_OK && received > ring->received_elems) {
+        float *h = td_alloc(ctx, received * sizeof(float));
+        if (h) {
+            td_free(ctx, ring->received);
+            ring->received = h;
+            ring->received_elems = received;
+        } else {
+            s = TD_OOM(ctx, "the other processes' blocks", received * sizeof(float));
+        }
+    }
+    pthread_mutex_unlock(&ring->host_lock);
+    return s;
+}
+
+static td_status check_reserved(td_ring *ring, uint32_t r, size_t elems)
+{
+    if (elems <= ring->host_elems && ring->host)
+        return TD_OK;
+    return td_error_set(ring->mesh->ctx, TD_ERR_STATE,
+                        "ring rank %u: a collective of %zu floats between processes exceeds the %zu reserved at plan "
+                        "time",
+                        r, elems, ring->host_elems);
+}
+
+/* Copies the whole result from the process's copy to the rank's output:
+ * its memory, or the device through a write. */
+static td_status place_result(td_ring *ring, uint32_t r, const float *src, float *host_out, td_buffer *out,
+                              uint64_t out_offset, size_t count)
+{
+    td_mesh_device *md = &ring->mesh->devices[r];
+    if (count == 0)
+        return TD_OK;
+    if (host_out) {
+        memcpy(host_out, src, count * sizeof(float));
+        return TD_OK;
+    }
+    return md->ops->write(md->dev, out, out_offset * sizeof(float), src, count * sizeof(float));
+}
+
+td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                                   int direct)
+{
+    ring_rank *me = &ring->ranks[r];
+    const size_t count = op->count;
+    const uint32_t P = ring->n_procs;
+    td_status s = check_reserved(ring, r, count);
+    if (s != TD_OK)
+        return s;
+    td_ring_publish(me, unit(op, ring->n, base, X_DEPOSITED));
+    if (r == 0) {
+        if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
+            return s;
+        for (uint32_t q = 0; q <= P; q++)
+            ring->blocks[q] = part_lo(count, P, q);
+        if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
+                                          ring)) != TD_OK)
+            return s;
+        td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
+    } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
+        return s;
+    }
+
+    /* My part of the block: the processes' copies summed in process order. */
+    size_t lo, hi;
+    owned_part(ring, r, count, &lo, &hi);
+    const size_t b_lo = ring->blocks[ring->proc], b_len = ring->blocks[ring->proc + 1] - b_lo;
+    for (size_t at = lo; at < hi; at += SLICE_ELEMENTS) {
+        const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
+        float *dst = ring->host + at;
+        memcpy(dst, ring->received + (at - b_lo), (end - at) * sizeof(float));
+        for (uint32_t q = 1; q < P; q++) {
+            const float *src = ring->received + (size_t)q * b_len + (at - b_lo);
+            for (size_t i = 0; i < end - at; i++)
+                dst[i] += src[i];
+        }
+    }
+    if (op->partial) {
+        double share = 0.0;
+        for (size_t at = lo; at < hi; at += SLICE_ELEMENTS) {
+            const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
+            share += op->partial(op->user, r, ring->host + at, at, end - at);
+        }
+        me->partial = share;
+        td_ring_publish(me, unit(op, ring->n, base, X_PARTIAL));
+        if (r == 0) {
+            if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_PARTIAL))) != TD_OK)
+                return s;
+            /* Local ranks in order, then processes in order: the same sum
+             * on every process. */
+            double local = 0.0;
+            for (uint32_t q = 0; q < ring->n; q++)
+                local += ring->ranks[q].partial;
+            double *all = (double *)ring->received; /* free again: every rank summed its part */
+            if ((s = td_procs_allgather(ring->procs, &local, all, sizeof local, ring_aborted, ring)) != TD_OK)
+                return s;
+            double total = 0.0;
+            for (uint32_t q = 0; q < P; q++)
+                total += all[q];
+            ring->process_total = total;
+            td_ring_publish(me, unit(op, ring->n, base, X_TOTAL));
+        } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_TOTAL))) != TD_OK) {
+            return s;
+        }
+        op->total(op->user, r, ring->process_total);
+    }
+    for (size_t at = lo; op->finalize && at < hi; at += SLICE_ELEMENTS) {
+        const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
+        op->finalize(op->user, r, ring->host + at, at, end - at);
+    }
+    td_ring_publish(me, unit(op, ring->n, base, X_FINAL));
+    if (r == 0) {
+        if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_FINAL))) != TD_OK)
+            return s;
+        if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
+            return s;
+        td_ring_publish(me, unit(op, ring->n, base, X_GATHERED));
+    } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_GATHERED))) != TD_OK) {
+        return s;
+    }
+    return place_result(ring, r, ring->host, direct ? gather : NULL, op->out, op->out_offset, count);
+}
+
+static td_status submit_wait(td_mesh_device *md, uint32_t timeout_ms)
+{
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
+}
+
+/* The rank's input, `count` floats, into the process's copy at `at`. */
+static td_status fetch_input(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, size_t count, float *at)
+{
+    td_mesh_device *md = &ring->mesh->devices[r];
+    const float *host = md->ops->buffer_host_pointer(md->dev, in);
+    if (count == 0)
+        return TD_OK;
+    if (host) {
+        memcpy(at, host + in_offset, count * sizeof(float));
+        return TD_OK;
+    }
+    td_status s = md->ops->read(md->dev, in, in_offset * sizeof(float), at, count * sizeof(float));
+    return s == TD_OK ? submit_wait(md, td_context_timeout_ms(ring->mesh->ctx)) : s;
+}
+
+/* Before an op between processes reads a device's memory, the work
+ * enqueued before it must be done. */
+static td_status drain(td_ring *ring, uint32_t r)
+{
+    return submit_wait(&ring->mesh->devices[r], td_context_timeout_ms(ring->mesh->ctx));
+}
+
+/* The end of a one-shot op: the device's copies done, then every local
+ * rank done with the process's copy before anyone's next op writes it. */
+static td_status finish(td_ring *ring, uint32_t r, uint64_t base)
+{
+    td_status s = drain(ring, r);
+    if (s != TD_OK)
+        return s;
+    td_ring_publish(&ring->ranks[r], base | UNIT_DONE);
+    return wait_all_local(ring, r, base | UNIT_DONE);
+}
+
+td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                                    uint64_t out_offset, size_t count)
+{
+    ring_rank *me = &ring->ranks[r];
+    td_mesh_device *md = &ring->mesh->devices[r];
+    const size_t total = (size_t)ring->global_n * count;
+    td_status s;
+    if (atomic_load(&ring->abort_status) != TD_OK)
+        return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
+    if ((s = check_reserved(ring, r, total)) != TD_OK || (s = drain(ring, r)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    const uint64_t base = (uint64_t)(++me->op) << 32;
+    const size_t position = td_ring_global_position(ring, r);
+    if ((s = fetch_input(ring, r, in, in_offset, count, ring->host + position * count)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    td_ring_publish(me, unit(NULL, ring->n, base, X_DEPOSITED));
+    if (r == 0) {
+        if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK)
+            return td_ring_fail(ring, r, s);
+        for (uint32_t q = 0; q <= ring->n_procs; q++)
+            ring->blocks[q] = (size_t)ring->device_offset[q] * count;
+        if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
+            return td_ring_fail(ring, r, s);
+        td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
+    } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
+        return td_ring_fail(ring, r, s);
+    }
+    float *host_out = md->ops->buffer_host_pointer(md->dev, out);
+    if ((s = place_result(ring, r, ring->host, host_out ? host_out + out_offset : NULL, out, out_offset, total)) !=
+            TD_OK ||
+        (s = finish(ring, r, base)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    return TD_OK;
+}
+
+td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_buffer *in, uint64_t in_offset,
+                                   td_buffer *out, uint64_t out_offset, size_t count)
+{
+    ring_rank *me = &ring->ranks[r];
+    td_mesh_device *md = &ring->mesh->devices[r];
+    td_status s;
+    if (atomic_load(&ring->abort_status) != TD_OK)
+        return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
+    if ((s = check_reserved(ring, r, count)) != TD_OK || (s = drain(ring, r)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    uint32_t root_proc = 0;
+    while (root_proc + 1 < ring->n_procs && ring->device_offset[root_proc + 1] <= root)
+        root_proc++;
+    const uint32_t root_rank = root - ring->device_offset[root_proc];
+    const uint64_t base = (uint64_t)(++me->op) << 32;
+    if (root_proc == ring->proc && r == root_rank &&
+        (s = fetch_input(ring, r, in, in_offset, count, ring->host)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    td_ring_publish(me, unit(NULL, ring->n, base, X_DEPOSITED));
+    if (r == 0) {
+        if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK ||
+            (s = td_procs_broadcast(ring->procs, root_proc, ring->host, count * sizeof(float), ring_aborted, ring)) !=
+                TD_OK)
+            return td_ring_fail(ring, r, s);
+        td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
+    } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
+        return td_ring_fail(ring, r, s);
+    }
+    float *host_out = md->ops->buffer_host_pointer(md->dev, out);
+    if ((s = place_result(ring, r, ring->host, host_out ? host_out + out_offset : NULL, out, out_offset, count)) !=
+            TD_OK ||
+        (s = finish(ring, r, base)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    return TD_OK;
+}
+
+td_status td_processes_mesh(td_mesh *mesh, uint32_t *global_size, uint32_t *first_position)
+{
+    if (!mesh || !global_size || !first_position)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&mesh->owned, "td_processes_mesh");
+    td_ring *ring = NULL;
+    if (s == TD_OK && (s = td_mesh_ring(mesh, &ring)) == TD_OK) {
+        *global_size = td_ring_global_count(ring);
+        *first_position = td_ring_global_position(ring, 0);
+    }
+    return s;
+}

@@ -1,0 +1,108 @@
+/* The ring's insides, shared by ring.c (the collectives inside one
+ * process) and ring_procs.c (their part between processes). */
+#ifndef TD_RING_STATE_H
+#define TD_RING_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "td_procs.h"
+#include "td_ring.h"
+
+#define SLICE_ELEMENTS ((size_t)64 * 1024) /* 256 KiB of floats: a slice stays in L2 from add to finalize */
+#define UNIT_DONE 0xFFFFFFFFu
+
+typedef struct ring_rank {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t progress;
+    float *work;   /* reduce-scatter memory of the current op */
+    float *gather; /* memory that holds final values of the current op */
+    double partial; /* this rank's share of the current op's total; read by peers after PART */
+    /* Below: touched by the rank's own thread only. */
+    uint32_t op;
+    td_staging *staging;
+    float *staging_host;
+    size_t staging_bytes;
+    uint64_t *tickets;
+    size_t ticket_capacity;
+} ring_rank;
+
+struct td_ring {
+    td_mesh *mesh;
+    uint32_t n;
+    ring_rank *ranks;
+    atomic_int abort_status;
+    uint32_t spin_iterations; /* 0 when ranks outnumber the cores */
+    /* The job's other processes (ring_procs.c); procs NULL in one process.
+     * The global mesh is process 0's devices, then process 1's, ... */
+    td_procs *procs;
+    uint32_t proc, n_procs;
+    uint32_t global_n;       /* devices of every process */
+    uint32_t *device_offset; /* n_procs + 1: process q's devices are [q], [q+1] */
+    pthread_mutex_t host_lock; /* reserve calls of several ranks at once */
+    float *host;             /* the process's copy of a whole collective */
+    float *received;         /* the other processes' blocks of this process's part */
+    size_t host_elems, received_elems;
+    size_t *blocks;          /* n_procs + 1: the current op's blocks per process */
+    double process_total;    /* the current op's total over every device, for `total` */
+};
+
+typedef enum { OP_ALLREDUCE, OP_ALL_GATHER } op_kind;
+
+typedef struct ring_op {
+    op_kind kind;
+    size_t count; /* elements of the whole (virtual) array */
+    uint32_t shift; /* after the reduce-scatter, rank r owns chunk (r + shift) % N */
+    td_ring_finalize_fn finalize;
+    td_ring_partial_fn partial; /* non-NULL: exchange a total before any finalize */
+    td_ring_total_fn total;
+    void *user;
+    int consume_input; /* the input's memory may serve as the reduction's scratch */
+    td_buffer *in, *out;
+    float *in_ptr, *out_ptr; /* host views of the operands when zero-copy, else NULL */
+    uint64_t in_offset, out_offset;
+    size_t slices; /* per chunk */
+} ring_op;
+
+typedef struct unit_map {
+    uint32_t n;
+    size_t s;
+} unit_map;
+
+static inline uint64_t u_load(const unit_map *m, size_t k) { (void)m; return 1 + k; }
+static inline uint64_t u_rs(const unit_map *m, uint32_t step, size_t k) { return 1 + m->s + (uint64_t)step * m->s + k; }
+static inline uint64_t u_part(const unit_map *m) { return 1 + m->s + (uint64_t)(m->n - 1) * m->s; }
+static inline uint64_t u_fin(const unit_map *m, size_t k) { return u_part(m) + 1 + k; }
+static inline uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
+{
+    return u_part(m) + 1 + m->s + (uint64_t)step * m->s + k;
+}
+
+/* Ring internals the part between processes uses (ring.c). */
+void td_ring_publish(ring_rank *rr, uint64_t value);
+td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms);
+td_status td_ring_fail(td_ring *ring, uint32_t rank, td_status status);
+
+/* Joins the ring to the context's processes: learns every process's
+ * device count (collective; from td_mesh_ring, on the driving thread). */
+td_status td_ring_join_processes(td_ring *ring);
+void td_ring_leave_processes(td_ring *ring);
+/* Reserves the host memory the part between processes needs for
+ * collectives of up to `bytes` bytes (from td_ring_reserve). */
+td_status td_ring_reserve_processes(td_ring *ring, size_t bytes);
+
+/* The all-reduce between processes, once the local reduce-scatter left
+ * every rank's chunk of the local sum in ring->host: every process sums
+ * its block over the processes, each local rank finalizes its part of
+ * that block (after the total, when op->partial), the blocks are
+ * gathered back, and the whole result goes to the rank's output. */
+td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                                   int direct);
+/* all_gather and broadcast over every device of every process. */
+td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                                    uint64_t out_offset, size_t count);
+td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_buffer *in, uint64_t in_offset,
+                                   td_buffer *out, uint64_t out_offset, size_t count);
+
+#endif
