@@ -434,3 +434,10 @@ td_status td_mesh_device_info(const td_mesh *mesh, uint32_t position, td_device_
     *info = mesh->devices[position].info;
     return TD_OK;
 }
+
+td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms)
+{
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
+}

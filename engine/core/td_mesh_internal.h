@@ -57,6 +57,13 @@ struct td_mesh {
 /* Whether device `position` was lost (failed, or fenced off after a
  * timeout). */
 bool td_mesh_device_lost(td_mesh *mesh, uint32_t position);
+/* Submits everything enqueued on the device and waits for all of it,
+ * bounded by timeout_ms: the engine's one "submit then wait", for when the
+ * host is about to touch memory the device was given or filled. Work
+ * that is submitted now and waited for later (the ring's pipelined
+ * slices) takes the tickets from the backend itself. Called on the
+ * device's worker only, like every backend call. */
+td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms);
 /* Removes the lost devices: every object running on the mesh first
  * releases what it holds on the devices (td_owned.before_shrink), then the
  * workers stop, the lost devices close, the survivors are renumbered in

@@ -93,16 +93,13 @@ static td_status compile_device(td_program *p, uint32_t pos)
     zero.out.buffer = pd->buffers[TD_BUF_GRADS];
     zero.n = (int64_t)plan->size[TD_BUF_GRADS];
     td_segment *init = NULL;
-    uint64_t ticket;
     if ((s = md->ops->segment_create(md->dev, &zero, 1, &init)) != TD_OK)
         return s;
     s = md->ops->segment_run(md->dev, init);
     if (s == TD_OK && plan->size[TD_BUF_PARAMS])
         s = md->ops->write(md->dev, pd->buffers[TD_BUF_PARAMS], 0, p->param_init, plan->size[TD_BUF_PARAMS] * 4);
     if (s == TD_OK)
-        s = md->ops->submit(md->dev, &ticket);
-    if (s == TD_OK)
-        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(ctx));
+        s = td_mesh_device_submit_wait(md, td_context_timeout_ms(ctx));
     md->ops->segment_destroy(md->dev, init);
     if (s != TD_OK)
         return s;
@@ -257,12 +254,9 @@ static td_status read_params_job(void *arg, uint32_t pos)
     if (pos != p->job_device)
         return TD_OK;
     td_mesh_device *md = &p->mesh->devices[pos];
-    uint64_t ticket;
     td_status s = md->ops->read(md->dev, p->devs[pos].buffers[TD_BUF_PARAMS], 0, p->job_dst,
                                 p->plans[0].size[TD_BUF_PARAMS] * sizeof(float));
-    if (s == TD_OK && (s = md->ops->submit(md->dev, &ticket)) == TD_OK)
-        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
-    return s;
+    return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx)) : s;
 }
 
 void td_program_before_shrink(td_program *p)

@@ -9,10 +9,7 @@
  * names is free again when the job returns. */
 static td_status finish(td_program *p, td_mesh_device *md, td_status s)
 {
-    uint64_t ticket;
-    if (s == TD_OK && (s = md->ops->submit(md->dev, &ticket)) == TD_OK)
-        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(p->ctx));
-    return s;
+    return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx)) : s;
 }
 
 static td_status write_all_device(td_program *p, uint32_t pos)

@@ -24,20 +24,12 @@ static double seconds_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Waits for everything the device was given, so a phase or a traced span
- * ends when the device's work does. */
-static td_status drain(td_mesh_device *md, uint32_t timeout_ms)
-{
-    uint64_t ticket;
-    td_status s = md->ops->submit(md->dev, &ticket);
-    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
-}
-
 /* Ends a phase: waits for the device first when the program asks for it,
  * so the phase owns the work it queued. */
 static td_status end_phase(td_program *p, uint32_t pos, td_program_phase phase, double *mark)
 {
-    const td_status s = p->phase_waits ? drain(&p->mesh->devices[pos], td_context_timeout_ms(p->ctx)) : TD_OK;
+    const td_status s =
+        p->phase_waits ? td_mesh_device_submit_wait(&p->mesh->devices[pos], td_context_timeout_ms(p->ctx)) : TD_OK;
     double t = seconds_now();
     p->devs[pos].phase_seconds[phase] = t - *mark;
     *mark = t;
@@ -64,13 +56,14 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
         if (!pd->call_segments)
             return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * plan->n_calls);
     }
-    td_status s = drain(md, timeout);
+    td_status s = td_mesh_device_submit_wait(md, timeout);
     for (uint32_t c = st->first_call; c < st->first_call + st->n_calls && s == TD_OK; c++) {
         if (!pd->call_segments[c] &&
             (s = md->ops->segment_create(md->dev, &pd->calls[c], 1, &pd->call_segments[c])) != TD_OK)
             break;
         const uint64_t begin = td_trace_now();
-        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK && (s = drain(md, timeout)) == TD_OK &&
+        if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK &&
+            (s = td_mesh_device_submit_wait(md, timeout)) == TD_OK &&
             (s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin)) == TD_OK) /* an injected slowdown shows */
             td_trace_span(tr, track, "kernel", p->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
                           td_trace_now(), 0);
@@ -88,7 +81,7 @@ static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
         return md->ops->segment_run(md->dev, segment);
     const uint64_t begin = td_trace_now();
     td_status s = md->ops->segment_run(md->dev, segment);
-    if (s == TD_OK && (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+    if (s == TD_OK && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) == TD_OK)
         s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
     return s;
 }
@@ -138,7 +131,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         s = ops->write(dev, pd->buffers[TD_BUF_STEP], 0, w, words * sizeof *w);
         bytes += words * sizeof *w;
     }
-    if (s == TD_OK && tr && (s = drain(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+    if (s == TD_OK && tr && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) == TD_OK)
         td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
@@ -151,7 +144,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         /* Time in collectives is waiting for peers, not this device's
          * work: kept apart for td_program_busy_seconds (with phase waits,
          * the device's queued kernels finish before it starts). */
-        if (p->phase_waits && (s = drain(md, td_context_timeout_ms(p->ctx))) != TD_OK)
+        if (p->phase_waits && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) != TD_OK)
             break;
         const double collective_begin = seconds_now();
         td_node in = p->graph.nodes[st->node].in[0];
@@ -187,7 +180,7 @@ static td_status run_device(td_program *p, uint32_t pos)
         bytes += count * 4;
     }
     if (s == TD_OK)
-        s = drain(md, td_context_timeout_ms(p->ctx));
+        s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx));
     if (s == TD_OK)
         pd->phase_seconds[TD_PHASE_DOWNLOAD] = seconds_now() - mark;
     if (s == TD_OK && tr) {

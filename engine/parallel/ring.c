@@ -455,8 +455,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 
     /* Device work enqueued before the collective must be complete before the
      * host touches (or copies out of) the device memory. */
-    uint64_t t0;
-    if ((s = ops->submit(dev, &t0)) != TD_OK || (s = ops->wait(dev, t0, td_context_timeout_ms(ctx))) != TD_OK)
+    if ((s = td_mesh_device_submit_wait(md, td_context_timeout_ms(ctx))) != TD_OK)
         return fail(ring, r, s);
 
     if (tr)
@@ -620,8 +619,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     phase_done(tr, track, "collective", "all-gather", &mark, peer_bytes);
 
     if (!direct) {
-        uint64_t t;
-        if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+        if ((s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
             return fail(ring, r, s);
         phase_done(tr, track, "copy", "host->device", &mark, bytes_needed);
     }
@@ -803,8 +801,7 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
         return fail(ring, rank, td_error_set(ctx, TD_ERR_STATE,
                                             "ring rank %u: broadcast of %zu bytes exceeds the %zu reserved", rank,
                                             count * sizeof(float), me->staging_bytes));
-    uint64_t t;
-    if ((s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+    if ((s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
         return fail(ring, rank, s);
 
     float *work = direct ? out_host + out_offset : me->staging_host;
@@ -817,7 +814,7 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
             if ((s = ops->read(dev, in, in_offset * sizeof(float), work, count * sizeof(float))) != TD_OK ||
                 (!same && (s = ops->copy(dev, in, in_offset * sizeof(float), out, out_offset * sizeof(float),
                                          count * sizeof(float))) != TD_OK) ||
-                (s = ops->submit(dev, &t)) != TD_OK || (s = ops->wait(dev, t, timeout)) != TD_OK)
+                (s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
                 return fail(ring, rank, s);
         }
     }
@@ -839,7 +836,7 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
         }
         publish(me, base | (1 + k));
     }
-    if (!direct && (((s = ops->submit(dev, &t)) != TD_OK) || (s = ops->wait(dev, t, timeout)) != TD_OK))
+    if (!direct && (s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
         return fail(ring, rank, s);
     publish(me, base | UNIT_DONE);
     if ((s = wait_for(ring, rank, succ, base | UNIT_DONE)) != TD_OK)

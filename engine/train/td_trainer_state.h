@@ -1,7 +1,12 @@
-/* The trainer's fields, shared by its files only: trainer.c (options,
- * create, the step and its fused update, mesh changes) and trainer_read.c
- * (what callers and checkpoints read of it, and the batch split). The
- * rest of the engine sees td_trainer_internal.h. */
+/* The trainer's fields, shared by its files only, one job each:
+ * trainer_options.c (defaults and checks of what create accepts),
+ * trainer_create.c (create, release, parameters by node), trainer_step.c
+ * (the step, all or nothing, and continuing on the survivors),
+ * trainer_update.c (the fused all-reduce + optimizer update, clipping,
+ * accumulation), trainer_plan.c (owners and accumulators over the mesh,
+ * re-planned when it loses devices or the split changes) and
+ * trainer_read.c (what callers and checkpoints read of it). The rest of
+ * the engine sees td_trainer_internal.h. */
 #ifndef TD_TRAINER_STATE_H
 #define TD_TRAINER_STATE_H
 
@@ -94,5 +99,43 @@ void td_trainer_fill_metrics(const td_trainer *t, float *values);
 void td_trainer_swap_in_staged(td_trainer *t);
 /* Where device `device`'s time went in the last step. */
 void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing);
+
+/* trainer_options.c: create's checks, each TD_ERR_INVALID_ARGUMENT naming
+ * the field or the node. The options (every float finite, each in its
+ * range for the optimizer it configures); the listed parameters (each a
+ * trainable parameter node of g, none twice); the metrics (f32 scalar
+ * nodes of g). */
+td_status td_trainer_check_options(td_context *ctx, const td_trainer_options *o);
+td_status td_trainer_check_params(td_graph *g, uint32_t n_params, const td_node *params);
+td_status td_trainer_check_metrics(td_graph *g, uint32_t n, const td_node *metrics);
+/* The optimizer's vtable for a checked kind. */
+const td_optimizer *td_trainer_optimizer_for(td_optimizer_kind kind);
+
+/* trainer_update.c: the step program's hook on device `pos`'s worker
+ * (user is the trainer): accumulates the micro-batch's gradients, or runs
+ * the fused all-reduce + update that leaves the new parameters on the
+ * device and in the staged host copies. */
+td_status td_trainer_update_hook(void *user, uint32_t pos);
+
+/* trainer_plan.c. The trainable ranges of `listed` (the parameters, then
+ * the updated states), sorted, and each ring rank's chunk with zeroed
+ * optimizer state. */
+td_status td_trainer_plan_owners(td_trainer *t, const td_node *listed);
+/* The per-device gradient accumulators (accumulate_steps > 1), allocated
+ * once so that a step never allocates. */
+td_status td_trainer_plan_accumulators(td_trainer *t);
+void td_trainer_free_owners(td_trainer *t);
+void td_trainer_free_accumulators(td_trainer *t);
+/* td_owned.before_shrink: the mesh is about to drop lost devices; the
+ * optimizer state leaves the ranks' chunks for one flat copy and the
+ * trainer is marked stale. */
+void td_trainer_before_shrink(td_owned *self);
+/* A stale trainer plans again for the mesh's devices: the program, the
+ * owners (with the kept state), the accumulators, the master parameters
+ * on every device. TD_OK and nothing done when it is not stale. */
+td_status td_trainer_refresh(td_trainer *t);
+/* The split the balancer found becomes the program's (a failure is
+ * logged and the split tried again at the next step). */
+void td_trainer_apply_split(td_trainer *t);
 
 #endif

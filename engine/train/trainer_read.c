@@ -1,11 +1,61 @@
 /* What callers and checkpoints read of a trainer -- replicas, memory,
  * timing, metrics, progress, the batch split and the devices' measured
- * speeds -- and the restore path that writes a checkpoint's values back.
- * All of it reads or swaps what a step left; none of it runs a step. */
+ * speeds -- and the restore path that writes a checkpoint's values back;
+ * with the checks every call on a trainer starts with. All of it reads or
+ * swaps what a step left; none of it runs a step. */
 #include <string.h>
 
 #include "tandem/train.h"
 #include "td_trainer_state.h"
+
+/* Calls that read the owners' chunks need them: after the mesh dropped
+ * devices, the trainer plans them again in its next step. */
+td_status td_trainer_check_planned(const td_trainer *t, const char *fn)
+{
+    if (!t->stale)
+        return TD_OK;
+    return td_error_set(t->ctx, TD_ERR_STATE,
+                        "%s: the mesh dropped lost devices and the trainer has not planned for the %u left yet (its "
+                        "last td_trainer_step failed to); step again first",
+                        fn, t->mesh->count);
+}
+
+/* The first check of every call on a trainer: not NULL, not released. */
+td_status td_trainer_check(const td_trainer *t, const char *fn)
+{
+    return t ? td_owned_check_live(&t->owned, fn) : TD_ERR_INVALID_ARGUMENT;
+}
+
+void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing *timing)
+{
+    double phase[TD_PHASE_COUNT];
+    td_program_phase_seconds(t->program, device, phase);
+    const double update = t->owners[device].update_seconds;
+    timing->upload = phase[TD_PHASE_UPLOAD];
+    timing->compute = phase[TD_PHASE_COMPUTE];
+    timing->update = update;
+    timing->allreduce = phase[TD_PHASE_HOOK] > update ? phase[TD_PHASE_HOOK] - update : 0.0;
+    timing->download = phase[TD_PHASE_DOWNLOAD];
+}
+
+/* Output `index` (0 the loss, then the metrics) over the devices: each
+ * device's value is a mean over its rows, so the global batch's is their
+ * mean weighted by the devices' shares, sum_d w_d * v_d / N
+ * (td_graph_shard_weight; every w_d is exactly 1 on an even split, which
+ * leaves the plain mean). Fixed order, device 0 first. */
+float td_trainer_combine_devices(const td_trainer *t, uint32_t index)
+{
+    float sum = 0.0f;
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        sum += td_program_shard_weight(t->program, d) * td_program_output_host(t->program, index, d)[0];
+    return sum / (float)t->mesh->count;
+}
+
+void td_trainer_fill_metrics(const td_trainer *t, float *values)
+{
+    for (uint32_t i = 0; i < t->n_metrics; i++)
+        values[i] = td_trainer_combine_devices(t, i + 1);
+}
 
 /* The checks of a call that fills one value per device of the trainer. */
 static td_status check_per_device(const td_trainer *t, const char *fn, uint32_t capacity, const void *values,

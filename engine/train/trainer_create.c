@@ -1,0 +1,191 @@
+/* A trainer's life: create (the options and nodes checked, the graph's
+ * gradient and the state updates added, the step program compiled, the
+ * master copy and the owners planned), the parameters a caller sets or
+ * reads by node, and the release the mesh, the context or destroy runs. */
+#include <stddef.h>
+#include <string.h>
+
+#include "tandem/train.h"
+#include "td_trainer_state.h"
+
+_Static_assert(offsetof(td_trainer, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
+
+/* Runs while the mesh is still open (its destroy releases its trainers
+ * first), so the program can release its device memory. */
+static void trainer_release(td_owned *self)
+{
+    td_trainer *t = (td_trainer *)self;
+    if (!td_mesh_quiesce(t->mesh)) {
+        /* Its update hook may still be running on a stuck worker. */
+        td_owned_abandon(self);
+        return;
+    }
+    td_program_destroy(t->program);
+    t->program = NULL;
+    td_trainer_free_owners(t);
+    td_trainer_free_accumulators(t);
+    td_free(t->ctx, t->flat_state);
+    td_free(t->ctx, t->report_metrics);
+    td_free(t->ctx, t->report_timing);
+    td_free(t->ctx, t->busy);
+    td_free(t->ctx, t->keep);
+    td_balancer_free(&t->balance);
+    td_free(t->ctx, t->metrics);
+    td_free(t->ctx, t->ranges);
+    td_free(t->ctx, t->params);
+    td_free(t->ctx, t->master);
+    td_free(t->ctx, t->pending);
+}
+
+void td_trainer_destroy(td_trainer *t)
+{
+    if (t)
+        td_owned_destroy(&t->owned);
+}
+
+td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params, const td_node *params,
+                            const td_trainer_options *options, td_trainer **out)
+{
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_context *ctx = g->ctx;
+    if (!mesh || !out || (n_params && !params))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: mesh, out or params is NULL");
+    *out = NULL;
+    td_status live = td_owned_check_live(&g->owned, "td_trainer_create");
+    if (live == TD_OK)
+        live = td_owned_check_live(&mesh->owned, "td_trainer_create");
+    if (live != TD_OK)
+        return live;
+    td_trainer_options opts;
+    td_trainer_options_init(&opts);
+    if (options) {
+        size_t n = options->struct_size ? options->struct_size : sizeof opts;
+        memcpy(&opts, options, n < sizeof opts ? n : sizeof opts);
+        opts.struct_size = sizeof opts;
+    }
+    td_status s = td_trainer_check_options(ctx, &opts);
+    if (s == TD_OK)
+        s = td_trainer_check_params(g, n_params, params);
+    if (s == TD_OK)
+        s = td_trainer_check_metrics(g, opts.n_metrics, opts.metrics);
+    if (s != TD_OK)
+        return s;
+
+    /* The program computes the gradients of the listed parameters, then the
+     * states' update values, each at its node's offset in the bucket. */
+    const uint32_t n_ranges = n_params + g->n_updates;
+    td_trainer *t = td_alloc_zeroed(ctx, sizeof *t);
+    td_node *grads = td_alloc(ctx, sizeof *grads * (2 * (size_t)n_ranges + 1));
+    td_node *outputs = td_alloc(ctx, sizeof *outputs * ((size_t)opts.n_metrics + 1));
+    if (!t || !grads || !outputs) {
+        td_free(ctx, t);
+        td_free(ctx, grads);
+        td_free(ctx, outputs);
+        return TD_OOM(ctx, "a trainer", sizeof *t);
+    }
+    outputs[0] = loss;
+    if (opts.n_metrics)
+        memcpy(outputs + 1, opts.metrics, sizeof *outputs * opts.n_metrics);
+    t->ctx = ctx;
+    t->mesh = mesh;
+    t->options = opts;
+    t->optimizer = td_trainer_optimizer_for(opts.optimizer);
+    t->state_floats = t->optimizer->state_floats(&opts);
+    t->schedule = opts.schedule;
+    if (t->schedule.kind == TD_SCHEDULE_CONSTANT)
+        t->schedule.init_value = opts.learning_rate;
+    t->n_params = n_params;
+    t->n_ranges = n_ranges;
+    t->n_metrics = opts.n_metrics;
+    t->metrics = outputs; /* [loss, metrics...]; options.metrics may be the caller's memory */
+    t->options.metrics = outputs + 1;
+    td_context_own(ctx, &t->owned, "trainer", mesh, trainer_release);
+    t->owned.before_shrink = td_trainer_before_shrink;
+    t->n_owners = mesh->count;
+    t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
+    t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
+    t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
+    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * mesh->count);
+    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * mesh->count);
+    s = t->params && t->report_metrics && t->report_timing && t->busy && t->keep
+            ? TD_OK
+            : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
+    if (s == TD_OK)
+        s = td_balancer_init(&t->balance, ctx, &opts, g, mesh->count);
+    /* The gradients are those of loss x the device's shard weight, and a
+     * state's update value enters the all-reduce times it too, so the
+     * ring's mean over the devices is the mean over the global batch on
+     * any split (on an even one the weight is exactly 1: the same bits). */
+    td_node weight = TD_NO_NODE, weighted_loss = loss; /* a loss that is no f32 scalar: value_and_grad names it */
+    if (s == TD_OK && (s = td_graph_shard_weight(g, &weight)) == TD_OK && loss < g->count &&
+        g->nodes[loss].dtype == TD_F32 && td_shape_count(&g->nodes[loss].shape) == 1)
+        s = td_graph_mul(g, loss, weight, &weighted_loss);
+    if (s == TD_OK) {
+        if (n_params)
+            memcpy(t->params, params, sizeof *params * n_params);
+        s = td_graph_value_and_grad(g, weighted_loss, n_params, params, grads);
+    }
+    td_node *listed = grads + n_ranges;
+    if (s == TD_OK) {
+        if (n_params)
+            memcpy(listed, params, sizeof *params * n_params);
+        for (uint32_t i = 0; i < g->n_updates && s == TD_OK; i++) {
+            listed[n_params + i] = g->updates[i].state;
+            s = td_graph_mul(g, g->updates[i].value, weight, &grads[n_params + i]);
+        }
+    }
+    if (s == TD_OK)
+        s = td_program_compile(g, mesh, td_balancer_rows(&t->balance), opts.n_metrics + 1, outputs, n_ranges, listed,
+                               grads, true, &t->program);
+    if (s == TD_OK) {
+        td_program_disown(t->program); /* the trainer destroys it */
+        t->ring = td_program_ring(t->program);
+    }
+    if (s == TD_OK) {
+        t->param_elems = td_program_plan(t->program)->size[TD_BUF_PARAMS];
+        t->master = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
+        t->pending = td_alloc_zeroed(ctx, (t->param_elems + 1) * sizeof(float));
+        if (!t->master || !t->pending)
+            s = TD_OOM(ctx, "the master parameters", 2 * t->param_elems * sizeof(float));
+        else /* the master starts where the devices start */
+            memcpy(t->master, td_program_initial_params(t->program), t->param_elems * sizeof(float));
+    }
+    if (s == TD_OK)
+        s = td_trainer_plan_owners(t, listed);
+    td_free(ctx, grads);
+    if (s == TD_OK && opts.accumulate_steps > 1)
+        s = td_trainer_plan_accumulators(t);
+    if (s != TD_OK) {
+        td_trainer_destroy(t);
+        return s;
+    }
+    td_program_set_hook(t->program, td_trainer_update_hook, t);
+    td_program_set_phase_waits(t->program, opts.timing_waits);
+    td_program_set_trace_name(t->program, "step");
+    *out = t;
+    return TD_OK;
+}
+
+td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *value)
+{
+    td_status s = td_trainer_check(t, "td_trainer_set_param");
+    if (s != TD_OK)
+        return s;
+    s = td_program_set_param_for(t->program, param, value, "td_trainer_set_param");
+    if (s != TD_OK)
+        return s;
+    const td_plan *plan = td_program_plan(t->program);
+    void *data;
+    td_tensor_data(value, &data);
+    memcpy(t->master + plan->slots[param].offset, data, (size_t)td_shape_count(&plan->shapes[param]) * sizeof(float));
+    return TD_OK;
+}
+
+td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, td_tensor *out)
+{
+    td_status s = td_trainer_check(t, "td_trainer_read_param");
+    if (s != TD_OK)
+        return s;
+    return td_program_read_param_for(t->program, param, device, out, "td_trainer_read_param");
+}

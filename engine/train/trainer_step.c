@@ -1,0 +1,184 @@
+/* The trainer's step: one global batch through the step program, whose
+ * hook runs the fused all-reduce + optimizer update (trainer_update.c).
+ *
+ * A step is all or nothing. New values -- parameters and optimizer state --
+ * go to second host copies, which become current only when every device
+ * finished the step; if any device fails, every device's parameters are
+ * rewritten from the master, so a failed step leaves no replica
+ * half-updated and the state as it was. With on_device_loss = continue, a
+ * step that failed because a device was lost drops the lost devices,
+ * re-plans for the survivors (trainer_plan.c) and runs the same batch
+ * again. */
+#include <math.h>
+#include <time.h>
+
+#include "tandem/train.h"
+#include "td_trace.h"
+#include "td_trainer_state.h"
+
+/* The step callback's report, from what the step left behind. */
+static void report_step(td_trainer *t, float loss, double seconds)
+{
+    td_trainer_fill_metrics(t, t->report_metrics);
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        td_trainer_fill_timing(t, d, &t->report_timing[d]);
+    const td_step_report r = {
+        .micro_step = t->micro_steps,
+        .updates = t->steps,
+        .updated = t->updated,
+        .loss = loss,
+        .learning_rate = t->step_lr,
+        .seconds = seconds,
+        .n_metrics = t->n_metrics,
+        .metrics = t->report_metrics,
+        .n_devices = t->mesh->count,
+        .timing = t->report_timing,
+        .devices_lost = t->lost_this_step,
+        .split = t->balance.rows,
+        .rebalanced = t->rebalanced,
+    };
+    t->on_step(t->on_step_user, &r);
+}
+
+void td_trainer_swap_in_staged(td_trainer *t)
+{
+    float *swap = t->master;
+    t->master = t->pending;
+    t->pending = swap;
+    for (uint32_t r = 0; r < t->mesh->count; r++) {
+        float *st = t->owners[r].state;
+        t->owners[r].state = t->owners[r].next_state;
+        t->owners[r].next_state = st;
+    }
+}
+
+static bool any_device_lost(td_trainer *t)
+{
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        if (td_mesh_device_lost(t->mesh, d))
+            return true;
+    return false;
+}
+
+static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
+{
+    /* The split the last call found, planned now rather than then: what
+     * that call left (outputs, metrics, timing) stays readable until this
+     * call. */
+    if (t->rebalanced) {
+        t->rebalanced = false;
+        td_trainer_apply_split(t);
+    }
+    const bool last = t->micro + 1 >= t->options.accumulate_steps;
+    t->has_outputs = false;
+    t->updated = false;
+    t->step_lr = td_schedule_eval(&t->schedule, t->steps);
+    if (!isfinite(t->step_lr))
+        /* Only an exponential decay with decay_rate > 1 and no end_value
+         * grows; optax lets it, but a rate of inf would write NaN into
+         * every parameter. */
+        return td_error_set(t->ctx, TD_ERR_STATE,
+                            "td_trainer_step: the schedule's learning rate at update %llu is %g, expected a finite rate "
+                            "(cap a growing exponential decay with has_end_value)",
+                            (unsigned long long)t->steps, (double)t->step_lr);
+    t->count_inc = t->steps + 1;
+    for (uint32_t r = 0; r < t->mesh->count; r++)
+        t->owners[r].update_seconds = 0.0;
+    struct timespec a, b;
+    td_trace *tr = td_trace_of(t->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    td_program_set_step(t->program, t->micro_steps);
+    /* A measured step waits for each device at the phase ends, so its
+     * busy time is its own (free on CPU devices). */
+    const bool measured = td_balancer_measures(&t->balance, t->micro_steps);
+    if (measured)
+        td_program_set_phase_waits(t->program, true);
+    td_status s = td_program_run_for(t->program, n_bindings, bindings, "td_trainer_step");
+    if (measured)
+        td_program_set_phase_waits(t->program, t->options.timing_waits);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "step", NULL, begin, td_trace_now(), 0);
+    t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    if (s != TD_OK) {
+        /* Some owners may have finalized and some devices received new
+         * values: put every replica back to the master. The step's own
+         * error is what the caller gets; a device that cannot be restored
+         * (lost) fails again on the next call. */
+        char cause[512];
+        td_error_copy(t->ctx, cause, sizeof cause);
+        td_status r = td_program_write_all_params(t->program, t->master);
+        const bool dropped = t->micro > 0;
+        t->micro = 0;
+        td_error_set(t->ctx, s, "%s%s%s", cause,
+                     r == TD_OK ? " (parameters restored to their values before the step)"
+                                : " (and restoring the parameters failed too)",
+                     dropped ? "; the accumulated gradients were dropped and accumulation restarts" : "");
+        return s;
+    }
+    t->micro_steps++;
+    t->has_outputs = true;
+    if (!last) {
+        t->micro++;
+    } else if (t->n_ranges) {
+        td_trainer_swap_in_staged(t);
+    }
+    if (last) {
+        t->micro = 0;
+        t->updated = true;
+        t->steps++;
+    }
+    const float mean_loss = td_trainer_combine_devices(t, 0);
+    if (loss)
+        *loss = mean_loss;
+    if (measured) {
+        for (uint32_t d = 0; d < t->mesh->count; d++)
+            t->busy[d] = td_program_busy_seconds(t->program, d);
+        t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy);
+    }
+    if (t->on_step)
+        report_step(t, mean_loss, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);
+    return TD_OK;
+}
+
+td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
+{
+    td_status live = td_trainer_check(t, "td_trainer_step");
+    if (live != TD_OK)
+        return live;
+    td_context *ctx = t->ctx;
+    if (t->stale && (live = td_trainer_refresh(t)) != TD_OK) {
+        char why[1024];
+        td_error_copy(ctx, why, sizeof why);
+        return td_error_set(ctx, live, "td_trainer_step: the mesh lost devices and the trainer cannot plan for the %u "
+                                       "left: %s", t->mesh->count, why);
+    }
+    t->lost_this_step = 0;
+    for (;;) {
+        td_status s = step_once(t, n_bindings, bindings, loss);
+        if (s == TD_OK || t->options.on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE || !any_device_lost(t))
+            return s;
+        /* Continue on the survivors: drop the lost devices, plan for the
+         * rest and run the same global batch again from the master
+         * parameters (the failed attempt changed nothing). */
+        char cause[1024];
+        td_error_copy(ctx, cause, sizeof cause);
+        const uint32_t before = t->mesh->count;
+        uint32_t dropped = 0;
+        td_status d = td_mesh_drop_lost(t->mesh, &dropped);
+        if (d == TD_OK && dropped == 0)
+            return s;
+        if (d == TD_OK)
+            d = td_trainer_refresh(t);
+        if (d != TD_OK) {
+            char why[1024];
+            td_error_copy(ctx, why, sizeof why);
+            return td_error_set(ctx, d, "%s; continuing on the surviving devices failed: %s", cause, why);
+        }
+        t->devices_lost += dropped;
+        t->lost_this_step += dropped;
+        td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the %u devices left of %u",
+               (unsigned long long)t->micro_steps + 1, cause, t->mesh->count, before);
+    }
+}

@@ -1,0 +1,207 @@
+/* The trainer's update: pmap(value_and_grad) with the gradient all-reduce
+ * fused with the optimizer. After the ring's reduce-scatter, the owner of
+ * each chunk computes that chunk's new parameters once, from the host
+ * master copy, and the all-gather hands the new values to every device.
+ * Every parameter is thus computed exactly once, in host code, and copied:
+ * the replicas are bitwise identical on any mix of devices by construction.
+ * The optimizer's state (momentum, moments) lives with the same owner, for
+ * its chunk only, so it is split over the ranks rather than replicated.
+ * New values go to the staged copies (pending, next_state); the step makes
+ * them current only when every device finished (trainer_step.c).
+ *
+ * Clipping by the global norm needs the whole reduced gradient before any
+ * owner may update. Rather than a second collective, the ring's
+ * reduce-scatter hands each owner its chunk slice by slice (still in
+ * cache) to take the mean and its sum of squares; the ranks then exchange
+ * one double each -- a barrier bounded by the context timeout -- and sum
+ * them in rank order, so every owner scales by bitwise the same norm. The
+ * exchange only happens when clipping is on; without it the schedule is the
+ * one-pass fused update it always was.
+ *
+ * Gradient accumulation (optax.MultiSteps): with accumulate_steps K > 1,
+ * each call's hook reads the device's gradient bucket back and adds it to a
+ * host accumulator of that device, skipping the ring; the K-th call writes
+ * the mean of its K gradients into the bucket and only then runs the fused
+ * all-reduce + update, so there is one all-reduce per K micro-batches. A
+ * failed call empties the accumulators: the next call starts a new round of
+ * K, and no gradient of a round that saw a failure ever reaches the
+ * parameters. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+#include "td_trace.h"
+#include "td_trainer_state.h"
+
+/* The first range that ends after `offset`. */
+static size_t first_range(const td_trainer *t, size_t offset)
+{
+    size_t a = 0, b = t->n_ranges;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (t->ranges[m].hi <= offset)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
+/* Mean gradient of a reduced slice and its trainable elements' sum of
+ * squares. Gaps (padding, parameters not being trained) are skipped: the
+ * consumed gradient bucket holds stale values there. */
+static double clip_partial(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    td_trainer *t = user;
+    (void)rank;
+    td_ring_divide(data, count, t->mesh->count);
+    const size_t end = offset + count;
+    double sum = 0.0;
+    for (size_t i = first_range(t, offset); i < t->n_ranges && t->ranges[i].lo < end; i++) {
+        if (t->ranges[i].state)
+            continue; /* not a gradient */
+        size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
+        size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
+        for (size_t j = a; j < b; j++)
+            sum += (double)data[j - offset] * data[j - offset];
+    }
+    return sum;
+}
+
+static void clip_total(void *user, uint32_t rank, double total)
+{
+    td_trainer *t = user;
+    t->owners[rank].g_norm = (float)sqrt(total);
+}
+
+/* The owner's update of one reduced slice: data holds the gradient summed
+ * over devices (already the mean when clipping) -- and, at an updated
+ * state's offset, the sum of its update's values --, and leaves holding the
+ * new parameters, which the all-gather distributes. */
+static void update_slice(td_trainer *t, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    trainer_owner *ow = &t->owners[rank];
+    const float max_norm = t->options.max_norm;
+    if (max_norm == 0.0f)
+        td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
+    const bool clip = max_norm > 0.0f && !(ow->g_norm < max_norm);
+    const size_t end = offset + count, chunk = ow->hi - ow->lo;
+    size_t at = offset;
+    for (size_t i = first_range(t, offset); i < t->n_ranges && t->ranges[i].lo < end; i++) {
+        size_t a = t->ranges[i].lo > offset ? t->ranges[i].lo : offset;
+        size_t b = t->ranges[i].hi < end ? t->ranges[i].hi : end;
+        if (a > at)
+            memcpy(t->pending + at, t->master + at, (a - at) * sizeof(float));
+        at = b;
+        if (t->ranges[i].state) {
+            memcpy(t->pending + a, data + (a - offset), (b - a) * sizeof(float));
+            continue;
+        }
+        if (clip) {
+            /* optax.clip_by_global_norm: g / norm * max_norm, in that order. */
+            const float norm = ow->g_norm;
+            for (size_t j = a; j < b; j++)
+                data[j - offset] = data[j - offset] / norm * max_norm;
+        }
+        td_optimizer_args args = {
+            .options = &t->options,
+            .count = b - a,
+            .grad = data + (a - offset),
+            .param = t->master + a,
+            .next = t->pending + a,
+            .state = ow->state + (a - ow->lo),
+            .next_state = ow->next_state + (a - ow->lo),
+            .state_stride = chunk,
+            .learning_rate = t->step_lr,
+            .count_inc = t->count_inc,
+        };
+        t->optimizer->update(&args);
+    }
+    if (end > at)
+        memcpy(t->pending + at, t->master + at, (end - at) * sizeof(float));
+    memcpy(data, t->pending + offset, count * sizeof(float));
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Times the owner's update, so td_trainer_timing can tell it from the
+ * ring's own work around it. */
+static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    td_trainer *t = user;
+    td_trace *tr = td_trace_of(t->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
+    const double start = seconds_now();
+    update_slice(t, rank, data, offset, count);
+    t->owners[rank].update_seconds += seconds_now() - start;
+    if (tr)
+        td_trace_span(tr, td_trace_device_track(tr, &t->mesh->devices[rank]), "optimizer", "optimizer", NULL,
+                      begin, td_trace_now(), count * sizeof(float));
+}
+
+/* Adds this call's gradients to device pos's accumulator; on the round's
+ * last call leaves the round's mean gradient in the bucket instead, for the
+ * ring. Summed in call order, then divided once, as exactly as the ring's
+ * own mean. */
+static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool last)
+{
+    td_mesh_device *md = &t->mesh->devices[pos];
+    trainer_accum *ac = &t->accum[pos];
+    const uint32_t timeout = td_context_timeout_ms(t->ctx);
+    const size_t n = t->param_elems;
+    td_status s = td_mesh_device_submit_wait(md, timeout); /* the backward pass has written the bucket */
+    if (s != TD_OK)
+        return s;
+    float *g = ac->scratch;
+    if (!g)
+        g = md->ops->buffer_host_pointer(md->dev, grads);
+    else if ((s = md->ops->read(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK ||
+             (s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
+        return s;
+    if (t->micro == 0) {
+        memcpy(ac->sum, g, n * sizeof(float));
+        return TD_OK;
+    }
+    if (!last) {
+        for (size_t i = 0; i < n; i++)
+            ac->sum[i] += g[i];
+        return TD_OK;
+    }
+    for (size_t i = 0; i < n; i++)
+        g[i] += ac->sum[i];
+    td_ring_divide(g, n, t->options.accumulate_steps);
+    if (!ac->scratch)
+        return TD_OK; /* written in place */
+    if ((s = md->ops->write(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK)
+        return s;
+    return td_mesh_device_submit_wait(md, timeout);
+}
+
+td_status td_trainer_update_hook(void *user, uint32_t pos)
+{
+    td_trainer *t = user;
+    if (t->n_ranges == 0)
+        return TD_OK; /* nothing to train or update: the step computes the loss only */
+    td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
+    td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
+    td_status s;
+    if (t->accum) {
+        const bool last = t->micro + 1 == t->options.accumulate_steps;
+        if ((s = accumulate(t, pos, grads, last)) != TD_OK || !last)
+            return s;
+    }
+    if (t->options.max_norm > 0.0f)
+        s = td_ring_allreduce_consume_total(t->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
+                                            clip_total, update_finalize, t);
+    else
+        s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+    if (s == TD_OK && pos == 0)
+        t->allreduces++;
+    return s;
+}
