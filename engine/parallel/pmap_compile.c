@@ -525,7 +525,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, 
         memcpy(p->grad_nodes, grads, sizeof *grads * n_grads);
     }
     p->trace_name = "run";
-    if ((split && (s = td_program_set_split(p, mesh->count, split)) != TD_OK) ||
+    if ((split && (s = td_program_set_split(p, td_ring_global_count(ring), split)) != TD_OK) ||
         (s = plan_for_mesh(p, NULL)) != TD_OK) {
         td_program_destroy(p);
         return s;

@@ -408,10 +408,8 @@ static td_status finish_across(td_ring *ring, uint32_t r, const ring_op *op, uin
 {
     td_mesh_device *md = &ring->mesh->devices[r];
     td_status s;
-    uint64_t t;
     (void)op;
-    if (!direct && ((s = md->ops->submit(md->dev, &t)) != TD_OK ||
-                    (s = md->ops->wait(md->dev, t, td_context_timeout_ms(ring->mesh->ctx))) != TD_OK))
+    if (!direct && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(ring->mesh->ctx))) != TD_OK)
         return fail(ring, r, s);
     publish(&ring->ranks[r], base | UNIT_DONE);
     for (uint32_t q = 0; q < ring->n; q++)

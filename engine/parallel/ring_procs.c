@@ -307,13 +307,6 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     return place_result(ring, r, ring->host, direct ? gather : NULL, op->out, op->out_offset, count);
 }
 
-static td_status submit_wait(td_mesh_device *md, uint32_t timeout_ms)
-{
-    uint64_t ticket;
-    td_status s = md->ops->submit(md->dev, &ticket);
-    return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
-}
-
 /* The rank's input, `count` floats, into the process's copy at `at`. */
 static td_status fetch_input(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, size_t count, float *at)
 {
@@ -326,14 +319,14 @@ static td_status fetch_input(td_ring *ring, uint32_t r, td_buffer *in, uint64_t 
         return TD_OK;
     }
     td_status s = md->ops->read(md->dev, in, in_offset * sizeof(float), at, count * sizeof(float));
-    return s == TD_OK ? submit_wait(md, td_context_timeout_ms(ring->mesh->ctx)) : s;
+    return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(ring->mesh->ctx)) : s;
 }
 
 /* Before an op between processes reads a device's memory, the work
  * enqueued before it must be done. */
 static td_status drain(td_ring *ring, uint32_t r)
 {
-    return submit_wait(&ring->mesh->devices[r], td_context_timeout_ms(ring->mesh->ctx));
+    return td_mesh_device_submit_wait(&ring->mesh->devices[r], td_context_timeout_ms(ring->mesh->ctx));
 }
 
 /* The end of a one-shot op: the device's copies done, then every local

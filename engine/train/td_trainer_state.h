@@ -12,6 +12,7 @@
 
 #include "td_balance.h"
 #include "td_optimizer.h"
+#include "td_procs.h"
 #include "td_program_internal.h"
 #include "td_ring.h"
 #include "td_schedule.h"
@@ -81,6 +82,14 @@ struct td_trainer {
     double *busy;         /* per device: a measured step's busy seconds */
     bool *keep;           /* per device: survives a mesh change (td_balancer_shrink) */
     bool rebalanced;      /* the last call found a faster split: the next call plans for it first */
+    /* The global mesh (tandem/processes.h): every process's devices, and
+     * this process's first. One process: the mesh and 0. */
+    uint32_t global_n, first_position;
+    float *device_values; /* global_n x (1 + n_metrics): each device's weighted loss and metrics */
+    float *combined;      /* 1 + n_metrics: their combination, bitwise the same on every process */
+    float *global_busy;   /* global_n: a measured step's busy seconds of every device, for the balancer */
+    double *busy_all;     /* likewise, as the balancer takes them */
+    size_t *process_offsets; /* processes + 1, for the gathers between processes */
 };
 
 /* The first check of every call on a trainer: not NULL, not released. */
@@ -93,6 +102,16 @@ td_status td_trainer_check_planned(const td_trainer *t, const char *fn);
 float td_trainer_combine_devices(const td_trainer *t, uint32_t index);
 /* Every metric of the last step, combined likewise (n_metrics values). */
 void td_trainer_fill_metrics(const td_trainer *t, float *values);
+/* After a step ran: every device's loss and metrics of every process
+ * (gathered between processes), combined in global device order into
+ * t->combined, so one process and several compute the same sums. */
+td_status td_trainer_combine_step(td_trainer *t);
+/* A measured step's busy seconds of every device of every process, in
+ * t->busy_all (gathered between processes). */
+td_status td_trainer_gather_busy(td_trainer *t);
+/* rows (global_n x per_device floats) receives every other process's rows
+ * of its devices; nothing to do in one process. Collective. */
+td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device);
 /* The staged copies -- the new parameters (pending) and every owner's new
  * optimizer state -- become current, and the current ones the next
  * step's scratch: a successful step's end, and a restore's. */

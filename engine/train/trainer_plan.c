@@ -129,6 +129,7 @@ td_status td_trainer_refresh(td_trainer *t)
     if (s != TD_OK)
         return s;
     t->ring = td_program_ring(t->program);
+    t->global_n = td_ring_global_count(t->ring); /* one process here: continuing is refused across several */
     t->n_owners = t->mesh->count;
     if ((s = split_owners(t, t->flat_state)) == TD_OK && t->options.accumulate_steps > 1)
         s = td_trainer_plan_accumulators(t);
@@ -176,9 +177,9 @@ void td_trainer_apply_split(td_trainer *t)
     td_balancer_apply(&t->balance);
     char split[256];
     size_t used = 0;
-    for (uint32_t d = 0; d < t->mesh->count && used < sizeof split; d++)
+    for (uint32_t d = 0; d < t->global_n && used < sizeof split; d++)
         used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", d ? " " : "", t->balance.rows[d]);
-    td_status s = td_program_set_split(t->program, t->mesh->count, td_balancer_rows(&t->balance));
+    td_status s = td_program_set_split(t->program, t->global_n, td_balancer_rows(&t->balance));
     if (s == TD_OK)
         s = td_program_replan(t->program, t->master);
     if (s != TD_OK) {

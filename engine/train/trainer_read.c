@@ -45,10 +45,52 @@ void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing
  * leaves the plain mean). Fixed order, device 0 first. */
 float td_trainer_combine_devices(const td_trainer *t, uint32_t index)
 {
-    float sum = 0.0f;
+    return t->combined[index];
+}
+
+td_status td_trainer_combine_step(td_trainer *t)
+{
+    const uint32_t values = 1 + t->n_metrics, n = t->global_n;
+    for (uint32_t d = 0; d < t->mesh->count; d++) {
+        const float w = td_program_shard_weight(t->program, d);
+        float *row = t->device_values + (size_t)(t->first_position + d) * values;
+        for (uint32_t i = 0; i < values; i++)
+            row[i] = w * td_program_output_host(t->program, i, d)[0];
+    }
+    td_status s = td_trainer_gather_global(t, t->device_values, values);
+    for (uint32_t i = 0; i < values && s == TD_OK; i++) {
+        float sum = 0.0f;
+        for (uint32_t d = 0; d < n; d++)
+            sum += t->device_values[(size_t)d * values + i];
+        t->combined[i] = sum / (float)n;
+    }
+    return s;
+}
+
+td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device)
+{
+    const uint32_t processes = td_ring_process_count(t->ring);
+    if (processes < 2)
+        return TD_OK;
+    for (uint32_t q = 0; q <= processes; q++) {
+        uint32_t first = t->global_n;
+        if (q < processes)
+            td_ring_process_devices(t->ring, q, &first);
+        t->process_offsets[q] = (size_t)first * per_device;
+    }
+    return td_procs_allgather_blocks(td_procs_of(t->ctx), rows, t->process_offsets, NULL, NULL);
+}
+
+td_status td_trainer_gather_busy(td_trainer *t)
+{
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        sum += td_program_shard_weight(t->program, d) * td_program_output_host(t->program, index, d)[0];
-    return sum / (float)t->mesh->count;
+        t->global_busy[t->first_position + d] = (float)t->busy[d];
+    td_status s = td_trainer_gather_global(t, t->global_busy, 1);
+    for (uint32_t d = 0; d < t->global_n; d++)
+        t->busy_all[d] = td_ring_process_count(t->ring) > 1 ? (double)t->global_busy[d]
+                         : d < t->mesh->count                ? t->busy[d]
+                                                             : 0.0;
+    return s;
 }
 
 void td_trainer_fill_metrics(const td_trainer *t, float *values)
@@ -79,7 +121,7 @@ td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *row
         return s;
     *n = t->mesh->count;
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        rows[d] = t->balance.batch ? t->balance.rows[d] : 0;
+        rows[d] = t->balance.batch ? t->balance.rows[t->first_position + d] : 0;
     return TD_OK;
 }
 
@@ -91,7 +133,7 @@ td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, doubl
     const bool measured = t->balance.mode == TD_BALANCE_AUTO && t->balance.measured_once;
     *n = t->mesh->count;
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        speeds[d] = measured ? t->balance.speed[d] : 0.0;
+        speeds[d] = measured ? t->balance.speed[t->first_position + d] : 0.0;
     return TD_OK;
 }
 
@@ -107,6 +149,14 @@ td_status td_trainer_rebalance(td_trainer *t)
     return TD_OK;
 }
 
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
 {
     td_status live = td_trainer_check(t, "td_trainer_replicas_identical");
@@ -115,9 +165,10 @@ td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
     if (!identical)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_replicas_identical: identical is NULL");
     *identical = true;
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a of device 0's parameters */
     const td_plan *plan = td_program_plan(t->program);
     td_status s = TD_OK;
-    for (uint32_t i = 0; i < t->n_params && s == TD_OK && *identical; i++) {
+    for (uint32_t i = 0; i < t->n_params && s == TD_OK; i++) {
         const td_shape *sh = &plan->shapes[t->params[i]];
         td_tensor *ref = NULL, *other = NULL;
         s = td_tensor_create(t->ctx, TD_F32, sh->rank, sh->dims, &ref);
@@ -133,8 +184,27 @@ td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
             if (s == TD_OK && memcmp(x, y, (size_t)td_shape_count(sh) * sizeof(float)) != 0)
                 *identical = false;
         }
+        if (s == TD_OK) {
+            void *x;
+            td_tensor_data(ref, &x);
+            hash = hash_bytes(hash, x, (size_t)td_shape_count(sh) * sizeof(float));
+        }
         td_tensor_destroy(ref);
         td_tensor_destroy(other);
+    }
+    /* Across processes: device 0's parameters hashed, the hashes compared. */
+    td_procs *procs = td_procs_of(t->ctx);
+    if (s == TD_OK && td_ring_process_count(t->ring) > 1) {
+        const uint32_t P = td_procs_count(procs);
+        uint64_t *all = td_alloc(t->ctx, sizeof *all * P);
+        if (!all)
+            return TD_OOM(t->ctx, "the processes' parameter hashes", sizeof *all * P);
+        const uint64_t mine = *identical ? hash : 0; /* a process whose own devices differ votes no */
+        s = td_procs_allgather(procs, &mine, all, sizeof mine, NULL, NULL);
+        for (uint32_t q = 0; q < P && s == TD_OK; q++)
+            if (all[q] != all[0] || all[q] == 0)
+                *identical = false;
+        td_free(t->ctx, all);
     }
     return s;
 }

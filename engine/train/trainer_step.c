@@ -34,7 +34,7 @@ static void report_step(td_trainer *t, float loss, double seconds)
         .n_devices = t->mesh->count,
         .timing = t->report_timing,
         .devices_lost = t->lost_this_step,
-        .split = t->balance.rows,
+        .split = t->balance.rows ? t->balance.rows + t->first_position : NULL,
         .rebalanced = t->rebalanced,
     };
     t->on_step(t->on_step_user, &r);
@@ -98,6 +98,10 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     if (measured)
         td_program_set_phase_waits(t->program, t->options.timing_waits);
     clock_gettime(CLOCK_MONOTONIC, &b);
+    /* Every process's loss and metrics, before anything is made current:
+     * a process that cannot learn them fails the step like a device. */
+    if (s == TD_OK)
+        s = td_trainer_combine_step(t);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "step", NULL, begin, td_trace_now(), 0);
     t->seconds += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
@@ -135,7 +139,9 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     if (measured) {
         for (uint32_t d = 0; d < t->mesh->count; d++)
             t->busy[d] = td_program_busy_seconds(t->program, d);
-        t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy);
+        /* Every process records the same times, so all find the same split. */
+        if (td_trainer_gather_busy(t) == TD_OK)
+            t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy_all);
     }
     if (t->on_step)
         report_step(t, mean_loss, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);

@@ -55,7 +55,7 @@ static double clip_partial(void *user, uint32_t rank, float *data, size_t offset
 {
     td_trainer *t = user;
     (void)rank;
-    td_ring_divide(data, count, t->mesh->count);
+    td_ring_divide(data, count, t->global_n);
     const size_t end = offset + count;
     double sum = 0.0;
     for (size_t i = first_range(t, offset); i < t->n_ranges && t->ranges[i].lo < end; i++) {
@@ -84,7 +84,7 @@ static void update_slice(td_trainer *t, uint32_t rank, float *data, size_t offse
     trainer_owner *ow = &t->owners[rank];
     const float max_norm = t->options.max_norm;
     if (max_norm == 0.0f)
-        td_ring_divide(data, count, t->mesh->count); /* the mean gradient */
+        td_ring_divide(data, count, t->global_n); /* the mean gradient */
     const bool clip = max_norm > 0.0f && !(ow->g_norm < max_norm);
     const size_t end = offset + count, chunk = ow->hi - ow->lo;
     size_t at = offset;
@@ -183,6 +183,25 @@ static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool 
     return td_mesh_device_submit_wait(md, timeout);
 }
 
+/* Across processes an owner stages only its own part of the new
+ * parameters; the rest arrives from the other processes in the device's
+ * parameter buffer. Each local device copies its share of the whole array
+ * into the staged copy, so the master that becomes current is complete. */
+static td_status take_gathered(td_trainer *t, uint32_t pos, td_buffer *params)
+{
+    td_mesh_device *md = &t->mesh->devices[pos];
+    const size_t n = t->param_elems, lo = n * pos / t->mesh->count, hi = n * (pos + 1) / t->mesh->count;
+    if (hi == lo)
+        return TD_OK;
+    const float *host = md->ops->buffer_host_pointer(md->dev, params);
+    if (host) {
+        memcpy(t->pending + lo, host + lo, (hi - lo) * sizeof(float));
+        return TD_OK;
+    }
+    td_status s = md->ops->read(md->dev, params, lo * sizeof(float), t->pending + lo, (hi - lo) * sizeof(float));
+    return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(t->ctx)) : s;
+}
+
 td_status td_trainer_update_hook(void *user, uint32_t pos)
 {
     td_trainer *t = user;
@@ -201,6 +220,8 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
                                             clip_total, update_finalize, t);
     else
         s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+    if (s == TD_OK && td_ring_process_count(t->ring) > 1)
+        s = take_gathered(t, pos, params);
     if (s == TD_OK && pos == 0)
         t->allreduces++;
     return s;

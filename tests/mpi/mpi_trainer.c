@@ -1,0 +1,201 @@
+/* The trainer over several processes (run under mpirun): an MLP trained
+ * with Adam and clipping on a global mesh of every process's CPU devices
+ * must
+ *   - match, in losses and parameters, the same model trained in one
+ *     process on a mesh with the same total device count (each process
+ *     trains that reference too, on a context of its own that joined
+ *     nothing), within float rounding of the sums' order;
+ *   - keep every device of every process bitwise identical (hashes
+ *     compared across processes, td_trainer_replicas_identical);
+ *   - split the batch unevenly by explicit weights over the global mesh,
+ *     and still match.
+ * Each process binds only its own rows of every global batch.
+ *
+ * Usage: mpi_trainer COUNTS [BALANCE], COUNTS as mpi_collectives, BALANCE
+ * "even" (default) or "weights". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_test_util.h"
+
+enum { BATCH = 24, IN = 5, HIDDEN = 7, OUT = 3, STEPS = 6 };
+
+typedef struct model {
+    td_graph *g;
+    td_node x, y, loss, params[4];
+} model;
+
+static void build(mt_run *run, td_context *ctx, model *m)
+{
+    MT_OK(run, ctx, td_graph_create(ctx, &m->g));
+    int64_t xd[2] = {BATCH, IN}, yd[1] = {BATCH};
+    int64_t w1[2] = {IN, HIDDEN}, b1[1] = {HIDDEN}, w2[2] = {HIDDEN, OUT}, b2[1] = {OUT};
+    MT_OK(run, ctx, td_graph_input(m->g, "x", TD_F32, 2, xd, TD_SHARDED, &m->x));
+    MT_OK(run, ctx, td_graph_input(m->g, "y", TD_I32, 1, yd, TD_SHARDED, &m->y));
+    td_initializer uniform, zeros;
+    td_initializer_uniform(-0.5f, 0.5f, 7, &uniform);
+    td_initializer_zeros(&zeros);
+    MT_OK(run, ctx, td_graph_param_init(m->g, "w1", 2, w1, &uniform, &m->params[0]));
+    MT_OK(run, ctx, td_graph_param_init(m->g, "b1", 1, b1, &zeros, &m->params[1]));
+    MT_OK(run, ctx, td_graph_param_init(m->g, "w2", 2, w2, &uniform, &m->params[2]));
+    MT_OK(run, ctx, td_graph_param_init(m->g, "b2", 1, b2, &zeros, &m->params[3]));
+    td_node h, a, logits;
+    MT_OK(run, ctx, td_graph_matmul(m->g, m->x, m->params[0], &h));
+    MT_OK(run, ctx, td_graph_add(m->g, h, m->params[1], &h));
+    MT_OK(run, ctx, td_graph_tanh(m->g, h, &a));
+    MT_OK(run, ctx, td_graph_matmul(m->g, a, m->params[2], &logits));
+    MT_OK(run, ctx, td_graph_add(m->g, logits, m->params[3], &logits));
+    MT_OK(run, ctx, td_graph_softmax_cross_entropy(m->g, logits, m->y, &m->loss));
+}
+
+static float x_at(uint64_t step, uint64_t row, int c)
+{
+    uint64_t h = ((step * 131 + row) * 1000003u + (uint64_t)c * 7919u) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    return (float)((double)(h % 20000) / 10000.0 - 1.0);
+}
+
+static int32_t y_at(uint64_t step, uint64_t row)
+{
+    return (int32_t)((step * 7 + row * 5) % OUT);
+}
+
+/* Trains STEPS steps; the bound rows are [first, first + rows) of each
+ * global batch. Fills losses and the final parameters (device 0's). */
+static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
+                         float *losses, float *params, size_t *n_params)
+{
+    model m;
+    build(run, ctx, &m);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.optimizer = TD_OPTIMIZER_ADAM;
+    o.learning_rate = 0.05f;
+    o.max_norm = 1.0f;
+    if (weights) {
+        o.balance = TD_BALANCE_EXPLICIT;
+        o.balance_weights = weights;
+        o.n_balance_weights = n_weights;
+        o.balance_granularity = 1;
+    }
+    td_trainer *t = NULL;
+    MT_OK(run, ctx, td_trainer_create(m.g, mesh, m.loss, 4, m.params, &o, &t));
+    uint32_t local = 0, rows[64], n = 0;
+    MT_OK(run, ctx, td_mesh_size(mesh, &local));
+    MT_OK(run, ctx, td_trainer_split(t, 64, rows, &n));
+    uint32_t global = 0, first_device = 0;
+    MT_OK(run, ctx, td_processes_mesh(mesh, &global, &first_device));
+    /* This process's rows: those of the devices before it, then its own. */
+    uint64_t first = 0, count = 0;
+    if (weights) {
+        uint32_t all_rows[64];
+        double shares[64] = {0};
+        for (uint32_t d = 0; d < n; d++)
+            shares[first_device + d] = rows[d];
+        MT_OK(run, ctx, td_processes_sum(ctx, shares, global));
+        for (uint32_t d = 0; d < global; d++)
+            all_rows[d] = (uint32_t)shares[d];
+        for (uint32_t d = 0; d < first_device; d++)
+            first += all_rows[d];
+        for (uint32_t d = 0; d < local; d++)
+            count += all_rows[first_device + d];
+    } else {
+        first = (uint64_t)BATCH / global * first_device;
+        count = (uint64_t)BATCH / global * local;
+    }
+    int64_t xd[2] = {(int64_t)count, IN}, yd[1] = {(int64_t)count};
+    td_tensor *xt = NULL, *yt = NULL;
+    MT_OK(run, ctx, td_tensor_create(ctx, TD_F32, 2, xd, &xt));
+    MT_OK(run, ctx, td_tensor_create(ctx, TD_I32, 1, yd, &yt));
+    float *xv;
+    int32_t *yv;
+    td_tensor_data(xt, (void **)&xv);
+    td_tensor_data(yt, (void **)&yv);
+    for (uint64_t s = 0; s < STEPS; s++) {
+        for (uint64_t r = 0; r < count; r++) {
+            for (int c = 0; c < IN; c++)
+                xv[r * IN + (uint64_t)c] = x_at(s, first + r, c);
+            yv[r] = y_at(s, first + r);
+        }
+        td_binding b[2] = {{m.x, xt}, {m.y, yt}};
+        MT_OK(run, ctx, td_trainer_step(t, 2, b, &losses[s]));
+    }
+    size_t at = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t dims[4];
+        td_tensor *p = NULL;
+        td_node node = m.params[i];
+        int64_t shape[4][2] = {{IN, HIDDEN}, {HIDDEN, 0}, {HIDDEN, OUT}, {OUT, 0}};
+        uint32_t ranks[4] = {2, 1, 2, 1};
+        memcpy(dims, shape[i], sizeof shape[i]);
+        MT_OK(run, ctx, td_tensor_create(ctx, TD_F32, ranks[i], dims, &p));
+        MT_OK(run, ctx, td_trainer_read_param(t, node, 0, p));
+        size_t c;
+        float *v;
+        td_tensor_count(p, &c);
+        td_tensor_data(p, (void **)&v);
+        memcpy(params + at, v, c * sizeof *v);
+        at += c;
+        td_tensor_destroy(p);
+    }
+    *n_params = at;
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    td_graph_destroy(m.g);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    mt_run run;
+    td_context *ctx = mt_start(&run, argc, argv);
+    const bool weighted = argc > 2 && strcmp(argv[2], "weights") == 0;
+    td_mesh *mesh = mt_mesh(&run, ctx, argc > 1 ? argv[1] : "1");
+    uint32_t global = 0, first = 0;
+    MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
+    /* Uneven weights: device g weighs g + 1. */
+    float weights[64];
+    for (uint32_t d = 0; d < global; d++)
+        weights[d] = (float)(d + 1);
+
+    float losses[STEPS], ref_losses[STEPS], params[256], ref_params[256];
+    size_t n = 0, ref_n = 0;
+    td_trainer *t = train(&run, ctx, mesh, weighted ? weights : NULL, global, losses, params, &n);
+    bool identical = false;
+    MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
+    mt_check(&run, identical, "replicas differ across the processes' devices");
+
+    /* The reference: one process, the same total devices, the same weights. */
+    td_context_options o;
+    td_context_options_init(&o);
+    o.timeout_ms = 20000;
+    td_context *solo = NULL;
+    MT_OK(&run, ctx, td_context_create(&o, &solo));
+    char spec[32];
+    snprintf(spec, sizeof spec, "cpu:%u", global);
+    td_mesh *one = NULL;
+    MT_OK(&run, solo, td_mesh_create(solo, spec, &one));
+    train(&run, solo, one, weighted ? weights : NULL, global, ref_losses, ref_params, &ref_n);
+
+    mt_check(&run, n == ref_n, "%zu parameters, the reference has %zu", n, ref_n);
+    double loss_err = 0.0, param_err = 0.0;
+    for (int s = 0; s < STEPS; s++)
+        loss_err = fmax(loss_err, fabs((double)losses[s] - ref_losses[s]));
+    for (size_t i = 0; i < n && i < ref_n; i++)
+        param_err = fmax(param_err, fabs((double)params[i] - ref_params[i]));
+    /* Only the order of the float sums differs: a few roundings each step,
+     * grown over 6 Adam steps. */
+    mt_check(&run, loss_err <= 2e-6, "losses differ from one process by %g (tolerance 2e-6)", loss_err);
+    mt_check(&run, param_err <= 2e-5, "parameters differ from one process by %g (tolerance 2e-5)", param_err);
+    mt_check(&run, losses[STEPS - 1] < losses[0], "the loss did not fall: %g -> %g", (double)losses[0],
+             (double)losses[STEPS - 1]);
+    if (run.rank == 0)
+        printf("processes %u, devices %u%s: loss %.6f -> %.6f, max difference from one process: loss %.3g, "
+               "parameters %.3g\n",
+               run.count, global, weighted ? " (weighted split)" : "", (double)losses[0], (double)losses[STEPS - 1],
+               loss_err, param_err);
+    td_context_destroy(solo);
+    return mt_finish(&run, ctx);
+}
