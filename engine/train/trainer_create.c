@@ -48,6 +48,33 @@ void td_trainer_destroy(td_trainer *t)
         td_owned_destroy(&t->owned);
 }
 
+/* The global mesh, known since the mesh was made (its ring learned it),
+ * and what is sized by it. */
+static td_status plan_global_mesh(td_trainer *t, const td_trainer_options *opts)
+{
+    td_context *ctx = t->ctx;
+    td_ring *ring = NULL;
+    td_status s = td_mesh_ring(t->mesh, &ring);
+    if (s != TD_OK)
+        return s;
+    t->global_n = td_ring_global_count(ring);
+    t->first_position = td_ring_global_position(ring, 0);
+    if (td_ring_process_count(ring) > 1 && opts->on_device_loss == TD_ON_DEVICE_LOSS_CONTINUE)
+        return td_error_set(ctx, TD_ERR_UNSUPPORTED,
+                            "td_trainer_create: on_device_loss = continue across %u processes is not built yet (each "
+                            "process would have to re-plan for the new global mesh at the same step); use fail",
+                            td_ring_process_count(ring));
+    const size_t values = (size_t)t->global_n * (opts->n_metrics + 1);
+    t->device_values = td_alloc_zeroed(ctx, sizeof *t->device_values * (values + 1));
+    t->combined = td_alloc_zeroed(ctx, sizeof *t->combined * ((size_t)opts->n_metrics + 1));
+    t->global_busy = td_alloc_zeroed(ctx, sizeof *t->global_busy * t->global_n);
+    t->busy_all = td_alloc_zeroed(ctx, sizeof *t->busy_all * t->global_n);
+    t->process_offsets = td_alloc_zeroed(ctx, sizeof *t->process_offsets * ((size_t)td_ring_process_count(ring) + 1));
+    if (!t->device_values || !t->combined || !t->global_busy || !t->busy_all || !t->process_offsets)
+        return TD_OOM(ctx, "the trainer's per-device values", sizeof *t->device_values * values);
+    return TD_OK;
+}
+
 td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params, const td_node *params,
                             const td_trainer_options *options, td_trainer **out)
 {
@@ -108,32 +135,6 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     td_context_own(ctx, &t->owned, "trainer", mesh, trainer_release);
     t->owned.before_shrink = td_trainer_before_shrink;
     t->n_owners = mesh->count;
-    /* The global mesh, known since the mesh was made (the ring learns it). */
-    td_ring *ring = NULL;
-    s = td_mesh_ring(mesh, &ring);
-    if (s != TD_OK) {
-        td_trainer_destroy(t);
-        return s;
-    }
-    t->global_n = td_ring_global_count(ring);
-    t->first_position = td_ring_global_position(ring, 0);
-    if (td_ring_process_count(ring) > 1 && opts.on_device_loss == TD_ON_DEVICE_LOSS_CONTINUE) {
-        td_trainer_destroy(t);
-        return td_error_set(ctx, TD_ERR_UNSUPPORTED,
-                            "td_trainer_create: on_device_loss = continue across %u processes is not built yet (each "
-                            "process would have to re-plan for the new global mesh at the same step); use fail",
-                            td_ring_process_count(ring));
-    }
-    const size_t values = (size_t)t->global_n * (opts.n_metrics + 1);
-    t->device_values = td_alloc_zeroed(ctx, sizeof *t->device_values * (values + 1));
-    t->combined = td_alloc_zeroed(ctx, sizeof *t->combined * ((size_t)opts.n_metrics + 1));
-    t->global_busy = td_alloc_zeroed(ctx, sizeof *t->global_busy * t->global_n);
-    t->busy_all = td_alloc_zeroed(ctx, sizeof *t->busy_all * t->global_n);
-    t->process_offsets = td_alloc_zeroed(ctx, sizeof *t->process_offsets * ((size_t)td_ring_process_count(ring) + 1));
-    if (!t->device_values || !t->combined || !t->global_busy || !t->busy_all || !t->process_offsets) {
-        td_trainer_destroy(t);
-        return TD_OOM(ctx, "the trainer's per-device values", sizeof *t->device_values * values);
-    }
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
     t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
@@ -142,6 +143,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     s = t->params && t->report_metrics && t->report_timing && t->busy && t->keep
             ? TD_OK
             : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
+    if (s == TD_OK)
+        s = plan_global_mesh(t, &opts);
     if (s == TD_OK)
         s = td_balancer_init(&t->balance, ctx, &opts, g, t->global_n);
     /* The gradients are those of loss x the device's shard weight, and a
