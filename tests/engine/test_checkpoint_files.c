@@ -1,8 +1,8 @@
 /* Checkpoint files: refusing corrupt and mismatched files (written by hand,
  * so the reader is tested against more than its own writer), refusing to
- * save half an accumulation round, and a process killed at five points of
- * a write. The model is the smallest trainable one: linear regression, one
- * parameter w. */
+ * save half an accumulation round, a process killed at five points of a
+ * write, and absent metadata keys. The model is the smallest trainable
+ * one: linear regression, one parameter w. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -291,6 +291,67 @@ Test(checkpoint_files, a_process_killed_while_writing_leaves_the_previous_checkp
     td_context_destroy(ctx);
 }
 
+/* ---- metadata ---- */
+
+/* A linreg trainer (w [4, 1], plain SGD) on cpu:2, for the tests below
+ * that only need something to save. */
+static td_trainer *linreg_trainer(td_context *ctx)
+{
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    return t;
+}
+
+/* A key the file lacks (every checkpoint written before the key existed,
+ * or by another writer) is TD_OK with a NULL value; a failed lookup leaves
+ * NULL too, never the previous answer; a number the file lacks is an error
+ * naming the key. */
+Test(checkpoint_files, an_absent_metadata_key_is_null_and_a_failed_lookup_leaves_no_value)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/old.safetensors", dir);
+    const td_checkpoint_entry pairs[] = {{"model", "linreg"}, {"epoch", "3"}};
+    td_checkpoint_options o;
+    td_checkpoint_options_init(&o);
+    o.n_metadata = 2;
+    o.metadata = pairs;
+    TEST_OK(ctx, td_checkpoint_save(t, path, &o));
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+
+    const char *value = "an earlier answer";
+    TEST_OK(ctx, td_checkpoint_metadata(c, "inputs", &value));
+    cr_assert_null(value, "an absent key gave '%s'", value);
+    uint64_t number = 42;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "no metadata key 'inputs'",
+               td_checkpoint_metadata_u64(c, "inputs", &number));
+    cr_assert(test_message_mentions(ctx, path), "%s", td_last_error(ctx));
+    cr_assert_eq(number, 42u, "a failed number lookup wrote its out-parameter");
+
+    TEST_OK(ctx, td_checkpoint_metadata(c, "model", &value));
+    cr_assert(value && strcmp(value, "linreg") == 0);
+    TEST_OK(ctx, td_checkpoint_metadata_u64(c, "epoch", &number));
+    cr_assert_eq(number, 3u);
+
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "key or value is NULL", td_checkpoint_metadata(c, NULL, &value));
+    cr_assert_null(value, "a refused lookup left the previous answer");
+    value = "an earlier answer";
+    cr_assert_eq(td_checkpoint_metadata(NULL, "model", &value), TD_ERR_INVALID_ARGUMENT);
+    cr_assert_null(value, "a lookup on no checkpoint left the previous answer");
+    cr_assert_eq(td_checkpoint_metadata(c, "model", NULL), TD_ERR_INVALID_ARGUMENT);
+
+    td_checkpoint_close(c);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
 /* ---- lifetimes ---- */
 
 /* A trainer released by its mesh's destroy and a checkpoint released by
@@ -325,6 +386,7 @@ Test(checkpoint_files, released_trainers_and_checkpoints_answer_state)
 
     td_context_destroy(ctx);
     cr_assert_eq(td_checkpoint_metadata(c, "tandem.format", &value), TD_ERR_STATE);
+    cr_assert_null(value, "a released checkpoint left the earlier answer, which points into its freed header");
     cr_assert_eq(td_checkpoint_restore(c, t), TD_ERR_STATE);
     td_checkpoint_close(c);
     td_trainer_destroy(t);
