@@ -67,7 +67,12 @@ typedef struct td_checkpoint_options {
 TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
 
 /* Writes the trainer's state to `path` atomically (see above); an existing
- * file there is replaced only once the new one is complete on disk. The
+ * file there is replaced only once the new one is complete on disk. Only a
+ * regular file is replaced: a directory, device node, FIFO, socket or
+ * symbolic link at `path` is TD_ERR_INVALID_ARGUMENT naming the path and
+ * what it is, checked before anything is written and again right before
+ * the rename, and is left as it was (a link is refused, not followed: the
+ * rename would replace the link, not the file it points at). The
  * trainer must be between accumulation rounds (td_train_progress.accumulated
  * == 0), else TD_ERR_STATE: a checkpoint never holds half a round. I/O
  * failures are TD_ERR_IO naming the path and the system's reason; nothing
@@ -75,7 +80,8 @@ TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
 TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const td_checkpoint_options *options);
 
 /* td_checkpoint_save to "<dir>/ckpt-<updates>.safetensors" (the update
- * count zero-padded to 8 digits, so names sort by step), then removes the
+ * count zero-padded to 8 digits, so names sort by step; the same refusal
+ * when that name is not a regular file or absent), then removes the
  * oldest checkpoints beyond options->keep, and temporary files left by
  * writers that died. `dir` must exist. The file's path goes to path[0..
  * capacity-1] when path is not NULL (TD_ERR_INVALID_ARGUMENT, before

@@ -93,6 +93,20 @@ if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1
   fail "an unwritable --trace path is not named: $(cat err)"
 fi
 
+# --trace onto something that is not a regular file: refused by name before
+# the run, the node left as it was (a scratch node here, never one in /dev).
+mkfifo trace-fifo
+if expect_rc 1 "--trace onto a FIFO" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace trace-fifo &&
+  ! grep -q "trace-fifo is a FIFO" err; then
+  fail "a FIFO at the --trace path is not named: $(cat err)"
+fi
+[ -p trace-fifo ] || fail "--trace replaced the FIFO at its path"
+if mknod trace-node c 1 3 2>/dev/null; then
+  expect_rc 1 "--trace onto a character device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+    --trace trace-node || true
+  [ -c trace-node ] || fail "--trace replaced the character device at its path"
+fi
+
 echo "== linreg"
 if expect_rc 0 "linreg" "$tandem" train --model linreg --devices cpu:2 --epochs 3; then
   python3 -c 'import json,sys; r=json.loads(open("out").read().strip().splitlines()[-1]); sys.exit(0 if r["test_loss"] < 0.05 and r["replicas_bitwise_identical"] else 1)' ||
