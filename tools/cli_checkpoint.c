@@ -109,6 +109,34 @@ static bool read_float(const char *command, const td_checkpoint *ck, const char 
     return true;
 }
 
+/* How the run scaled its inputs: one of td_cli_inputs, as a static string.
+ * The one key a tandem file may lack: it came with standardized inputs,
+ * and every run before it fed raw pixels (/ 255), so an absent key reads
+ * as "raw" -- what that run trained on. A value this tandem does not know
+ * is refused by name rather than guessed. */
+static bool read_inputs(const char *command, const td_checkpoint *ck, const char **out)
+{
+    const char *v = NULL;
+    td_status s = td_checkpoint_metadata(ck, "inputs", &v);
+    if (s != TD_OK) {
+        fprintf(stderr, "tandem %s: reading checkpoint metadata 'inputs': %s\n", command, td_status_describe(s));
+        return false;
+    }
+    if (!v) {
+        *out = "raw";
+        return true;
+    }
+    for (size_t i = 0; td_cli_inputs[i]; i++)
+        if (strcmp(td_cli_inputs[i], v) == 0) {
+            *out = td_cli_inputs[i];
+            return true;
+        }
+    fprintf(stderr, "tandem %s: checkpoint metadata 'inputs' is '%s', which this tandem does not know (expected raw or "
+                    "standardized)\n",
+            command, v);
+    return false;
+}
+
 /* The file's config into *c, field by field. */
 static bool read_config(const char *command, const td_checkpoint *ck, td_cli_config *c, td_cli_saved_config *st,
                         td_cli_position *at)
@@ -135,11 +163,8 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     c->data = st->data;
     c->seed = (uint64_t)seed;
     c->batch_norm = batch_norm != 0;
-    /* Checkpoints written before inputs were standardized have no key: raw. */
-    const char *inputs = NULL;
-    c->inputs = td_checkpoint_metadata(ck, "inputs", &inputs) == TD_OK && strcmp(inputs, "standardized") == 0
-                    ? "standardized"
-                    : "raw";
+    if (!read_inputs(command, ck, &c->inputs))
+        return false;
     at->epoch = (uint64_t)epoch;
     at->position = (uint64_t)position;
     return true;

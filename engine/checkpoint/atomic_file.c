@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "td_atomic_file.h"
+#include "td_file_replace.h"
 
 static td_write_stage crash_stage = TD_WRITE_STAGE_NONE;
 static atomic_uint temp_counter;
@@ -49,15 +50,20 @@ static void release(td_atomic_file *f)
     f->stream = NULL;
 }
 
-td_status td_atomic_file_create(td_context *ctx, const char *path, td_atomic_file *f)
+td_status td_atomic_file_create(td_context *ctx, const char *who, const char *path, td_atomic_file *f)
 {
     memset(f, 0, sizeof *f);
     f->ctx = ctx;
+    f->who = who;
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     if (*base == '\0')
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "checkpoint path '%s' names a directory, expected a file",
                             path);
+    /* Before the temporary file exists: a refused path leaves nothing. */
+    td_status refused = td_file_check_replaceable(ctx, who, path);
+    if (refused != TD_OK)
+        return refused;
     const size_t dir_len = slash ? (size_t)(slash - path) : 1;
     const size_t temp_cap = strlen(path) + 64;
     f->final_path = copy_string(ctx, path, strlen(path));
@@ -145,16 +151,21 @@ td_status td_atomic_file_commit(td_atomic_file *f)
         err = errno;
     }
     f->stream = NULL;
+    td_status refused = TD_OK;
     if (!failed) {
         td_atomic_file_reached(f, TD_WRITE_STAGE_BEFORE_RENAME);
-        if (rename(f->temp_path, f->final_path) != 0) {
+        /* Again right before the rename: the path may have become
+         * something else while the file was written. */
+        refused = td_file_check_replaceable(ctx, f->who, f->final_path);
+        if (refused == TD_OK && rename(f->temp_path, f->final_path) != 0) {
             failed = "renaming it into place";
             err = errno;
         }
     }
-    if (failed) {
-        td_status s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: %s %s: %s", f->final_path, failed, f->temp_path,
-                                   strerror(err));
+    if (failed || refused != TD_OK) {
+        td_status s = failed ? td_error_set(ctx, TD_ERR_IO, "checkpoint %s: %s %s: %s", f->final_path, failed,
+                                            f->temp_path, strerror(err))
+                             : refused;
         unlink(f->temp_path);
         release(f);
         return s;

@@ -122,6 +122,10 @@ td_status td_checkpoint_path(const td_checkpoint *c, const char **path)
 
 td_status td_checkpoint_metadata(const td_checkpoint *c, const char *key, const char **value)
 {
+    /* Cleared first, so a caller that tests only the pointer never reads
+     * an earlier answer -- one that may point into a closed file. */
+    if (value)
+        *value = NULL;
     td_status live = check_checkpoint(c, "td_checkpoint_metadata");
     if (live != TD_OK)
         return live;

@@ -82,11 +82,11 @@ static td_status write_tensor(td_atomic_file *f, td_trainer *t, const float *mas
     return s;
 }
 
-static td_status write_file(td_trainer *t, const td_trainer_view *v, const char *path, const char *header,
-                            size_t header_bytes, const td_ckpt_tensor *tensors, uint32_t n)
+static td_status write_file(td_trainer *t, const td_trainer_view *v, const char *who, const char *path,
+                            const char *header, size_t header_bytes, const td_ckpt_tensor *tensors, uint32_t n)
 {
     td_atomic_file f;
-    td_status s = td_atomic_file_create(v->ctx, path, &f);
+    td_status s = td_atomic_file_create(v->ctx, who, path, &f);
     if (s != TD_OK)
         return s;
     s = td_atomic_file_write(&f, header, header_bytes);
@@ -166,7 +166,7 @@ static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_
     size_t header_bytes = 0;
     s = td_st_header_build(v.ctx, who, n, st, n_meta, keys, values, &header, &header_bytes);
     if (s == TD_OK)
-        s = write_file(t, &v, path, header, header_bytes, tensors, n);
+        s = write_file(t, &v, who, path, header, header_bytes, tensors, n);
     td_free(v.ctx, header);
 done:
     td_free(v.ctx, keys);

@@ -15,20 +15,26 @@
 
 typedef struct td_atomic_file {
     td_context *ctx;
+    const char *who; /* the public call, for messages (a static string) */
     FILE *stream;
     char *final_path;
     char *temp_path;
     char *dir; /* the final path's directory, for its fsync */
 } td_atomic_file;
 
-/* Creates the temporary file next to `path`. TD_ERR_IO naming the path and
- * the system's reason when it cannot. */
-td_status td_atomic_file_create(td_context *ctx, const char *path, td_atomic_file *f);
+/* Creates the temporary file next to `path`. Only a regular file or
+ * nothing at `path` may be replaced (td_file_replace.h): anything else is
+ * TD_ERR_INVALID_ARGUMENT naming `who`, the path and what is there, before
+ * any file is created, and td_atomic_file_commit checks again before its
+ * rename. TD_ERR_IO naming the path and the system's reason when the
+ * temporary file cannot be created. */
+td_status td_atomic_file_create(td_context *ctx, const char *who, const char *path, td_atomic_file *f);
 /* Appends bytes (buffered). */
 td_status td_atomic_file_write(td_atomic_file *f, const void *data, size_t bytes);
-/* Flushes, fsyncs and closes the temporary file, renames it to the final
- * path and fsyncs the directory; on any failure the temporary file is
- * removed. Releases f either way. */
+/* Flushes, fsyncs and closes the temporary file, checks the final path
+ * again (see td_atomic_file_create), renames the file to it and fsyncs the
+ * directory; on any failure the temporary file is removed. Releases f
+ * either way. */
 td_status td_atomic_file_commit(td_atomic_file *f);
 /* Closes and removes the temporary file; releases f. */
 void td_atomic_file_discard(td_atomic_file *f);

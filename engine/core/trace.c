@@ -6,13 +6,16 @@
  * than the kernels it times, and one list keeps the writer simple. Chunks
  * are never moved, so a recorded event's memory stays put. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "td_context_state.h"
+#include "td_file_replace.h"
 #include "td_mesh_internal.h"
 #include "td_trace.h"
 
@@ -20,6 +23,9 @@
 #define MAX_CHUNKS 512u /* 4 Mi events */
 #define MAX_DEPTH 32u
 #define LABEL_MAX 320
+
+/* Numbers the temporary files of this process's traces. */
+static atomic_uint temp_counter;
 
 typedef struct trace_event {
     const char *name, *category, *detail;
@@ -123,24 +129,40 @@ td_status td_trace_begin(td_context *ctx, const char *path)
     if (ctx->trace)
         return td_error_set(ctx, TD_ERR_STATE, "td_trace_begin: a trace to %s is already on; end it first",
                             ctx->trace->path);
+    td_status s = td_file_check_replaceable(ctx, "td_trace_begin", path);
+    if (s != TD_OK)
+        return s;
     td_trace *t = td_alloc_zeroed(ctx, sizeof *t);
     if (!t)
         return TD_OOM(ctx, "a trace", sizeof *t);
     t->ctx = ctx;
     pthread_mutex_init(&t->lock, NULL);
-    const size_t temp_bytes = strlen(path) + 32;
+    const size_t temp_bytes = strlen(path) + 48;
     t->path = copy_string(ctx, path);
     t->temp_path = td_alloc(ctx, temp_bytes);
     if (!t->path || !t->temp_path) {
         trace_free(t);
         return TD_OOM(ctx, "a trace's path", temp_bytes);
     }
-    snprintf(t->temp_path, temp_bytes, "%s.tmp.%ld", path, (long)getpid());
-    t->file = fopen(t->temp_path, "wb");
+    /* A new file of our own (O_EXCL): whatever already has the temporary
+     * name -- a stale file of an earlier process with this pid, a node, a
+     * link -- is never written through; the next name is tried instead. */
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 100; attempt++) {
+        snprintf(t->temp_path, temp_bytes, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&temp_counter, 1u));
+        fd = open(t->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    t->file = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!t->file) {
         int err = errno;
-        td_status s = td_error_set(ctx, TD_ERR_IO, "td_trace_begin: cannot create %s (for %s): %s", t->temp_path,
-                                   path, strerror(err));
+        if (fd >= 0) {
+            close(fd);
+            remove(t->temp_path);
+        }
+        s = td_error_set(ctx, TD_ERR_IO, "td_trace_begin: cannot create %s (for %s): %s", t->temp_path, path,
+                         strerror(err));
         trace_free(t);
         return s;
     }
@@ -347,13 +369,17 @@ td_status td_trace_end(td_context *ctx)
         failed = "fsync", err = errno;
     if (fclose(t->file) != 0 && !failed)
         failed = "close", err = errno;
-    if (!failed && rename(t->temp_path, t->path) != 0)
+    /* Checked again right before the rename: the path may have become
+     * something else while the trace was on. */
+    if (!failed)
+        s = td_file_check_replaceable(ctx, "td_trace_end", t->path);
+    if (!failed && s == TD_OK && rename(t->temp_path, t->path) != 0)
         failed = "rename", err = errno;
-    if (failed) {
-        remove(t->temp_path);
+    if (failed)
         s = td_error_set(ctx, TD_ERR_IO, "td_trace_end: %s of %s: %s", failed, failed[0] == 'r' ? t->path : t->temp_path,
                          strerror(err));
-    }
+    if (s != TD_OK)
+        remove(t->temp_path);
     trace_free(t);
     return s;
 }

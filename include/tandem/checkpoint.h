@@ -67,7 +67,12 @@ typedef struct td_checkpoint_options {
 TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
 
 /* Writes the trainer's state to `path` atomically (see above); an existing
- * file there is replaced only once the new one is complete on disk. The
+ * file there is replaced only once the new one is complete on disk. Only a
+ * regular file is replaced: a directory, device node, FIFO, socket or
+ * symbolic link at `path` is TD_ERR_INVALID_ARGUMENT naming the path and
+ * what it is, checked before anything is written and again right before
+ * the rename, and is left as it was (a link is refused, not followed: the
+ * rename would replace the link, not the file it points at). The
  * trainer must be between accumulation rounds (td_train_progress.accumulated
  * == 0), else TD_ERR_STATE: a checkpoint never holds half a round. I/O
  * failures are TD_ERR_IO naming the path and the system's reason; nothing
@@ -75,7 +80,8 @@ TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
 TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const td_checkpoint_options *options);
 
 /* td_checkpoint_save to "<dir>/ckpt-<updates>.safetensors" (the update
- * count zero-padded to 8 digits, so names sort by step), then removes the
+ * count zero-padded to 8 digits, so names sort by step; the same refusal
+ * when that name is not a regular file or absent), then removes the
  * oldest checkpoints beyond options->keep, and temporary files left by
  * writers that died. `dir` must exist. The file's path goes to path[0..
  * capacity-1] when path is not NULL (TD_ERR_INVALID_ARGUMENT, before
@@ -102,16 +108,23 @@ TD_API void td_checkpoint_close(td_checkpoint *checkpoint);
 /* The file's path (valid until close). */
 TD_API td_status td_checkpoint_path(const td_checkpoint *checkpoint, const char **path);
 
-/* *value = the metadata value of `key` (valid until close), or NULL when
- * the file has no such key. The trainer's own keys ("tandem.updates",
+/* *value = the metadata value of `key` (valid until close). An absent key
+ * is an answer, not an error: TD_OK with *value = NULL -- a file written
+ * before a key existed, or by another writer, lacks it -- so TD_OK alone
+ * does not mean the key is there; test *value, and give the caller's
+ * default (or a message naming the key) when it is NULL. On any failure
+ * (a NULL or closed checkpoint, a NULL key) *value is NULL too, when value
+ * is not NULL. The trainer's own keys ("tandem.updates",
  * "tandem.micro_steps", "tandem.allreduces", "tandem.optimizer",
  * "tandem.format", "tandem.version", "tandem.devices") are readable too. */
 TD_API td_status td_checkpoint_metadata(const td_checkpoint *checkpoint, const char *key, const char **value);
 
 /* The metadata value of `key` as a decimal unsigned 64-bit number (digits
- * only, as td_checkpoint_save writes counters): TD_ERR_INVALID_ARGUMENT when
- * the key is absent, TD_ERR_CORRUPT_DATA naming it when the value is not
- * such a number. */
+ * only, as td_checkpoint_save writes counters): TD_ERR_INVALID_ARGUMENT
+ * naming the key and the file when the key is absent (a number has no
+ * "none"; a caller for whom the key is optional asks
+ * td_checkpoint_metadata first), TD_ERR_CORRUPT_DATA naming it when the
+ * value is not such a number. *value is written only on TD_OK. */
 TD_API td_status td_checkpoint_metadata_u64(const td_checkpoint *checkpoint, const char *key, uint64_t *value);
 
 /* Loads the checkpoint into `trainer`, on any mesh: every parameter and

@@ -35,13 +35,20 @@
 extern "C" {
 #endif
 
-/* Starts recording. The file is created now (PATH.tmp beside PATH), so an
- * unwritable place is an error here, not after the run: TD_ERR_IO naming
- * the path. TD_ERR_STATE when a trace is already on. */
+/* Starts recording. The file is created now (a new PATH.tmp.<pid>.<n>
+ * beside PATH), so an unwritable place is an error here, not after the
+ * run: TD_ERR_IO naming the path. PATH must be a regular file or absent:
+ * a directory, device node, FIFO, socket or symbolic link there is
+ * TD_ERR_INVALID_ARGUMENT naming it and what it is (a link is not
+ * followed: the rename would replace the link itself). TD_ERR_STATE when
+ * a trace is already on. */
 TD_API td_status td_trace_begin(td_context *ctx, const char *path);
 
 /* Stops recording and writes the file: the temporary file is written,
  * flushed to disk and renamed over PATH, so PATH is never half-written.
+ * PATH is checked again right before the rename: what became something
+ * other than a regular file meanwhile is TD_ERR_INVALID_ARGUMENT as in
+ * td_trace_begin, left as it was, and the temporary file is removed.
  * TD_ERR_STATE when no trace is on. The events are released either way.
  * td_context_destroy ends a trace still on (the file is written). */
 TD_API td_status td_trace_end(td_context *ctx);

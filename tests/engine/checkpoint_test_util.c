@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "checkpoint_test_util.h"
@@ -65,4 +66,71 @@ int ckpt_test_count_prefixed(const char *dir, const char *prefix)
         n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
     closedir(d);
     return n;
+}
+
+bool ckpt_test_make_node(const char *path, ckpt_test_node kind)
+{
+    char target[600];
+    int rc = -1;
+    switch (kind) {
+    case CKPT_TEST_CHAR_DEVICE:
+        rc = mknod(path, S_IFCHR | 0600, makedev(1, 3));
+        break;
+    case CKPT_TEST_FIFO:
+        rc = mkfifo(path, 0600);
+        break;
+    case CKPT_TEST_DIRECTORY:
+        rc = mkdir(path, 0700);
+        break;
+    case CKPT_TEST_SYMLINK: {
+        snprintf(target, sizeof target, "%s.target", path);
+        FILE *f = fopen(target, "wb");
+        cr_assert(f, "create %s: %s", target, strerror(errno));
+        fputs("the link's target", f);
+        fclose(f);
+        rc = symlink(target, path);
+        break;
+    }
+    default:
+        cr_assert_fail("unknown node kind %d", (int)kind);
+    }
+    if (rc != 0 && kind == CKPT_TEST_CHAR_DEVICE && (errno == EPERM || errno == EACCES)) {
+        cr_log_warn("not testing a character device at %s: mknod: %s", path, strerror(errno));
+        return false;
+    }
+    cr_assert_eq(rc, 0, "making node kind %d at %s: %s", (int)kind, path, strerror(errno));
+    return true;
+}
+
+unsigned ckpt_test_node_type(ckpt_test_node kind)
+{
+    static const unsigned types[CKPT_TEST_NODE_KINDS] = {S_IFCHR, S_IFIFO, S_IFDIR, S_IFLNK};
+    return types[kind];
+}
+
+const char *ckpt_test_node_words(ckpt_test_node kind)
+{
+    static const char *const words[CKPT_TEST_NODE_KINDS] = {"is a character device", "is a FIFO", "is a directory",
+                                                            "is a symbolic link"};
+    return words[kind];
+}
+
+unsigned ckpt_test_type_at(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 ? (unsigned)(st.st_mode & S_IFMT) : 0u;
+}
+
+void ckpt_test_remove_node(const char *path, ckpt_test_node kind)
+{
+    if (kind == CKPT_TEST_DIRECTORY) {
+        rmdir(path);
+        return;
+    }
+    unlink(path);
+    if (kind == CKPT_TEST_SYMLINK) {
+        char target[600];
+        snprintf(target, sizeof target, "%s.target", path);
+        unlink(target);
+    }
 }

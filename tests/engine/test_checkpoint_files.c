@@ -1,13 +1,15 @@
 /* Checkpoint files: refusing corrupt and mismatched files (written by hand,
  * so the reader is tested against more than its own writer), refusing to
- * save half an accumulation round, and a process killed at five points of
- * a write. The model is the smallest trainable one: linear regression, one
- * parameter w. */
+ * save half an accumulation round, a process killed at five points of a
+ * write, refusing to replace what is not a regular file, and absent
+ * metadata keys. The model is the smallest trainable one: linear
+ * regression, one parameter w. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -291,6 +293,143 @@ Test(checkpoint_files, a_process_killed_while_writing_leaves_the_previous_checkp
     td_context_destroy(ctx);
 }
 
+/* ---- what a save may replace ---- */
+
+/* A linreg trainer (w [4, 1], plain SGD) on cpu:2, for the tests below
+ * that only need something to save. */
+static td_trainer *linreg_trainer(td_context *ctx)
+{
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    return t;
+}
+
+/* A device node, a FIFO, a directory or a symbolic link at the path is
+ * refused by name before anything is written, and is still there, as it
+ * was, afterwards: a save run as root to /dev/null must not turn the node
+ * into a file. */
+Test(checkpoint_files, a_path_that_is_not_a_regular_file_is_refused_and_left_alone)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    for (int k = 0; k < CKPT_TEST_NODE_KINDS; k++) {
+        const ckpt_test_node kind = (ckpt_test_node)k;
+        snprintf(path, sizeof path, "%s/node-%d", dir, k);
+        if (!ckpt_test_make_node(path, kind))
+            continue;
+        TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, ckpt_test_node_words(kind), td_checkpoint_save(t, path, NULL));
+        cr_assert(test_message_mentions(ctx, path), "the message does not name %s: %s", path, td_last_error(ctx));
+        cr_assert(test_message_mentions(ctx, "td_checkpoint_save: "), "%s", td_last_error(ctx));
+        cr_assert(test_message_mentions(ctx, "expected a regular file or no file"), "%s", td_last_error(ctx));
+        cr_assert_eq(ckpt_test_type_at(path), ckpt_test_node_type(kind), "kind %d: %s was replaced", k, path);
+        cr_assert_eq(ckpt_test_count_prefixed(dir, ".tmp-"), 0, "kind %d: a temporary file was written", k);
+        if (kind == CKPT_TEST_SYMLINK) {
+            char target[600];
+            snprintf(target, sizeof target, "%s.target", path);
+            size_t size = 0;
+            unsigned char *bytes = ckpt_test_read_whole(target, &size);
+            cr_assert(size == strlen("the link's target") && memcmp(bytes, "the link's target", size) == 0,
+                      "the link's target was written");
+            free(bytes);
+        }
+        ckpt_test_remove_node(path, kind);
+    }
+    /* The same rule under td_checkpoint_save_dir's own name for the file. */
+    snprintf(path, sizeof path, "%s/ckpt-00000000.safetensors", dir);
+    cr_assert(ckpt_test_make_node(path, CKPT_TEST_FIFO));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_save_dir: ", td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    cr_assert(test_message_mentions(ctx, "is a FIFO"), "%s", td_last_error(ctx));
+    cr_assert_eq(ckpt_test_type_at(path), (unsigned)S_IFIFO);
+    unlink(path);
+    /* A regular file is what a save replaces. */
+    snprintf(path, sizeof path, "%s/plain.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fputs("an older checkpoint", f);
+    fclose(f);
+    TEST_OK(ctx, td_checkpoint_save(t, path, NULL));
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    td_checkpoint_close(c);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* The path is looked at again right before the rename: what appeared
+ * there while the file was being written is refused and left alone, and
+ * the temporary file goes. */
+Test(checkpoint_files, a_path_that_changes_while_writing_is_checked_again_before_the_rename)
+{
+    td_context *ctx = test_context(0);
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/late", dir);
+    td_atomic_file f;
+    TEST_OK(ctx, td_atomic_file_create(ctx, "the test", path, &f));
+    TEST_OK(ctx, td_atomic_file_write(&f, "data", 4));
+    cr_assert(ckpt_test_make_node(path, CKPT_TEST_FIFO));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "the test: ", td_atomic_file_commit(&f));
+    cr_assert(test_message_mentions(ctx, "is a FIFO"), "%s", td_last_error(ctx));
+    cr_assert_eq(ckpt_test_type_at(path), (unsigned)S_IFIFO, "the FIFO was replaced");
+    cr_assert_eq(ckpt_test_count_prefixed(dir, ".tmp-"), 0, "the temporary file was left behind");
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* ---- metadata ---- */
+
+/* A key the file lacks (every checkpoint written before the key existed,
+ * or by another writer) is TD_OK with a NULL value; a failed lookup leaves
+ * NULL too, never the previous answer; a number the file lacks is an error
+ * naming the key. */
+Test(checkpoint_files, an_absent_metadata_key_is_null_and_a_failed_lookup_leaves_no_value)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/old.safetensors", dir);
+    const td_checkpoint_entry pairs[] = {{"model", "linreg"}, {"epoch", "3"}};
+    td_checkpoint_options o;
+    td_checkpoint_options_init(&o);
+    o.n_metadata = 2;
+    o.metadata = pairs;
+    TEST_OK(ctx, td_checkpoint_save(t, path, &o));
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+
+    const char *value = "an earlier answer";
+    TEST_OK(ctx, td_checkpoint_metadata(c, "inputs", &value));
+    cr_assert_null(value, "an absent key gave '%s'", value);
+    uint64_t number = 42;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "no metadata key 'inputs'",
+               td_checkpoint_metadata_u64(c, "inputs", &number));
+    cr_assert(test_message_mentions(ctx, path), "%s", td_last_error(ctx));
+    cr_assert_eq(number, 42u, "a failed number lookup wrote its out-parameter");
+
+    TEST_OK(ctx, td_checkpoint_metadata(c, "model", &value));
+    cr_assert(value && strcmp(value, "linreg") == 0);
+    TEST_OK(ctx, td_checkpoint_metadata_u64(c, "epoch", &number));
+    cr_assert_eq(number, 3u);
+
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "key or value is NULL", td_checkpoint_metadata(c, NULL, &value));
+    cr_assert_null(value, "a refused lookup left the previous answer");
+    value = "an earlier answer";
+    cr_assert_eq(td_checkpoint_metadata(NULL, "model", &value), TD_ERR_INVALID_ARGUMENT);
+    cr_assert_null(value, "a lookup on no checkpoint left the previous answer");
+    cr_assert_eq(td_checkpoint_metadata(c, "model", NULL), TD_ERR_INVALID_ARGUMENT);
+
+    td_checkpoint_close(c);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
 /* ---- lifetimes ---- */
 
 /* A trainer released by its mesh's destroy and a checkpoint released by
@@ -325,6 +464,7 @@ Test(checkpoint_files, released_trainers_and_checkpoints_answer_state)
 
     td_context_destroy(ctx);
     cr_assert_eq(td_checkpoint_metadata(c, "tandem.format", &value), TD_ERR_STATE);
+    cr_assert_null(value, "a released checkpoint left the earlier answer, which points into its freed header");
     cr_assert_eq(td_checkpoint_restore(c, t), TD_ERR_STATE);
     td_checkpoint_close(c);
     td_trainer_destroy(t);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint_test_util.h"
@@ -348,6 +349,53 @@ Test(trace, api_contract)
     remove(path);
     rmdir(dir);
     free(dir);
+}
+
+/* How many entries of dir start with "<name>.tmp" (the trace's temporary files). */
+static int count_temporaries(const char *dir, const char *name)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s.tmp", name);
+    return ckpt_test_count_prefixed(dir, prefix);
+}
+
+/* A device node, a FIFO, a directory or a symbolic link at the trace's
+ * path is refused by name when the trace begins -- before its temporary
+ * file is created -- and again when it ends, should one appear meanwhile;
+ * either way the node is left as it was. */
+Test(trace, a_path_that_is_not_a_regular_file_is_refused_and_left_alone)
+{
+    td_context *ctx = test_context(0);
+    char *dir = ckpt_test_temp_dir();
+    char path[512], name[32];
+    for (int k = 0; k < CKPT_TEST_NODE_KINDS; k++) {
+        const ckpt_test_node kind = (ckpt_test_node)k;
+        snprintf(name, sizeof name, "node-%d", k);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (!ckpt_test_make_node(path, kind))
+            continue;
+        TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, ckpt_test_node_words(kind), td_trace_begin(ctx, path));
+        cr_assert(test_message_mentions(ctx, path), "the message does not name %s: %s", path, td_last_error(ctx));
+        cr_assert(test_message_mentions(ctx, "td_trace_begin: "), "%s", td_last_error(ctx));
+        cr_assert(test_message_mentions(ctx, "expected a regular file or no file"), "%s", td_last_error(ctx));
+        cr_assert(!td_trace_active(ctx));
+        cr_assert_eq(ckpt_test_type_at(path), ckpt_test_node_type(kind), "kind %d: %s was replaced", k, path);
+        cr_assert_eq(count_temporaries(dir, name), 0, "kind %d: a temporary file was created", k);
+        ckpt_test_remove_node(path, kind);
+    }
+
+    snprintf(path, sizeof path, "%s/late.json", dir);
+    TEST_OK(ctx, td_trace_begin(ctx, path));
+    TEST_OK(ctx, td_trace_span_begin(ctx, "work"));
+    TEST_OK(ctx, td_trace_span_end(ctx));
+    cr_assert(ckpt_test_make_node(path, CKPT_TEST_FIFO));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_trace_end: ", td_trace_end(ctx));
+    cr_assert(test_message_mentions(ctx, "is a FIFO"), "%s", td_last_error(ctx));
+    cr_assert(!td_trace_active(ctx), "a refused end leaves the trace off");
+    cr_assert_eq(ckpt_test_type_at(path), (unsigned)S_IFIFO, "the FIFO was replaced");
+    cr_assert_eq(count_temporaries(dir, "late.json"), 0, "the temporary file was left behind");
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
 }
 
 Test(trace, off_leaves_no_file_and_the_same_results)

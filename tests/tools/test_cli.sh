@@ -44,6 +44,25 @@ json_field() { # json_field FILE KEY: KEY of the file's last line (a JSON object
   python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"
 }
 
+# with_metadata SOURCE TARGET KEY [VALUE]: TARGET is the checkpoint SOURCE with
+# KEY removed from its metadata, or set to VALUE (what another writer, or an
+# older tandem, could have written); the tensors' bytes are unchanged.
+with_metadata() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+source, target, key = sys.argv[1:4]
+raw = open(source, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+if len(sys.argv) > 4:
+    header["__metadata__"][key] = sys.argv[4]
+else:
+    del header["__metadata__"][key]
+text = json.dumps(header).encode()
+open(target, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+}
+
 echo "== help"
 for sub in "" train eval plot devices; do
   if expect_rc 0 "tandem $sub --help" "$tandem" $sub --help && ! grep -q "usage" out; then
@@ -72,6 +91,20 @@ fi
 if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace /nonexistent-dir/t.json &&
   ! grep -q "/nonexistent-dir/t.json" err; then
   fail "an unwritable --trace path is not named: $(cat err)"
+fi
+
+# --trace onto something that is not a regular file: refused by name before
+# the run, the node left as it was (a scratch node here, never one in /dev).
+mkfifo trace-fifo
+if expect_rc 1 "--trace onto a FIFO" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace trace-fifo &&
+  ! grep -q "trace-fifo is a FIFO" err; then
+  fail "a FIFO at the --trace path is not named: $(cat err)"
+fi
+[ -p trace-fifo ] || fail "--trace replaced the FIFO at its path"
+if mknod trace-node c 1 3 2>/dev/null; then
+  expect_rc 1 "--trace onto a character device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+    --trace trace-node || true
+  [ -c trace-node ] || fail "--trace replaced the character device at its path"
 fi
 
 echo "== linreg"
@@ -146,9 +179,9 @@ for tid in (1, 2):
     assert {"step", "evaluate", "upload host->device", "matmul", "all-reduce", "reduce-scatter", "all-gather",
             "optimizer"} <= names[tid], names[tid]
 PY
+  trained=$(json_field train.out test_loss)
   echo "== eval on another mesh"
   if expect_rc 0 "eval cpu:4" "$tandem" eval --checkpoint ck --devices cpu:4; then
-    trained=$(json_field train.out test_loss)
     evaluated=$(json_field out test_loss)
     python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4*max(1,abs(a)) else 1)' "$trained" "$evaluated" ||
       fail "eval on cpu:4 gives test loss $evaluated, training on cpu:2 gave $trained"
@@ -160,6 +193,31 @@ PY
       fail "eval on cpu:3 (uneven shares) gives test loss $evaluated, training on cpu:2 gave $trained"
   fi
   expect_rc 0 "eval cpu:3 --batch 63" "$tandem" eval --checkpoint ck --devices cpu:3 --batch 63 || true
+
+  echo "== a checkpoint without the 'inputs' key (written before it existed, or by another writer)"
+  mkdir old
+  with_metadata ck/ckpt-00000010.safetensors old/ckpt-00000010.safetensors inputs
+  # Such files predate standardized inputs: they read as raw, the mlp's default, so eval agrees with training.
+  if expect_rc 0 "eval without 'inputs'" "$tandem" eval --checkpoint old --devices cpu:2; then
+    evaluated=$(json_field out test_loss)
+    python3 -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4*max(1,abs(a)) else 1)' "$trained" "$evaluated" ||
+      fail "eval of a checkpoint without 'inputs' gives test loss $evaluated, training gave $trained"
+  fi
+  expect_usage_error "--inputs" "resume without 'inputs', standardized asked" "$tandem" train --devices cpu:2 --epochs 3 \
+    --checkpoint old --resume --inputs standardized
+  if expect_rc 0 "resume without 'inputs'" "$tandem" train --devices cpu:2 --epochs 3 --checkpoint old --resume; then
+    python3 - old/ckpt-00000015.safetensors <<'PY' || fail "the run resumed from a checkpoint without 'inputs' does not record raw inputs"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+sys.exit(0 if json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]["inputs"] == "raw" else 1)
+PY
+  fi
+  mkdir odd
+  with_metadata ck/ckpt-00000010.safetensors odd/ckpt-00000010.safetensors inputs whitened
+  if expect_rc 1 "eval with an unknown 'inputs'" "$tandem" eval --checkpoint odd --devices cpu:2 &&
+    ! grep -q "'inputs' is 'whitened'" err; then
+    fail "an unknown 'inputs' value is not named: $(cat err)"
+  fi
 
   echo "== resume"
   expect_usage_error "already holds" "a new run in a used directory" "$tandem" train "${mlp[@]}" --devices cpu:2 --checkpoint ck
