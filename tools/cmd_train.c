@@ -7,7 +7,9 @@
  * the same mesh). SIGINT and SIGTERM only raise a flag; the loop checks it
  * between steps, finishes the accumulation round if one is open (a
  * checkpoint never holds half a round), writes a checkpoint and exits with
- * 128 + the signal's number. */
+ * 128 + the signal's number. An epoch's checkpoint is written before its
+ * evaluation on the test set, so an evaluation that fails never costs the
+ * epoch's training. */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -49,6 +51,10 @@ static const char usage_text[] =
     "linreg on generated data (x ~ N(0,1), y = x w + b + noise). Exit codes: 0 done, 1 failed, 2 bad\n"
     "command line, 130 / 143 stopped by SIGINT / SIGTERM after its step (checkpoint written with\n"
     "--checkpoint).";
+
+typedef struct epoch_result {
+    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+} epoch_result;
 
 typedef struct train_run {
     td_cli_session s;
@@ -97,6 +103,33 @@ static int save(train_run *r, td_cli_position at, bool *saved)
     return TD_CLI_EXIT_OK;
 }
 
+/* The epoch's checkpoint line: written, or waiting for the accumulation
+ * round open at the epoch's end. */
+static void print_epoch_checkpoint(const train_run *r, bool saved)
+{
+    if (saved)
+        printf("checkpoint %s\n", r->path);
+    else
+        printf("checkpoint deferred: an accumulation round is open; it is written after the round\n");
+}
+
+/* Evaluates on the test set, saying on stderr when the mesh lost devices
+ * meanwhile (--on-device-loss continue: the evaluation went on without
+ * them, and so does training). */
+static td_status evaluate_epoch(train_run *r, uint64_t epoch, epoch_result *last)
+{
+    td_cli_session *s = &r->s;
+    uint32_t before = 0, after = 0;
+    td_mesh_size(s->mesh, &before);
+    td_status st = td_cli_session_evaluate(s, &s->test, s->test.count, &last->test_loss, &last->test_accuracy);
+    td_mesh_size(s->mesh, &after);
+    td_cli_progress_clear(&r->progress);
+    if (after < before)
+        fprintf(stderr, "tandem train: evaluating epoch %llu: %u device(s) lost, continuing on %u\n",
+                (unsigned long long)epoch + 1, before - after, after);
+    return st;
+}
+
 static void print_header(const train_run *r, td_cli_position start)
 {
     const td_cli_config *c = &r->s.config;
@@ -110,10 +143,6 @@ static void print_header(const train_run *r, td_cli_position start)
                (unsigned long long)start.epoch + 1, (unsigned long long)start.position, r->s.steps_per_epoch);
     fflush(stdout);
 }
-
-typedef struct epoch_result {
-    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
-} epoch_result;
 
 /* Runs the whole loop from `start`; returns an exit code. */
 static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
@@ -186,9 +215,20 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         last->train_accuracy = examples > 0 ? acc_sum / examples : 0.0;
         last->seconds = train_seconds;
         last->samples_per_second = train_seconds > 0 ? examples / train_seconds : 0.0;
-        if ((st = td_cli_session_evaluate(s, &s->test, s->test.count, &last->test_loss, &last->test_accuracy)) != TD_OK)
+        /* The epoch's checkpoint before its evaluation: it holds the
+         * training, which an evaluation that fails must not take with it. */
+        saved = false;
+        if (c->checkpoint) {
+            const td_cli_position at = {epoch + 1, 0};
+            if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
+                return rc;
+            want_save = !saved;
+        }
+        if ((st = evaluate_epoch(r, epoch, last)) != TD_OK) {
+            if (c->checkpoint)
+                print_epoch_checkpoint(r, saved);
             return td_cli_fail("train", s->ctx, st, "evaluating on the test set");
-        td_cli_progress_clear(&r->progress);
+        }
         if (s->classifier)
             printf("epoch %llu/%lld: train loss %.4f accuracy %.4f, test loss %.4f accuracy %.4f, %.1f s, %.0f "
                    "samples/s\n",
@@ -204,16 +244,8 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
             .samples_per_second = last->samples_per_second, .has_accuracy = s->classifier};
         td_cli_metrics_epoch(&r->metrics, &rec);
         td_trace_span_end(s->ctx);
-        if (c->checkpoint) {
-            const td_cli_position at = {epoch + 1, 0};
-            if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
-                return rc;
-            if (saved)
-                printf("checkpoint %s\n", r->path);
-            else
-                printf("checkpoint deferred: an accumulation round is open; it is written after the round\n");
-            want_save = !saved;
-        }
+        if (c->checkpoint)
+            print_epoch_checkpoint(r, saved);
         fflush(stdout);
         if (stop_signal && (!c->checkpoint || !want_save)) {
             printf("interrupted after epoch %llu%s\n", (unsigned long long)epoch + 1,

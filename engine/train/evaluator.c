@@ -5,13 +5,20 @@
  * from the bound mask on the host, where it already is) makes the tally an
  * average over exactly the valid examples of the whole data set, however
  * the last batch was padded. Sums are kept in double: a data set of many
- * batches must not drift with the batch count. */
+ * batches must not drift with the batch count.
+ *
+ * The evaluator shares the trainer's mesh. With on_device_loss = continue
+ * a batch that failed because a device was lost runs again on the
+ * survivors, as a step does; the mesh's drop marks every object on it --
+ * the trainer too -- to plan again for the survivors before its next
+ * use. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tandem/eval.h"
 #include "td_balance.h"
+#include "td_survivors.h"
 #include "td_trace.h"
 #include "td_trainer_internal.h"
 
@@ -27,6 +34,8 @@ struct td_evaluator {
     double weight;  /* valid examples so far */
     uint64_t batch; /* the sharded inputs' common batch (0: none; each divides evenly) */
     uint32_t *rows; /* its even shares over the mesh's devices */
+    td_on_device_loss on_device_loss;
+    uint64_t batches; /* runs since the last load or reset, for messages */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -170,6 +179,21 @@ td_status td_evaluator_reset(td_evaluator *e)
         return s;
     memset(e->sums, 0, sizeof *e->sums * e->n_metrics);
     e->weight = 0.0;
+    e->batches = 0;
+    return TD_OK;
+}
+
+td_status td_evaluator_set_on_device_loss(td_evaluator *e, td_on_device_loss policy)
+{
+    td_status s = check_evaluator(e, "td_evaluator_set_on_device_loss");
+    if (s != TD_OK)
+        return s;
+    if (policy != TD_ON_DEVICE_LOSS_FAIL && policy != TD_ON_DEVICE_LOSS_CONTINUE)
+        return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_evaluator_set_on_device_loss: policy %d, expected TD_ON_DEVICE_LOSS_FAIL (0) or "
+                            "_CONTINUE (1)",
+                            (int)policy);
+    e->on_device_loss = policy;
     return TD_OK;
 }
 
@@ -206,19 +230,43 @@ td_status td_evaluator_load(td_evaluator *e, const td_trainer *t)
     return s;
 }
 
+static td_status run_batch(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings)
+{
+    td_trace *tr = td_trace_of(e->ctx);
+    const uint64_t begin = tr ? td_trace_now() : 0;
+    td_status s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
+    if (tr)
+        td_trace_span(tr, TD_TRACE_HOST, "host", "evaluate", NULL, begin, td_trace_now(), 0);
+    e->n_devices = td_program_device_count(e->program); /* fewer after the mesh dropped lost devices */
+    return s;
+}
+
+/* After the mesh dropped devices: the program plans for the survivors now
+ * (with the parameters it read back before the drop), so that a failure
+ * to plan is told as the reason the evaluation cannot go on. */
+static td_status replan_evaluator(void *evaluator)
+{
+    td_evaluator *e = evaluator;
+    return td_program_refresh(e->program);
+}
+
 td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings)
 {
     td_status s = check_evaluator(e, "td_evaluator_run");
     if (s != TD_OK)
         return s;
-    td_trace *tr = td_trace_of(e->ctx);
-    const uint64_t begin = tr ? td_trace_now() : 0;
-    s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
-    if (tr)
-        td_trace_span(tr, TD_TRACE_HOST, "host", "evaluate", NULL, begin, td_trace_now(), 0);
-    e->n_devices = td_program_device_count(e->program); /* fewer after the mesh dropped lost devices */
-    if (s != TD_OK)
-        return s;
+    e->batches++;
+    /* A batch changes nothing on the devices, so one that failed for a
+     * lost device runs again, whole, on the survivors. */
+    while ((s = run_batch(e, n_bindings, bindings)) != TD_OK) {
+        char what[48];
+        snprintf(what, sizeof what, "evaluation batch %llu", (unsigned long long)e->batches);
+        uint32_t dropped;
+        s = td_continue_on_survivors(td_program_mesh(e->program), e->on_device_loss, s, what, replan_evaluator, e,
+                                     &dropped);
+        if (s != TD_OK)
+            return s;
+    }
     /* The run checked the bindings: the mask is bound, f32, of its shape. */
     const td_tensor *mask = NULL;
     for (uint32_t i = 0; i < n_bindings; i++)

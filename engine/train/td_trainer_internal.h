@@ -11,7 +11,8 @@
 const float *td_trainer_master(const td_trainer *t);
 const td_program *td_trainer_program(const td_trainer *t);
 /* TD_ERR_STATE naming `fn` when the trainer was released with its mesh or
- * context, else TD_OK. */
+ * context, or when the mesh dropped devices and the trainer cannot plan
+ * for the rest (it plans here when it can), else TD_OK. */
 td_status td_trainer_check_live(const td_trainer *t, const char *fn);
 
 /* What a checkpoint holds of a trainer besides the arrays: the optimizer

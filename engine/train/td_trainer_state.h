@@ -72,7 +72,7 @@ struct td_trainer {
     uint32_t n_owners;    /* devices the owners and accumulators were made for */
     bool stale;           /* the mesh dropped devices: trainer_refresh before use */
     float *flat_state;    /* the optimizer state across a mesh change */
-    uint32_t devices_lost;   /* dropped from the mesh by on_device_loss = continue */
+    uint32_t devices_lost;   /* dropped from the mesh (on_device_loss = continue) by a step or an evaluation */
     uint32_t lost_this_step; /* during the current td_trainer_step */
     td_step_fn on_step;   /* td_trainer_on_step */
     void *on_step_user;
@@ -94,8 +94,9 @@ struct td_trainer {
 
 /* The first check of every call on a trainer: not NULL, not released. */
 td_status td_trainer_check(const td_trainer *t, const char *fn);
-/* Calls that read the owners' chunks need them: TD_ERR_STATE naming `fn`
- * when the mesh dropped devices and the trainer has not planned again. */
+/* Calls that read the owners' chunks or the devices need the trainer
+ * planned for the mesh's devices: after the mesh dropped some, plans
+ * again (td_trainer_refresh); TD_ERR_STATE naming `fn` when it cannot. */
 td_status td_trainer_check_planned(const td_trainer *t, const char *fn);
 /* Output `index` (0 the loss, then the metrics) over the devices: the mean
  * weighted by the devices' shares of the batch. */

@@ -204,6 +204,8 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
 td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *value)
 {
     td_status s = td_trainer_check(t, "td_trainer_set_param");
+    if (s == TD_OK)
+        s = td_trainer_check_planned(t, "td_trainer_set_param"); /* the devices it writes are the mesh's now */
     if (s != TD_OK)
         return s;
     s = td_program_set_param_for(t->program, param, value, "td_trainer_set_param");
@@ -219,6 +221,8 @@ td_status td_trainer_set_param(td_trainer *t, td_node param, const td_tensor *va
 td_status td_trainer_read_param(td_trainer *t, td_node param, uint32_t device, td_tensor *out)
 {
     td_status s = td_trainer_check(t, "td_trainer_read_param");
+    if (s == TD_OK)
+        s = td_trainer_check_planned(t, "td_trainer_read_param");
     if (s != TD_OK)
         return s;
     return td_program_read_param_for(t->program, param, device, out, "td_trainer_read_param");

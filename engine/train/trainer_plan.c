@@ -82,13 +82,24 @@ void td_trainer_free_accumulators(td_trainer *t)
     t->accum = NULL;
 }
 
-/* td_owned.before_shrink: the mesh is about to drop lost devices. The
+/* td_owned.before_shrink: the mesh is about to drop lost devices, found
+ * by this trainer's step or by another object on the mesh (an evaluator).
+ * The lost devices are counted and their shares of the split go; the
  * optimizer state leaves the ranks' chunks for one flat copy, the
  * accumulated gradients are dropped (a failed step drops them anyway) and
- * the program lets go of the devices; td_trainer_refresh plans it all again. */
+ * the program lets go of the devices; td_trainer_refresh plans it all
+ * again. A trainer already waiting to plan (a second drop before its next
+ * use: two losses in one evaluation) has its state flat already: only the
+ * count and the split follow. */
 void td_trainer_before_shrink(td_owned *self)
 {
     td_trainer *t = (td_trainer *)self;
+    for (uint32_t d = 0; d < t->mesh->count; d++) {
+        t->keep[d] = !td_mesh_device_lost(t->mesh, d);
+        t->devices_lost += !t->keep[d];
+    }
+    td_balancer_shrink(&t->balance, t->keep);
+    t->rebalanced = false; /* a split found for the devices before */
     if (t->stale)
         return;
     const size_t floats = (size_t)t->state_floats * t->param_elems;
@@ -107,11 +118,6 @@ void td_trainer_before_shrink(td_owned *self)
     td_trainer_free_accumulators(t);
     t->micro = 0;
     t->has_outputs = false;
-    /* The split loses the lost devices' shares. */
-    for (uint32_t d = 0; d < t->n_owners; d++)
-        t->keep[d] = !td_mesh_device_lost(t->mesh, d);
-    td_balancer_shrink(&t->balance, t->keep);
-    t->rebalanced = false; /* a split found for the devices before */
     td_program_before_shrink(t->program);
     t->stale = true;
 }

@@ -8,16 +8,26 @@
 #include "tandem/train.h"
 #include "td_trainer_state.h"
 
-/* Calls that read the owners' chunks need them: after the mesh dropped
- * devices, the trainer plans them again in its next step. */
+/* Calls that need the owners' chunks or the devices' parameters need the
+ * trainer planned for the mesh as it is. After the mesh dropped devices --
+ * in a step of this trainer, or in a run of another object on it, such as
+ * an evaluator -- the first such call plans again. That re-plan moves the
+ * parameters and the optimizer state onto the survivors without changing
+ * a value a caller can read, so calls on a const trainer may make it (no
+ * trainer is ever a const object: every one is allocated by create). */
 td_status td_trainer_check_planned(const td_trainer *t, const char *fn)
 {
     if (!t->stale)
         return TD_OK;
+    td_trainer *planned = (td_trainer *)t;
+    td_status s = td_trainer_refresh(planned);
+    if (s == TD_OK)
+        return TD_OK;
+    char why[1024];
+    td_error_copy(t->ctx, why, sizeof why);
     return td_error_set(t->ctx, TD_ERR_STATE,
-                        "%s: the mesh dropped lost devices and the trainer has not planned for the %u left yet (its "
-                        "last td_trainer_step failed to); step again first",
-                        fn, t->mesh->count);
+                        "%s: the mesh dropped lost devices and the trainer has not planned for the %u left: %s", fn,
+                        t->mesh->count, why);
 }
 
 /* The first check of every call on a trainer: not NULL, not released. */
@@ -160,6 +170,8 @@ static uint64_t hash_bytes(uint64_t h, const void *data, size_t bytes)
 td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
 {
     td_status live = td_trainer_check(t, "td_trainer_replicas_identical");
+    if (live == TD_OK)
+        live = td_trainer_check_planned(t, "td_trainer_replicas_identical");
     if (live != TD_OK)
         return live;
     if (!identical)

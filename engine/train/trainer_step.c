@@ -7,12 +7,14 @@
  * rewritten from the master, so a failed step leaves no replica
  * half-updated and the state as it was. With on_device_loss = continue, a
  * step that failed because a device was lost drops the lost devices,
- * re-plans for the survivors (trainer_plan.c) and runs the same batch
- * again. */
+ * re-plans for the survivors (survivors.c, trainer_plan.c) and runs the
+ * same batch again. */
 #include <math.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "tandem/train.h"
+#include "td_survivors.h"
 #include "td_trace.h"
 #include "td_trainer_state.h"
 
@@ -50,14 +52,6 @@ void td_trainer_swap_in_staged(td_trainer *t)
         t->owners[r].state = t->owners[r].next_state;
         t->owners[r].next_state = st;
     }
-}
-
-static bool any_device_lost(td_trainer *t)
-{
-    for (uint32_t d = 0; d < t->mesh->count; d++)
-        if (td_mesh_device_lost(t->mesh, d))
-            return true;
-    return false;
 }
 
 static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
@@ -148,43 +142,32 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     return TD_OK;
 }
 
+static td_status replan_trainer(void *trainer)
+{
+    return td_trainer_refresh(trainer);
+}
+
 td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
 {
-    td_status live = td_trainer_check(t, "td_trainer_step");
-    if (live != TD_OK)
-        return live;
-    td_context *ctx = t->ctx;
-    if (t->stale && (live = td_trainer_refresh(t)) != TD_OK) {
-        char why[1024];
-        td_error_copy(ctx, why, sizeof why);
-        return td_error_set(ctx, live, "td_trainer_step: the mesh lost devices and the trainer cannot plan for the %u "
-                                       "left: %s", t->mesh->count, why);
-    }
+    td_status s = td_trainer_check(t, "td_trainer_step");
+    if (s == TD_OK)
+        s = td_trainer_check_planned(t, "td_trainer_step"); /* the mesh may have dropped devices since */
+    if (s != TD_OK)
+        return s;
     t->lost_this_step = 0;
     for (;;) {
-        td_status s = step_once(t, n_bindings, bindings, loss);
-        if (s == TD_OK || t->options.on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE || !any_device_lost(t))
+        s = step_once(t, n_bindings, bindings, loss);
+        if (s == TD_OK)
             return s;
         /* Continue on the survivors: drop the lost devices, plan for the
          * rest and run the same global batch again from the master
          * parameters (the failed attempt changed nothing). */
-        char cause[1024];
-        td_error_copy(ctx, cause, sizeof cause);
-        const uint32_t before = t->mesh->count;
-        uint32_t dropped = 0;
-        td_status d = td_mesh_drop_lost(t->mesh, &dropped);
-        if (d == TD_OK && dropped == 0)
+        char what[32];
+        snprintf(what, sizeof what, "step %llu", (unsigned long long)t->micro_steps + 1);
+        uint32_t dropped;
+        s = td_continue_on_survivors(t->mesh, t->options.on_device_loss, s, what, replan_trainer, t, &dropped);
+        if (s != TD_OK)
             return s;
-        if (d == TD_OK)
-            d = td_trainer_refresh(t);
-        if (d != TD_OK) {
-            char why[1024];
-            td_error_copy(ctx, why, sizeof why);
-            return td_error_set(ctx, d, "%s; continuing on the surviving devices failed: %s", cause, why);
-        }
-        t->devices_lost += dropped;
         t->lost_this_step += dropped;
-        td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the %u devices left of %u",
-               (unsigned long long)t->micro_steps + 1, cause, t->mesh->count, before);
     }
 }

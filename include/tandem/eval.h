@@ -43,9 +43,23 @@ TD_API td_status td_evaluator_load(td_evaluator *evaluator, const td_trainer *tr
 /* Forgets the batches run so far. */
 TD_API td_status td_evaluator_reset(td_evaluator *evaluator);
 
+/* What a batch does when a device of the mesh is lost during it (see
+ * td_trainer_options.on_device_loss): TD_ON_DEVICE_LOSS_FAIL (the default)
+ * returns the run's error; TD_ON_DEVICE_LOSS_CONTINUE drops the lost
+ * devices from the mesh, plans the evaluator for the survivors and runs
+ * the same batch again, so the tally goes on as if nothing happened (the
+ * result differs only by float summation order). The mesh is shared: a
+ * trainer on it plans for the survivors at its next call, and counts the
+ * dropped devices in td_train_progress.devices_lost. Give an evaluator the
+ * trainer's policy, or an evaluation can fail where training would go on.
+ * TD_ERR_INVALID_ARGUMENT for a value that is not a td_on_device_loss. */
+TD_API td_status td_evaluator_set_on_device_loss(td_evaluator *evaluator, td_on_device_loss policy);
+
 /* Runs one global batch (every needed input bound, the mask included) and
  * adds its metrics, weighted by the sum of its mask, to the tally. A batch
- * whose mask is all zero adds nothing. A failed run adds nothing either. */
+ * whose mask is all zero adds nothing. A failed run adds nothing either;
+ * a run that lost a device goes on as td_evaluator_set_on_device_loss
+ * says. */
 TD_API td_status td_evaluator_run(td_evaluator *evaluator, uint32_t n_bindings, const td_binding *bindings);
 
 /* values[i] = metric i averaged over the valid examples of the batches run

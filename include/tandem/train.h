@@ -76,7 +76,10 @@ typedef struct td_trainer_options {
      * parameters -- the step then succeeds, and td_train_progress and the
      * step report count the devices lost. The global batch must divide by
      * the survivors' count. Gradients accumulated in an open round are
-     * dropped (the round restarts). */
+     * dropped (the round restarts). An evaluator on the same mesh has a
+     * policy of its own (td_evaluator_set_on_device_loss); devices it drops
+     * are the trainer's to plan around at its next call, and are counted in
+     * td_train_progress.devices_lost too. */
     td_on_device_loss on_device_loss;
     /* The batch split. Every sharded input must then hold the same global
      * batch B on axis 0. EVEN gives every device B/N examples (when N does
@@ -116,7 +119,7 @@ typedef struct td_train_progress {
     uint32_t accumulated;
     bool updated;
     uint32_t devices;      /* devices the trainer runs on now */
-    uint32_t devices_lost; /* devices dropped by on_device_loss = continue */
+    uint32_t devices_lost; /* devices dropped by on_device_loss = continue (a step's or an evaluator's) */
 } td_train_progress;
 
 /* Where one device's time went in a step, in seconds on the host clock of

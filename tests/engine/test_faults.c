@@ -492,32 +492,48 @@ static void note_loss(void *user, const td_step_report *r)
     out->lost_at[r->micro_step - 1] = r->devices_lost;
 }
 
+/* linreg_init's model with a mask input, which an evaluator weights each
+ * batch by (the loss ignores it), trained with options `o`. */
+static void masked_linreg_init(td_context *ctx, td_mesh *mesh, const td_trainer_options *o, linreg *m, td_node *mask)
+{
+    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1}, md[1] = {BATCH};
+    td_node xw, pred;
+    TEST_OK(ctx, td_graph_create(ctx, &m->g));
+    TEST_OK(ctx, td_graph_input(m->g, "x", TD_F32, 2, xd, TD_SHARDED, &m->x));
+    TEST_OK(ctx, td_graph_input(m->g, "y", TD_F32, 2, yd, TD_SHARDED, &m->y));
+    TEST_OK(ctx, td_graph_input(m->g, "mask", TD_F32, 1, md, TD_SHARDED, mask));
+    TEST_OK(ctx, td_graph_param(m->g, "w", 2, wd, &m->w));
+    TEST_OK(ctx, td_graph_param(m->g, "b", 1, bd, &m->b));
+    TEST_OK(ctx, td_graph_matmul(m->g, m->x, m->w, &xw));
+    TEST_OK(ctx, td_graph_add(m->g, xw, m->b, &pred));
+    TEST_OK(ctx, td_graph_mse(m->g, pred, m->y, &m->loss));
+    td_node params[2] = {m->w, m->b};
+    TEST_OK(ctx, td_trainer_create(m->g, mesh, m->loss, 2, params, o, &m->trainer));
+    m->xs = test_tensor(ctx, TD_F32, 2, xd);
+    m->ys = test_tensor(ctx, TD_F32, 2, yd);
+}
+
+/* Adam (its state must survive the re-split over fewer owners), going on
+ * without the devices it loses. */
+static void continuing_options(td_trainer_options *o)
+{
+    td_trainer_options_init(o);
+    o->optimizer = TD_OPTIMIZER_ADAM;
+    o->learning_rate = 0.05f;
+    o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+}
+
 static void train_continuing(const char *spec, int steps, uint32_t timeout_ms, survivor_run *out)
 {
     memset(out, 0, sizeof *out);
     td_context *ctx = test_context(timeout_ms);
     td_mesh *mesh = test_mesh(ctx, spec);
     linreg m;
-    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1};
-    td_node xw, pred;
-    TEST_OK(ctx, td_graph_create(ctx, &m.g));
-    TEST_OK(ctx, td_graph_input(m.g, "x", TD_F32, 2, xd, TD_SHARDED, &m.x));
-    TEST_OK(ctx, td_graph_input(m.g, "y", TD_F32, 2, yd, TD_SHARDED, &m.y));
-    TEST_OK(ctx, td_graph_param(m.g, "w", 2, wd, &m.w));
-    TEST_OK(ctx, td_graph_param(m.g, "b", 1, bd, &m.b));
-    TEST_OK(ctx, td_graph_matmul(m.g, m.x, m.w, &xw));
-    TEST_OK(ctx, td_graph_add(m.g, xw, m.b, &pred));
-    TEST_OK(ctx, td_graph_mse(m.g, pred, m.y, &m.loss));
+    td_node mask;
     td_trainer_options o;
-    td_trainer_options_init(&o);
-    o.optimizer = TD_OPTIMIZER_ADAM;
-    o.learning_rate = 0.05f;
-    o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
-    td_node params[2] = {m.w, m.b};
-    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, 2, params, &o, &m.trainer));
+    continuing_options(&o);
+    masked_linreg_init(ctx, mesh, &o, &m, &mask);
     TEST_OK(ctx, td_trainer_on_step(m.trainer, note_loss, out));
-    m.xs = test_tensor(ctx, TD_F32, 2, xd);
-    m.ys = test_tensor(ctx, TD_F32, 2, yd);
     for (int step = 0; step < steps; step++)
         TEST_OK(ctx, linreg_step(&m, step));
     td_train_progress p;
@@ -574,36 +590,24 @@ Test(survivors, a_hung_device_is_dropped_after_the_timeout)
 }
 
 /* The failing device fails during an evaluation (its runs count
- * evaluation batches too): the evaluation fails, the next step drops the
- * device and continues, and the evaluator then runs on the survivors with
- * the same result a fresh one gives. */
+ * evaluation batches too) whose evaluator keeps the default policy, fail:
+ * the evaluation fails, the next step drops the device and continues, and
+ * the evaluator then runs on the survivors with the same result a fresh
+ * one gives. */
 Test(survivors, loss_during_evaluation)
 {
     td_context *ctx = test_context(0);
     td_mesh *mesh = test_mesh(ctx, "cpu:3,cpu:1@fail=3");
-    /* linreg's graph with a mask input for the evaluator. */
     linreg m;
-    int64_t xd[2] = {BATCH, FEATURES}, yd[2] = {BATCH, 1}, wd[2] = {FEATURES, 1}, bd[1] = {1}, md[1] = {BATCH};
-    td_node xw, pred, mask;
-    TEST_OK(ctx, td_graph_create(ctx, &m.g));
-    TEST_OK(ctx, td_graph_input(m.g, "x", TD_F32, 2, xd, TD_SHARDED, &m.x));
-    TEST_OK(ctx, td_graph_input(m.g, "y", TD_F32, 2, yd, TD_SHARDED, &m.y));
-    TEST_OK(ctx, td_graph_input(m.g, "mask", TD_F32, 1, md, TD_SHARDED, &mask));
-    TEST_OK(ctx, td_graph_param(m.g, "w", 2, wd, &m.w));
-    TEST_OK(ctx, td_graph_param(m.g, "b", 1, bd, &m.b));
-    TEST_OK(ctx, td_graph_matmul(m.g, m.x, m.w, &xw));
-    TEST_OK(ctx, td_graph_add(m.g, xw, m.b, &pred));
-    TEST_OK(ctx, td_graph_mse(m.g, pred, m.y, &m.loss));
+    td_node mask;
     td_trainer_options o;
     td_trainer_options_init(&o);
     o.learning_rate = 0.1f;
     o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
-    td_node params[2] = {m.w, m.b};
-    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, 2, params, &o, &m.trainer));
+    masked_linreg_init(ctx, mesh, &o, &m, &mask);
     td_evaluator *ev;
     TEST_OK(ctx, td_evaluator_create(m.g, mesh, mask, 1, &m.loss, &ev));
-    m.xs = test_tensor(ctx, TD_F32, 2, xd);
-    m.ys = test_tensor(ctx, TD_F32, 2, yd);
+    const int64_t md[1] = {BATCH};
     td_tensor *mt = test_tensor(ctx, TD_F32, 1, md);
     for (int i = 0; i < BATCH; i++)
         test_f32(mt)[i] = 1.0f;
@@ -633,6 +637,144 @@ Test(survivors, loss_during_evaluation)
     cr_assert_eq(after_loss, fresh_loss, "the re-planned evaluator gives %g, a fresh one %g", (double)after_loss,
                  (double)fresh_loss);
     td_tensor_destroy(mt);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* Evaluates batch 9 with every row valid: the mean loss and the examples
+ * counted. */
+static td_status evaluate_all_valid(td_context *ctx, td_evaluator *ev, linreg *m, td_node mask, float *loss,
+                                    double *examples)
+{
+    const int64_t md[1] = {BATCH};
+    td_tensor *mt = test_tensor(ctx, TD_F32, 1, md);
+    for (int i = 0; i < BATCH; i++)
+        test_f32(mt)[i] = 1.0f;
+    linreg_batch(m, 9);
+    const td_binding b[3] = {{m->x, m->xs}, {m->y, m->ys}, {mask, mt}};
+    td_status s = td_evaluator_load(ev, m->trainer);
+    if (s == TD_OK)
+        s = td_evaluator_run(ev, 3, b);
+    if (s == TD_OK)
+        s = td_evaluator_result(ev, 1, loss, examples);
+    td_tensor_destroy(mt);
+    return s;
+}
+
+/* What a fresh evaluator on the mesh as it is now gives: the one that
+ * continued must give the same bits (the same shares on the same
+ * devices). */
+static void assert_like_a_fresh_evaluator(td_context *ctx, td_mesh *mesh, linreg *m, td_node mask, float loss)
+{
+    td_evaluator *fresh;
+    float fresh_loss;
+    TEST_OK(ctx, td_evaluator_create(m->g, mesh, mask, 1, &m->loss, &fresh));
+    TEST_OK(ctx, evaluate_all_valid(ctx, fresh, m, mask, &fresh_loss, NULL));
+    cr_assert_eq(loss, fresh_loss, "the evaluation that continued gives %g, a fresh one %g", (double)loss,
+                 (double)fresh_loss);
+    td_evaluator_destroy(fresh);
+}
+
+/* Steps 0 and 1, an evaluation that loses devices and goes on without
+ * them, step 2: the parameters end where one device's three steps end,
+ * and the step after the evaluation has nothing of its own to report. */
+static void assert_trained_like_one_device(td_context *ctx, linreg *m, const survivor_run *run)
+{
+    survivor_run one;
+    train_continuing("cpu:1", 3, 0, &one);
+    cr_assert_eq(run->lost_at[2], 0, "the step after the evaluation reports %u lost devices", run->lost_at[2]);
+    assert_replicas_identical(ctx, m, "after continuing past an evaluation");
+    float params[FEATURES + 1];
+    linreg_params(ctx, m, 0, params);
+    for (int i = 0; i <= FEATURES; i++)
+        cr_assert(fabsf(params[i] - one.params[i]) <= 1e-5f * fmaxf(1.0f, fabsf(one.params[i])),
+                  "parameter %d is %.7g, one device %.7g", i, (double)params[i], (double)one.params[i]);
+}
+
+/* An evaluator told to continue survives a loss as a step does: the batch
+ * that lost a device runs again on the survivors and the tally goes on.
+ * The trainer on the same mesh counts the loss and plans for the survivors
+ * at its next call -- a read of its chunks included, which answered
+ * TD_ERR_STATE ("has not planned") before. */
+Test(survivors, an_evaluation_continues_on_the_survivors)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, "cpu:3,cpu:1@fail=3");
+    linreg m;
+    td_node mask;
+    td_trainer_options o;
+    continuing_options(&o);
+    masked_linreg_init(ctx, mesh, &o, &m, &mask);
+    survivor_run run = {0};
+    TEST_OK(ctx, td_trainer_on_step(m.trainer, note_loss, &run));
+    td_evaluator *ev;
+    TEST_OK(ctx, td_evaluator_create(m.g, mesh, mask, 1, &m.loss, &ev));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "policy 7", td_evaluator_set_on_device_loss(ev, (td_on_device_loss)7));
+    cr_assert_eq(td_evaluator_set_on_device_loss(NULL, TD_ON_DEVICE_LOSS_CONTINUE), TD_ERR_INVALID_ARGUMENT);
+    TEST_OK(ctx, td_evaluator_set_on_device_loss(ev, TD_ON_DEVICE_LOSS_CONTINUE));
+    TEST_OK(ctx, linreg_step(&m, 0)); /* device 3's run 1 */
+    TEST_OK(ctx, linreg_step(&m, 1)); /* run 2 */
+    float loss;
+    double examples;
+    TEST_OK(ctx, evaluate_all_valid(ctx, ev, &m, mask, &loss, &examples)); /* run 3 fails; the batch runs on three */
+    cr_assert_eq(examples, BATCH, "the batch counted %g examples, expected it once", examples);
+    uint32_t devices;
+    TEST_OK(ctx, td_mesh_size(mesh, &devices));
+    cr_assert_eq(devices, 3);
+    size_t bytes = 0;
+    TEST_OK(ctx, td_trainer_memory(m.trainer, 0, &bytes)); /* plans the trainer for the three */
+    cr_assert_gt(bytes, 0);
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
+    cr_assert_eq(p.devices, 3);
+    cr_assert_eq(p.devices_lost, 1, "the trainer counted %u lost devices, expected the evaluation's 1", p.devices_lost);
+    assert_like_a_fresh_evaluator(ctx, mesh, &m, mask, loss);
+    TEST_OK(ctx, linreg_step(&m, 2));
+    assert_trained_like_one_device(ctx, &m, &run);
+    linreg_fini(&m);
+    td_context_destroy(ctx);
+}
+
+/* Two devices lost in one evaluation batch: it runs on four, fails, runs
+ * on three, fails again, and runs on two. The trainer is waiting to plan
+ * since the first drop when the second comes, and follows both: it counts
+ * two, and its explicit split keeps the two survivors' weights (1 and 3 of
+ * 12 examples: 3 and 9). */
+Test(survivors, two_losses_in_one_evaluation)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2,cpu:1@fail=3,cpu:1@fail=4");
+    linreg m;
+    td_node mask;
+    td_trainer_options o;
+    continuing_options(&o);
+    const float weights[4] = {1.0f, 3.0f, 1.0f, 1.0f};
+    o.balance = TD_BALANCE_EXPLICIT;
+    o.balance_weights = weights;
+    o.n_balance_weights = 4;
+    o.balance_granularity = 1;
+    masked_linreg_init(ctx, mesh, &o, &m, &mask);
+    survivor_run run = {0};
+    TEST_OK(ctx, td_trainer_on_step(m.trainer, note_loss, &run));
+    td_evaluator *ev;
+    TEST_OK(ctx, td_evaluator_create(m.g, mesh, mask, 1, &m.loss, &ev));
+    TEST_OK(ctx, td_evaluator_set_on_device_loss(ev, TD_ON_DEVICE_LOSS_CONTINUE));
+    TEST_OK(ctx, linreg_step(&m, 0));
+    TEST_OK(ctx, linreg_step(&m, 1));
+    float loss;
+    double examples;
+    TEST_OK(ctx, evaluate_all_valid(ctx, ev, &m, mask, &loss, &examples));
+    cr_assert_eq(examples, BATCH);
+    assert_like_a_fresh_evaluator(ctx, mesh, &m, mask, loss);
+    TEST_OK(ctx, linreg_step(&m, 2));
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
+    cr_assert_eq(p.devices, 2);
+    cr_assert_eq(p.devices_lost, 2, "the trainer counted %u lost devices, expected 2", p.devices_lost);
+    uint32_t rows[4] = {0}, n = 0;
+    TEST_OK(ctx, td_trainer_split(m.trainer, 4, rows, &n));
+    cr_assert(n == 2 && rows[0] == 3 && rows[1] == 9, "split %u devices: %u %u, expected 3 9", n, rows[0], rows[1]);
+    assert_trained_like_one_device(ctx, &m, &run);
     linreg_fini(&m);
     td_context_destroy(ctx);
 }

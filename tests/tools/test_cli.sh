@@ -124,6 +124,23 @@ expect_rc 1 "fail is the default" "$tandem" train --model mlp --data generated -
   --devices "cpu:3,cpu:1@fail=4" || true
 expect_usage_error "--on-device-loss" "bad loss policy" "$tandem" train --on-device-loss retry
 
+echo "== a device lost during the end-of-epoch evaluation"
+# 8 steps per epoch: fail=9 makes the fourth device fail in its ninth run,
+# the first batch of epoch 1's evaluation.
+evalloss=(--model linreg --limit 256 --batch 32 --epochs 2 --devices "cpu:3,cpu:1@fail=9")
+if expect_rc 0 "continue through an evaluation" "$tandem" train "${evalloss[@]}" --on-device-loss continue \
+  --checkpoint evalloss; then
+  [ -n "$(ls -A evalloss)" ] || fail "no checkpoint after a loss during the evaluation"
+  [ "$(grep -c '^epoch [12]/2:' out)" -eq 2 ] || fail "not 2 epochs reported: $(cat out)"
+  python3 -c 'import json,sys; r=json.loads(open("out").read().strip().splitlines()[-1]); sys.exit(0 if r["devices_at_end"] == 3 and r["devices_lost"] == 1 and r["updates"] == 16 and r["replicas_bitwise_identical"] else 1)' ||
+    fail "did not finish on three devices after the loss in the evaluation: $(tail -1 out)"
+  grep -q "evaluating epoch 1: 1 device(s) lost, continuing on 3" err || fail "the loss was not reported: $(cat err)"
+fi
+# Failing (the default policy), the evaluation takes the run down, not the
+# epoch's checkpoint: that is written before the evaluation.
+expect_rc 1 "an evaluation that fails" "$tandem" train "${evalloss[@]}" --checkpoint evalfail || true
+[ -f evalfail/ckpt-00000008.safetensors ] || fail "the epoch's checkpoint depends on its evaluation: $(ls evalfail)"
+
 echo "== a slow device and a speed-aware split"
 if expect_rc 0 "balance auto" "$tandem" train --model mlp --data generated --limit 640 --batch 64 --epochs 2 \
   --devices "cpu:1,cpu:1@slow=3" --balance auto --metrics balance.jsonl; then
