@@ -4,10 +4,21 @@
 
 #include "td_cli.h"
 
+static uint32_t cli_process, cli_processes = 1;
+
+void td_cli_set_process(uint32_t process, uint32_t processes)
+{
+    cli_process = process;
+    cli_processes = processes;
+}
+
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what)
 {
     const char *detail = ctx ? td_last_error(ctx) : "";
-    fprintf(stderr, "tandem %s: %s: %s%s%s\n", command, what, td_status_name(s), detail && *detail ? ": " : "",
+    char who[48] = "";
+    if (cli_processes > 1)
+        snprintf(who, sizeof who, " (process %u of %u)", cli_process, cli_processes);
+    fprintf(stderr, "tandem %s%s: %s: %s%s%s\n", command, who, what, td_status_name(s), detail && *detail ? ": " : "",
             detail ? detail : "");
     return TD_CLI_EXIT_FAILURE;
 }

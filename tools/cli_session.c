@@ -222,6 +222,68 @@ static td_status trainer_options(td_cli_session *s)
     return st;
 }
 
+/* Under an MPI launcher the processes join as one job: every mesh spans
+ * them, each process reads its own rows of every batch, and only process 0
+ * prints (its stdout is the run's; the others' goes nowhere, their errors
+ * still reach stderr). A launcher with a library built without MPI would
+ * train P unrelated copies: refused. */
+static int join_processes(td_cli_session *s)
+{
+    if (!td_processes_launched())
+        return TD_CLI_EXIT_OK;
+    if (!td_processes_available()) {
+        fprintf(stderr, "tandem %s: started by an MPI launcher, but this tandem was built without MPI (meson "
+                        "-Dmpi=enabled with libopenmpi-dev); run it without mpirun\n", s->command);
+        return TD_CLI_EXIT_USAGE;
+    }
+    td_status st = td_processes_join(s->ctx);
+    if (st != TD_OK)
+        return fail(s, st, "joining the job's processes");
+    td_processes_rank(s->ctx, &s->process, &s->processes);
+    td_cli_set_process(s->process, s->processes);
+    if (s->process != 0 && !freopen("/dev/null", "w", stdout))
+        fprintf(stderr, "tandem %s: process %u: cannot silence its output\n", s->command, s->process);
+    return TD_CLI_EXIT_OK;
+}
+
+/* The batch tensors for `rows` rows of the training data's shape, made
+ * again only when the row count changes (a new split). */
+static td_status batch_tensors(td_cli_session *s, size_t rows)
+{
+    if (s->xb && s->batch_rows == rows)
+        return TD_OK;
+    td_tensor_destroy(s->xb);
+    td_tensor_destroy(s->yb);
+    td_tensor_destroy(s->mb);
+    s->xb = s->yb = s->mb = NULL;
+    uint32_t xr, yr;
+    int64_t xd[TD_MAX_RANK], yd[TD_MAX_RANK];
+    td_dtype xt, yt;
+    td_tensor_shape(s->train.x, &xr, xd);
+    td_tensor_shape(s->train.y, &yr, yd);
+    td_tensor_dtype(s->train.x, &xt);
+    td_tensor_dtype(s->train.y, &yt);
+    xd[0] = yd[0] = (int64_t)rows;
+    const int64_t md[1] = {(int64_t)rows};
+    td_status st;
+    if ((st = td_tensor_create(s->ctx, xt, xr, xd, &s->xb)) != TD_OK ||
+        (st = td_tensor_create(s->ctx, yt, yr, yd, &s->yb)) != TD_OK ||
+        (st = td_tensor_create(s->ctx, TD_F32, 1, md, &s->mb)) != TD_OK)
+        return st;
+    s->batch_rows = rows;
+    return TD_OK;
+}
+
+bool td_cli_session_agree(td_cli_session *s, bool mine)
+{
+    if (s->processes < 2)
+        return mine;
+    double any = mine ? 1.0 : 0.0;
+    if (td_processes_sum(s->ctx, &any, 1) != TD_OK)
+        return true; /* the job is failing anyway: stop */
+    return any > 0.0;
+}
+
 int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_config *config)
 {
     memset(s, 0, sizeof *s);
@@ -233,15 +295,20 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
         fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
         return TD_CLI_EXIT_FAILURE;
     }
+    s->processes = 1;
+    int rc = join_processes(s);
+    if (rc != TD_CLI_EXIT_OK)
+        return rc;
     if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
         return fail(s, st, "--devices");
-    td_mesh_size(s->mesh, &s->n_devices);
+    uint32_t first_device = 0;
+    td_processes_mesh(s->mesh, &s->n_devices, &first_device); /* the job's devices, every process's */
     if (config->batch < s->n_devices) { /* a batch they do not divide is split as evenly as it goes */
         fprintf(stderr, "tandem %s: --batch %lld is smaller than the %u devices of '%s'; each needs an example\n",
                 command, (long long)config->batch, s->n_devices, config->devices);
         return TD_CLI_EXIT_USAGE;
     }
-    int rc = load_data(s);
+    rc = load_data(s);
     if (rc != TD_CLI_EXIT_OK)
         return rc;
     const size_t B = (size_t)config->batch;
@@ -260,11 +327,8 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     td_tensor_shape(s->train.y, &yr, yd);
     td_tensor_dtype(s->train.x, &xt);
     td_tensor_dtype(s->train.y, &yt);
-    xd[0] = yd[0] = (int64_t)B;
-    const int64_t md[1] = {(int64_t)B};
-    if ((st = td_tensor_create(s->ctx, xt, xr, xd, &s->xb)) != TD_OK ||
-        (st = td_tensor_create(s->ctx, yt, yr, yd, &s->yb)) != TD_OK ||
-        (st = td_tensor_create(s->ctx, TD_F32, 1, md, &s->mb)) != TD_OK)
+    (void)xr, (void)yr, (void)xd, (void)yd, (void)xt, (void)yt;
+    if ((st = batch_tensors(s, B)) != TD_OK)
         return fail(s, st, "batch tensors");
     if ((st = td_graph_params(s->g, 0, NULL, &s->n_params)) != TD_OK)
         return fail(s, st, "td_graph_params");
@@ -304,19 +368,31 @@ void td_cli_session_close(td_cli_session *s)
     memset(s, 0, sizeof *s);
 }
 
-static td_status fill_batch(td_cli_session *s, const td_cli_split *split, const uint32_t *rows, size_t count)
+/* This process's rows [first, first + count) of a global batch whose
+ * first `valid` rows are real (rows[i] their examples): the batch tensors
+ * sized to them, gathered, padded and masked. */
+static td_status fill_batch(td_cli_session *s, const td_cli_split *split, const uint32_t *rows, size_t valid,
+                            uint64_t first, uint64_t count)
 {
-    td_status st = td_batch_gather(s->ctx, split->x, rows, count, s->xb);
+    if (count == 0)
+        count = (uint64_t)s->config.batch; /* the graph's inputs share no batch: one process binds all */
+    td_status st = batch_tensors(s, (size_t)count);
+    const size_t mine = valid > first ? (valid - first < count ? valid - first : (size_t)count) : 0;
     if (st == TD_OK)
-        st = td_batch_gather(s->ctx, split->y, rows, count, s->yb);
+        st = td_batch_gather(s->ctx, split->x, rows + (mine ? first : 0), mine, s->xb);
     if (st == TD_OK)
-        st = td_batch_mask(s->ctx, s->mb, count);
+        st = td_batch_gather(s->ctx, split->y, rows + (mine ? first : 0), mine, s->yb);
+    if (st == TD_OK)
+        st = td_batch_mask(s->ctx, s->mb, mine);
     return st;
 }
 
 td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t count, float *loss, float *accuracy)
 {
-    td_status st = fill_batch(s, &s->train, rows, count);
+    uint64_t first = 0, mine = 0;
+    td_status st = td_trainer_process_rows(s->trainer, &first, &mine);
+    if (st == TD_OK)
+        st = fill_batch(s, &s->train, rows, count, first, mine);
     const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
     if (st == TD_OK)
         st = td_trainer_step(s->trainer, 3, b, loss);
@@ -330,12 +406,15 @@ td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, 
                                   double *accuracy)
 {
     const size_t B = (size_t)s->config.batch;
+    uint64_t first = 0, mine = 0;
     td_status st = td_evaluator_load(s->evaluator, s->trainer);
+    if (st == TD_OK)
+        st = td_evaluator_process_rows(s->evaluator, &first, &mine);
     for (size_t start = 0; start < count && st == TD_OK; start += B) {
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             s->index[i] = (uint32_t)(start + i);
-        if ((st = fill_batch(s, split, s->index, valid)) != TD_OK)
+        if ((st = fill_batch(s, split, s->index, valid, first, mine)) != TD_OK)
             break;
         const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
         st = td_evaluator_run(s->evaluator, 3, b);

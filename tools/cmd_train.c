@@ -42,6 +42,13 @@ static void catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The exit code of a run stopped by a signal; across processes, one that
+ * received none stops with the others as if it had received SIGTERM. */
+static int signal_exit(void)
+{
+    return TD_CLI_EXIT_SIGNAL + (stop_signal ? stop_signal : SIGTERM);
+}
+
 #define FLAG(name, kind, target, lo, hi, bit, value, help) {name, kind, target, lo, hi, 0, NULL, bit, value, help}
 
 static const char usage_text[] =
@@ -65,6 +72,7 @@ typedef struct train_run {
     uint32_t n_timing;      /* devices in them: fewer once a device was dropped */
     float lr;               /* the last step's learning rate, likewise */
     char path[4096];
+    char trace_path[4096];  /* this process's trace, across processes */
 } train_run;
 
 /* td_trainer_on_step: keeps what the metrics lines need of each step. */
@@ -144,6 +152,25 @@ static void print_header(const train_run *r, td_cli_position start)
     fflush(stdout);
 }
 
+/* The split and the measured speeds of every device of the job (process
+ * 0's devices first), for the final line. Collective across processes. */
+static td_status job_values(train_run *r, double *rows, double *speeds, uint32_t *n_rows, uint32_t *n_speeds)
+{
+    td_cli_session *s = &r->s;
+    uint32_t global = 0, first = 0, n = 0;
+    td_status st = td_processes_mesh(s->mesh, &global, &first);
+    if (st == TD_OK)
+        st = td_trainer_split(s->trainer, s->n_devices, r->split, &n);
+    for (uint32_t d = 0; d < n && st == TD_OK; d++)
+        rows[first + d] = r->split[d];
+    if (st == TD_OK && (st = td_trainer_device_speeds(s->trainer, s->n_devices, speeds + first, n_speeds)) == TD_OK &&
+        (st = td_processes_sum(s->ctx, rows, global)) == TD_OK)
+        st = td_processes_sum(s->ctx, speeds, global);
+    *n_rows = s->processes > 1 ? global : n;
+    *n_speeds = s->processes > 1 ? global : *n_speeds;
+    return st;
+}
+
 /* Runs the whole loop from `start`; returns an exit code. */
 static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
 {
@@ -188,26 +215,27 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
             td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, examples / (td_cli_now() - t_epoch), loss);
             if (step + 1 == steps)
                 break; /* the epoch's end saves, and stops if asked */
-            if ((stop_signal || want_save) && c->checkpoint) {
+            const bool stop = td_cli_session_agree(s, stop_signal != 0); /* every process stops at this step */
+            if ((stop || want_save) && c->checkpoint) {
                 const td_cli_position at = {epoch, step + 1};
                 if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
                     return rc;
-                if (saved && !stop_signal) {
+                if (saved && !stop) {
                     td_cli_progress_clear(&r->progress);
                     printf("checkpoint %s (the accumulation round open at the epoch's end closed)\n", r->path);
                 }
                 want_save = want_save && !saved;
-                if (stop_signal && saved) {
+                if (stop && saved) {
                     td_cli_progress_clear(&r->progress);
                     printf("interrupted at epoch %llu, step %zu/%zu: checkpoint %s\n", (unsigned long long)epoch + 1,
                            step + 1, steps, r->path);
-                    return TD_CLI_EXIT_SIGNAL + stop_signal;
+                    return signal_exit();
                 }
-            } else if (stop_signal) {
+            } else if (stop) {
                 td_cli_progress_clear(&r->progress);
                 printf("interrupted at epoch %llu, step %zu/%zu (no --checkpoint: nothing saved)\n",
                        (unsigned long long)epoch + 1, step + 1, steps);
-                return TD_CLI_EXIT_SIGNAL + stop_signal;
+                return signal_exit();
             }
         }
         const double train_seconds = td_cli_now() - t_epoch;
@@ -247,10 +275,10 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         if (c->checkpoint)
             print_epoch_checkpoint(r, saved);
         fflush(stdout);
-        if (stop_signal && (!c->checkpoint || !want_save)) {
+        if (td_cli_session_agree(s, stop_signal != 0) && (!c->checkpoint || !want_save)) {
             printf("interrupted after epoch %llu%s\n", (unsigned long long)epoch + 1,
                    c->checkpoint ? "" : " (no --checkpoint: nothing saved)");
-            return TD_CLI_EXIT_SIGNAL + stop_signal;
+            return signal_exit();
         }
     }
     return TD_CLI_EXIT_OK;
@@ -366,7 +394,15 @@ int td_cli_train(int argc, char **argv)
         fprintf(stderr, "tandem train: out of memory\n");
         rc = TD_CLI_EXIT_FAILURE;
     }
-    if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, c.metrics, c.resume))
+    /* Across processes: process 0 writes the metrics lines, and each
+     * process its own trace (process q > 0 at FILE.q), one track per
+     * device. */
+    const char *metrics_path = r->s.process == 0 ? c.metrics : NULL;
+    if (c.trace && r->s.process > 0) {
+        snprintf(r->trace_path, sizeof r->trace_path, "%s.%u", c.trace, r->s.process);
+        c.trace = r->trace_path;
+    }
+    if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, metrics_path, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK)
         td_trainer_on_step(r->s.trainer, on_step, r);
@@ -405,7 +441,7 @@ int td_cli_train(int argc, char **argv)
             printf("trace %s\n", c.trace);
         }
     }
-    if (!td_cli_metrics_close(&r->metrics, c.metrics) && rc == TD_CLI_EXIT_OK)
+    if (!td_cli_metrics_close(&r->metrics, metrics_path) && rc == TD_CLI_EXIT_OK)
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK) {
         bool identical = false;
@@ -414,23 +450,26 @@ int td_cli_train(int argc, char **argv)
             rc = td_cli_fail("train", r->s.ctx, st, "td_trainer_replicas_identical");
         td_train_progress p = {0};
         td_trainer_progress(r->s.trainer, &p);
-        printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"device_count\":%u,\"epochs\":%lld,"
+        printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"processes\":%u,\"device_count\":%u,"
+               "\"epochs\":%lld,"
                "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,",
-               c.model, c.devices, r->s.n_devices, (long long)c.epochs, (long long)c.batch, c.optimizer,
+               c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.batch, c.optimizer,
                (unsigned long long)p.updates, last.train_loss, last.test_loss);
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
         printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",\"split\":[",
-               train_seconds, p.devices, p.devices_lost, c.balance ? c.balance : "even");
-        uint32_t n_rows = 0;
-        td_trainer_split(r->s.trainer, r->s.n_devices, r->split, &n_rows); /* examples per device of a global batch */
-        for (uint32_t d = 0; d < n_rows; d++)
-            printf("%s%u", d ? "," : "", r->split[d]);
-        /* balance auto: the devices' measured speeds (examples per second of busy time). */
-        double *speeds = calloc(r->s.n_devices + 1, sizeof *speeds);
-        uint32_t n_speeds = 0;
-        if (speeds && td_trainer_device_speeds(r->s.trainer, r->s.n_devices, speeds, &n_speeds) == TD_OK &&
-            n_speeds && speeds[0] > 0.0) {
+               train_seconds, r->s.processes > 1 ? r->s.n_devices : p.devices, p.devices_lost,
+               c.balance ? c.balance : "even");
+        /* Examples per device of a global batch, and (balance auto) the
+         * devices' measured speeds: every device of every process. */
+        double *rows = calloc(r->s.n_devices + 1, sizeof *rows), *speeds = calloc(r->s.n_devices + 1, sizeof *speeds);
+        uint32_t n_speeds = 0, n_rows = 0;
+        if (rows && speeds && job_values(r, rows, speeds, &n_rows, &n_speeds) == TD_OK) {
+            for (uint32_t d = 0; d < n_rows; d++)
+                printf("%s%.0f", d ? "," : "", rows[d]);
+        }
+        free(rows);
+        if (speeds && n_speeds && speeds[0] > 0.0) {
             printf("],\"device_speeds\":[");
             for (uint32_t d = 0; d < n_speeds; d++)
                 printf("%s%.1f", d ? "," : "", speeds[d]);
@@ -439,6 +478,12 @@ int td_cli_train(int argc, char **argv)
         printf("],\"replicas_bitwise_identical\":%s}\n", identical ? "true" : "false");
         if (!identical && rc == TD_CLI_EXIT_OK)
             rc = TD_CLI_EXIT_FAILURE;
+    }
+    /* A process that failed ends the whole job at once: the others would
+     * otherwise wait for it until their timeout. */
+    if (rc != TD_CLI_EXIT_OK && rc < TD_CLI_EXIT_SIGNAL && r->s.processes > 1) {
+        fflush(stdout);
+        td_processes_abort(r->s.ctx, rc);
     }
     free(r->timing);
     free(r->split);

@@ -74,6 +74,8 @@ int td_cli_plot(int argc, char **argv);
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what);
+/* Across processes, messages name the process that printed them. */
+void td_cli_set_process(uint32_t process, uint32_t processes);
 
 /* Monotonic seconds. */
 double td_cli_now(void);

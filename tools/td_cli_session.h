@@ -19,7 +19,8 @@ typedef struct td_cli_session {
     td_cli_config config;
     td_context *ctx;
     td_mesh *mesh;
-    uint32_t n_devices;
+    uint32_t n_devices;          /* of the whole job: every process's (tandem/processes.h) */
+    uint32_t process, processes; /* this process's rank and the job's count (0 and 1 alone) */
     td_cli_split train, test;
     td_graph *g;
     td_node x, y, mask, loss, accuracy; /* accuracy 0 for linreg */
@@ -30,7 +31,8 @@ typedef struct td_cli_session {
     float balance_weights[64]; /* --balance W,W,... */
     td_trainer *trainer;
     td_evaluator *evaluator;
-    td_tensor *xb, *yb, *mb; /* one global batch */
+    td_tensor *xb, *yb, *mb; /* this process's rows of one global batch (all of it in one process) */
+    size_t batch_rows;       /* their row count */
     uint32_t *index;         /* batch rows */
     uint32_t *order;         /* an epoch's order over the training set */
     size_t per_epoch;        /* training examples per epoch (the limit) */
@@ -47,6 +49,10 @@ void td_cli_session_close(td_cli_session *s);
 /* Rows order[first .. first+count) of the training set into the batch
  * (padded and masked), then one training step. */
 td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t count, float *loss, float *accuracy);
+
+/* Across processes every process must stop at the same step: whether
+ * any process asks to (`mine`), agreed between steps. Alone: `mine`. */
+bool td_cli_session_agree(td_cli_session *s, bool mine);
 
 /* Loss and accuracy (0 for linreg) of the trainer's current parameters on
  * the first `count` examples of `split`, through the evaluator. */

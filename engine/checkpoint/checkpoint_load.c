@@ -274,6 +274,10 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
         for (size_t at = ct->offset, end = ct->offset + ct->count; s == TD_OK && at < end;) {
             size_t run;
             float *p = td_trainer_opt_state_run(t, (uint32_t)ct->slot, at, true, &run);
+            if (!p && run > 0) { /* another process's part */
+                at += run;
+                continue;
+            }
             if (!p || run == 0)
                 return td_error_set(c->ctx, TD_ERR_STATE, "td_checkpoint_restore: no ring rank owns offset %zu of '%s'",
                                     at, ct->name);

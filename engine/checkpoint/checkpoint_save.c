@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tandem/checkpoint.h"
+#include "tandem/processes.h"
 #include "td_atomic_file.h"
 #include "td_checkpoint_dir.h"
 #include "td_checkpoint_layout.h"
@@ -105,14 +106,43 @@ static td_status write_file(td_trainer *t, const td_trainer_view *v, const char 
 
 static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who);
 
-/* The write, as a "checkpoint" span on the host track when tracing. */
-static td_status save(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who)
+/* Across processes every process must end with the same answer: each
+ * learns every process's status (in process order) and reports the first
+ * failure, naming the process. */
+static td_status agree(td_context *ctx, const td_trainer_view *v, const char *who, const char *path, td_status mine)
+{
+    double *statuses = td_alloc_zeroed(ctx, sizeof *statuses * v->processes);
+    if (!statuses)
+        return TD_OOM(ctx, "the processes' statuses", sizeof *statuses * v->processes);
+    statuses[v->process] = (double)mine;
+    td_status s = td_processes_sum(ctx, statuses, v->processes);
+    for (uint32_t q = 0; q < v->processes && s == TD_OK; q++)
+        if (statuses[q] != 0.0 && q != v->process && mine == TD_OK)
+            s = td_error_set(ctx, (td_status)statuses[q], "%s: process %u of %u failed saving '%s' (%s)", who, q,
+                             v->processes, path, td_status_name((td_status)statuses[q]));
+    td_free(ctx, statuses);
+    return mine != TD_OK ? mine : s;
+}
+
+/* The write, as a "checkpoint" span on the host track when tracing.
+ * Across processes it is collective: every process hands its part of the
+ * optimizer state over, process 0 writes the file (and prunes `prune_dir`
+ * when given), and all return the same status. */
+static td_status save(td_trainer *t, const char *path, const td_checkpoint_options *o, const char *who,
+                      const char *prune_dir)
 {
     td_trainer_view v;
     td_trainer_view_get(t, &v);
     td_trace *tr = td_trace_of(v.ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
-    td_status s = save_file(t, path, o, who);
+    td_status s = td_trainer_gather_opt_state(t);
+    if (s == TD_OK && v.process == 0) {
+        s = save_file(t, path, o, who);
+        if (s == TD_OK && prune_dir)
+            s = td_ckpt_prune(v.ctx, prune_dir, o->keep, v.updates);
+    }
+    if (v.processes > 1)
+        s = agree(v.ctx, &v, who, path, s);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "checkpoint", NULL, begin, td_trace_now(), 0);
     return s;
@@ -190,7 +220,7 @@ td_status td_checkpoint_save(td_trainer *t, const char *path, const td_checkpoin
                             path ? "empty" : "NULL");
     td_checkpoint_options o;
     options_or_defaults(options, &o);
-    return save(t, path, &o, "td_checkpoint_save");
+    return save(t, path, &o, "td_checkpoint_save", NULL);
 }
 
 td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkpoint_options *options, char *path,
@@ -217,9 +247,7 @@ td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkp
     if (!file)
         return TD_OOM(v.ctx, "a checkpoint path", (size_t)need + 1);
     td_ckpt_path(dir, v.updates, file, (size_t)need + 1);
-    td_status s = save(t, file, &o, who);
-    if (s == TD_OK)
-        s = td_ckpt_prune(v.ctx, dir, o.keep, v.updates);
+    td_status s = save(t, file, &o, who, dir);
     if (s == TD_OK && path)
         memcpy(path, file, (size_t)need + 1);
     td_free(v.ctx, file);

@@ -253,3 +253,21 @@ td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balanc
     *n_weights = n;
     return TD_OK;
 }
+
+td_status td_rows_of_process(td_context *ctx, const char *fn, uint64_t batch, const uint32_t *rows,
+                             uint32_t device_first, uint32_t devices, uint32_t processes, uint64_t *first,
+                             uint64_t *count)
+{
+    *first = *count = 0;
+    if (!batch)
+        return processes > 1 ? td_error_set(ctx, TD_ERR_UNSUPPORTED,
+                                            "%s: the graph's sharded inputs share no batch size, so a process's rows "
+                                            "are not one range (give every sharded input the same axis 0)",
+                                            fn)
+                             : TD_OK;
+    for (uint32_t d = 0; d < device_first; d++)
+        *first += rows[d];
+    for (uint32_t d = 0; d < devices; d++)
+        *count += rows[device_first + d];
+    return TD_OK;
+}

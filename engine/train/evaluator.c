@@ -11,13 +11,20 @@
  * a batch that failed because a device was lost runs again on the
  * survivors, as a step does; the mesh's drop marks every object on it --
  * the trainer too -- to plan again for the survivors before its next
- * use. */
+ * use.
+ *
+ * Across processes each binds its rows of the batch (its devices' even
+ * shares of the global batch): the valid examples and the weighted device
+ * values are summed over the processes in process order, one small
+ * exchange per batch, so every process keeps the same tally. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tandem/eval.h"
 #include "td_balance.h"
+#include "td_procs.h"
+#include "td_ring.h"
 #include "td_survivors.h"
 #include "td_trace.h"
 #include "td_trainer_internal.h"
@@ -36,6 +43,10 @@ struct td_evaluator {
     uint32_t *rows; /* its even shares over the mesh's devices */
     td_on_device_loss on_device_loss;
     uint64_t batches; /* runs since the last load or reset, for messages */
+    /* The global mesh (tandem/processes.h); one process: the mesh and 0. */
+    uint32_t global_n, first_position, processes;
+    double *exchange; /* (1 + n_metrics) x processes: each batch's partial sums of every process */
+    double *totals;   /* 1 + n_metrics: their sums over the processes */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -48,6 +59,8 @@ static void evaluator_release(td_owned *self)
     td_program_destroy(e->program);
     e->program = NULL;
     td_free(e->ctx, e->staging);
+    td_free(e->ctx, e->exchange);
+    td_free(e->ctx, e->totals);
     td_free(e->ctx, e->sums);
     td_free(e->ctx, e->rows);
 }
@@ -143,14 +156,24 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->owned.before_shrink = evaluator_before_shrink;
     /* Shares of a batch the devices do not divide differ by one example;
      * the metrics are then weighted by them (td_graph_shard_weight). */
+    td_ring *ring = NULL;
+    if ((s = td_mesh_ring(mesh, &ring)) != TD_OK) {
+        td_evaluator_destroy(e);
+        return s;
+    }
+    e->global_n = td_ring_global_count(ring);
+    e->first_position = td_ring_global_position(ring, 0);
+    e->processes = td_ring_process_count(ring);
     e->batch = td_balance_common_batch(g);
-    if (e->batch < mesh->count)
+    if (e->batch < e->global_n)
         e->batch = 0;
-    e->rows = td_alloc_zeroed(ctx, sizeof *e->rows * mesh->count);
-    if (!e->rows)
-        s = TD_OOM(ctx, "an evaluator's split", sizeof *e->rows * mesh->count);
+    e->rows = td_alloc_zeroed(ctx, sizeof *e->rows * e->global_n);
+    e->exchange = td_alloc_zeroed(ctx, sizeof *e->exchange * (n_metrics + 1) * e->processes);
+    e->totals = td_alloc_zeroed(ctx, sizeof *e->totals * (n_metrics + 1));
+    if (!e->rows || !e->exchange || !e->totals)
+        s = TD_OOM(ctx, "an evaluator's split", sizeof *e->rows * e->global_n);
     else if (e->batch)
-        td_balance_even(e->batch, mesh->count, e->rows);
+        td_balance_even(e->batch, e->global_n, e->rows);
     if (s == TD_OK)
         s = td_program_compile(g, mesh, e->batch ? e->rows : NULL, n_metrics, metrics, 0, NULL, NULL, false,
                                &e->program);
@@ -193,6 +216,10 @@ td_status td_evaluator_set_on_device_loss(td_evaluator *e, td_on_device_loss pol
                             "td_evaluator_set_on_device_loss: policy %d, expected TD_ON_DEVICE_LOSS_FAIL (0) or "
                             "_CONTINUE (1)",
                             (int)policy);
+    if (policy == TD_ON_DEVICE_LOSS_CONTINUE && e->processes > 1)
+        return td_error_set(e->ctx, TD_ERR_UNSUPPORTED,
+                            "td_evaluator_set_on_device_loss: continue across %u processes is not built yet; use fail",
+                            e->processes);
     e->on_device_loss = policy;
     return TD_OK;
 }
@@ -279,19 +306,44 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
     void *data;
     td_tensor_count(mask, &count);
     td_tensor_data(mask, &data);
-    double weight = 0.0;
+    /* [valid examples, then each metric's weighted sum over the devices]. */
+    const uint32_t values = e->n_metrics + 1;
+    double *mine = e->exchange + (size_t)values * (e->processes > 1 ? td_procs_rank(td_procs_of(e->ctx)) : 0);
+    mine[0] = 0.0;
     for (size_t i = 0; i < count; i++)
-        weight += ((const float *)data)[i];
+        mine[0] += ((const float *)data)[i];
+    for (uint32_t m = 0; m < e->n_metrics; m++) {
+        mine[m + 1] = 0.0;
+        for (uint32_t d = 0; d < e->n_devices; d++)
+            mine[m + 1] += (double)td_program_shard_weight(e->program, d) * td_program_output_host(e->program, m, d)[0];
+    }
+    if (e->processes > 1 && (s = td_procs_allgather(td_procs_of(e->ctx), mine, e->exchange, sizeof *mine * values,
+                                                     NULL, NULL)) != TD_OK)
+        return s;
+    double *sum = e->totals;
+    for (uint32_t i = 0; i < values; i++) {
+        sum[i] = 0.0;
+        for (uint32_t q = 0; q < e->processes; q++)
+            sum[i] += e->exchange[(size_t)q * values + i];
+    }
+    const double weight = sum[0];
     if (weight == 0.0)
         return TD_OK;
-    for (uint32_t m = 0; m < e->n_metrics; m++) {
-        double mean = 0.0;
-        for (uint32_t d = 0; d < e->n_devices; d++)
-            mean += (double)td_program_shard_weight(e->program, d) * td_program_output_host(e->program, m, d)[0];
-        e->sums[m] += weight * (mean / e->n_devices);
-    }
+    for (uint32_t m = 0; m < e->n_metrics; m++)
+        e->sums[m] += weight * (sum[m + 1] / (e->processes > 1 ? e->global_n : e->n_devices));
     e->weight += weight;
     return TD_OK;
+}
+
+td_status td_evaluator_process_rows(const td_evaluator *e, uint64_t *first, uint64_t *count)
+{
+    td_status s = check_evaluator(e, "td_evaluator_process_rows");
+    if (s != TD_OK)
+        return s;
+    if (!first || !count)
+        return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT, "td_evaluator_process_rows: first or count is NULL");
+    return td_rows_of_process(e->ctx, "td_evaluator_process_rows", e->batch, e->rows, e->first_position,
+                              td_program_device_count(e->program), e->processes, first, count);
 }
 
 td_status td_evaluator_result(const td_evaluator *e, uint32_t capacity, float *values, double *examples)

@@ -34,6 +34,15 @@ uint64_t td_balance_common_batch(const td_graph *g);
  * first batch mod n. */
 void td_balance_even(uint64_t batch, uint32_t n, uint32_t *rows);
 
+/* The rows of a global batch of `batch` examples that one process binds,
+ * split `rows` per global device: those of its `devices` devices from
+ * global position `device_first`, as [*first, *first + *count). With no
+ * common batch (0): 0 and 0 in one process, TD_ERR_UNSUPPORTED naming `fn`
+ * across several (each input would split on its own). */
+td_status td_rows_of_process(td_context *ctx, const char *fn, uint64_t batch, const uint32_t *rows,
+                             uint32_t device_first, uint32_t devices, uint32_t processes, uint64_t *first,
+                             uint64_t *count);
+
 /* Checks the options' balance fields against the graph and an n-device
  * mesh, and sets the first split (even, or by the weights). */
 td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_options *o, const td_graph *g, uint32_t n);

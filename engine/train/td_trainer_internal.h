@@ -27,6 +27,7 @@ typedef struct td_trainer_view {
     uint32_t n_devices;
     uint64_t updates, micro_steps, allreduces;
     uint32_t accumulated; /* micro-batches of an unfinished accumulation round */
+    uint32_t processes, process; /* the job's processes the trainer spans, and this one's rank */
 } td_trainer_view;
 
 /* Of a live trainer only (td_trainer_check_live first). */
@@ -40,6 +41,11 @@ void td_trainer_view_get(const td_trainer *t, td_trainer_view *out);
  * floats from there belong to the same chunk (at < param buffer size,
  * slot < state_floats). */
 float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run);
+/* Across processes each owns part of the state. For a save, every process
+ * calls td_trainer_gather_opt_state first (collective): the runs then read
+ * the whole state. For a restore, the runs of other processes' parts come
+ * back NULL with *run the floats to skip. One process: nothing to do. */
+td_status td_trainer_gather_opt_state(td_trainer *t);
 
 /* The spare copy of the parameter buffer a restore fills (filled here with
  * the current values first, so padding and anything not restored keep

@@ -90,6 +90,7 @@ struct td_trainer {
     float *global_busy;   /* global_n: a measured step's busy seconds of every device, for the balancer */
     double *busy_all;     /* likewise, as the balancer takes them */
     size_t *process_offsets; /* processes + 1, for the gathers between processes */
+    float *gathered_state;   /* state_floats x param_elems: every process's state, for a save (made on the first) */
 };
 
 /* The first check of every call on a trainer: not NULL, not released. */

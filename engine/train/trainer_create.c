@@ -32,6 +32,7 @@ static void trainer_release(td_owned *self)
     td_free(t->ctx, t->global_busy);
     td_free(t->ctx, t->busy_all);
     td_free(t->ctx, t->process_offsets);
+    td_free(t->ctx, t->gathered_state);
     td_free(t->ctx, t->busy);
     td_free(t->ctx, t->keep);
     td_balancer_free(&t->balance);

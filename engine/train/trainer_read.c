@@ -135,6 +135,19 @@ td_status td_trainer_split(const td_trainer *t, uint32_t capacity, uint32_t *row
     return TD_OK;
 }
 
+td_status td_trainer_process_rows(const td_trainer *t, uint64_t *first, uint64_t *count)
+{
+    td_status s = td_trainer_check(t, "td_trainer_process_rows");
+    if (s != TD_OK)
+        return s;
+    if (!first || !count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_process_rows: first or count is NULL");
+    /* A split the last step found is the next step's. */
+    const uint32_t *rows = t->rebalanced ? t->balance.candidate : t->balance.rows;
+    return td_rows_of_process(t->ctx, "td_trainer_process_rows", t->balance.batch, rows, t->first_position,
+                              t->mesh->count, td_ring_process_count(t->ring), first, count);
+}
+
 td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, double *speeds, uint32_t *n)
 {
     td_status s = check_per_device(t, "td_trainer_device_speeds", capacity, speeds, n);
@@ -334,15 +347,63 @@ void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)
     out->state_floats = t->n_params ? t->state_floats : 0;
     out->n_params = t->n_params;
     out->params = t->params;
-    out->n_devices = t->mesh->count;
+    out->n_devices = t->global_n;
     out->updates = t->steps;
     out->micro_steps = t->micro_steps;
     out->allreduces = t->allreduces;
     out->accumulated = t->micro;
+    out->processes = td_ring_process_count(t->ring);
+    out->process = out->processes > 1 ? td_procs_rank(td_procs_of(t->ctx)) : 0;
+}
+
+td_status td_trainer_gather_opt_state(td_trainer *t)
+{
+    const uint32_t P = td_ring_process_count(t->ring);
+    const size_t floats = (size_t)t->state_floats * t->param_elems;
+    if (P < 2 || floats == 0 || !t->n_params)
+        return TD_OK;
+    if (!t->gathered_state && !(t->gathered_state = td_alloc(t->ctx, floats * sizeof(float))))
+        return TD_OOM(t->ctx, "the optimizer state gathered from every process", floats * sizeof(float));
+    /* The local owners' parts tile this process's block in rank order, so
+     * each slot's block is one contiguous run; one gather per slot. */
+    for (uint32_t k = 0; k < t->state_floats; k++) {
+        float *slot = t->gathered_state + (size_t)k * t->param_elems;
+        for (uint32_t r = 0; r < t->mesh->count; r++) {
+            const trainer_owner *ow = &t->owners[r];
+            const size_t chunk = ow->hi - ow->lo;
+            if (chunk)
+                memcpy(slot + ow->lo, ow->state + (size_t)k * chunk, chunk * sizeof(float));
+        }
+        for (uint32_t q = 0; q <= P; q++)
+            t->process_offsets[q] = (size_t)(((unsigned __int128)t->param_elems * q) / P);
+        td_status s = td_procs_allgather_blocks(td_procs_of(t->ctx), slot, t->process_offsets, NULL, NULL);
+        if (s != TD_OK)
+            return s;
+    }
+    return TD_OK;
 }
 
 float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run)
 {
+    if (td_ring_process_count(t->ring) > 1) {
+        if (!staged && t->gathered_state) { /* a save: the whole state, gathered */
+            *run = t->param_elems - at;
+            return t->gathered_state + (size_t)slot * t->param_elems + at;
+        }
+        /* A restore fills this process's owners only: the rest is skipped. */
+        size_t next = t->param_elems;
+        for (uint32_t r = 0; r < t->mesh->count; r++) {
+            const trainer_owner *ow = &t->owners[r];
+            if (at >= ow->lo && at < ow->hi) {
+                *run = ow->hi - at;
+                return (staged ? ow->next_state : ow->state) + (size_t)slot * (ow->hi - ow->lo) + (at - ow->lo);
+            }
+            if (ow->lo > at && ow->lo < next)
+                next = ow->lo;
+        }
+        *run = next - at;
+        return NULL;
+    }
     /* The chunks partition the buffer; a linear walk over the ranks is
      * nothing next to the copying a caller does with each run. */
     for (uint32_t r = 0; r < t->mesh->count; r++) {

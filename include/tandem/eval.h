@@ -62,6 +62,11 @@ TD_API td_status td_evaluator_set_on_device_loss(td_evaluator *evaluator, td_on_
  * says. */
 TD_API td_status td_evaluator_run(td_evaluator *evaluator, uint32_t n_bindings, const td_binding *bindings);
 
+/* Across processes, the rows of each global batch this process binds:
+ * [*first, *first + *count), its devices' even shares (see
+ * td_trainer_process_rows). In one process: 0 and the whole batch. */
+TD_API td_status td_evaluator_process_rows(const td_evaluator *evaluator, uint64_t *first, uint64_t *count);
+
 /* values[i] = metric i averaged over the valid examples of the batches run
  * since the last load or reset (0 when there were none); *examples (may be
  * NULL) = how many valid examples that is (the mask's sum). capacity must

@@ -207,6 +207,14 @@ TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_second
  * divided evenly on its own). */
 TD_API td_status td_trainer_split(const td_trainer *trainer, uint32_t capacity, uint32_t *rows, uint32_t *n);
 
+/* Across processes (tandem/processes.h) each process binds only its own
+ * rows of every sharded input: [*first, *first + *count) of the global
+ * batch, for the next td_trainer_step (a split the balancer found takes
+ * effect there, so ask before binding each batch). In one process: 0 and
+ * the whole batch. TD_ERR_UNSUPPORTED across processes when the sharded
+ * inputs share no batch size. */
+TD_API td_status td_trainer_process_rows(const td_trainer *trainer, uint64_t *first, uint64_t *count);
+
 /* balance = AUTO: each device's speed as last measured, in examples per
  * second of its own busy time (upload and forward + backward); zeros
  * before the first measurement and for other balances. The ideal step
