@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `tandem train` and `tandem eval` under mpirun, as a user runs them on a
+# cluster, here on localhost (oversubscribed, as root in CI):
+#   - 2 processes x cpu:1 train exactly as one process on cpu:2 (the same
+#     final losses in the JSON line), which reports processes 2, 2 devices
+#     and bitwise-identical replicas over the whole job;
+#   - a checkpoint written by 3 processes (Adam: every process's part of
+#     the optimizer state) is resumed by 2 processes and by 1 process with
+#     the same device count, landing on the same losses;
+#   - a per-process device spec (mpirun's MPMD form, A : B) and an uneven
+#     batch split over processes;
+#   - tandem eval over 2 processes gives one process's test loss;
+#   - only process 0 prints.
+# Usage: test_cli_mpi.sh MPIRUN PATH/TO/tandem
+set -euo pipefail
+mpirun=$1
+tandem=$(realpath "$2")
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mpi-cli-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+passed=0
+failed=0
+
+check() { # check DESCRIPTION CONDITION-COMMAND...
+  local what=$1
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $what" >&2
+    failed=$((failed + 1))
+  fi
+}
+
+run() { # run NAME COMMAND...: stdout in NAME.out, stderr in NAME.err; the exit code in NAME.rc
+  local name=$1 rc=0
+  shift
+  timeout --kill-after=10 300 "$@" >"$name.out" 2>"$name.err" || rc=$?
+  echo "$rc" >"$name.rc"
+  [ "$rc" -eq 0 ] || { echo "$name: exit $rc" >&2; tail -5 "$name.err" >&2; }
+}
+
+field() { # field NAME KEY: KEY of NAME.out's last line (a JSON object)
+  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' \
+    "$1.out" "$2" 2>/dev/null || echo "missing"
+}
+
+linreg=(train --model linreg --limit 256 --batch 32 --epochs 2)
+run np2 "$mpirun" -np 2 "$tandem" "${linreg[@]}" --devices cpu:1
+run one "$tandem" "${linreg[@]}" --devices cpu:2
+check "np 2 x cpu:1 exits 0" [ "$(cat np2.rc)" = 0 ]
+check "np 2: processes 2 in the final line" [ "$(field np2 processes)" = 2 ]
+check "np 2: 2 devices over the job" [ "$(field np2 device_count)" = 2 ]
+check "np 2: replicas identical over the job" [ "$(field np2 replicas_bitwise_identical)" = True ]
+check "np 2 x cpu:1 trains as one process on cpu:2 (train loss $(field np2 train_loss) vs $(field one train_loss))" \
+  [ "$(field np2 train_loss)" = "$(field one train_loss)" ]
+check "np 2 x cpu:1 tests as one process on cpu:2" [ "$(field np2 test_loss)" = "$(field one test_loss)" ]
+check "only process 0 prints: one final line" [ "$(grep -c '"command":"train"' np2.out)" = 1 ]
+
+# Adam on generated data: the optimizer state is split over the processes.
+mlp=(train --model mlp --data generated --limit 480 --batch 48 --optimizer adam)
+run write3 "$mpirun" -np 3 "$tandem" "${mlp[@]}" --epochs 1 --devices cpu:1 --checkpoint ck
+check "np 3 writes a checkpoint" [ -n "$(ls ck/ckpt-*.safetensors 2>/dev/null)" ]
+cp -r ck ck1
+run resume2 "$mpirun" -np 2 "$tandem" "${mlp[@]}" --epochs 2 --devices cpu:1 --checkpoint ck --resume
+run resume1 "$tandem" "${mlp[@]}" --epochs 2 --devices cpu:2 --checkpoint ck1 --resume
+check "np 2 resumes np 3's checkpoint" [ "$(cat resume2.rc)" = 0 ]
+check "np 1 resumes np 3's checkpoint" [ "$(cat resume1.rc)" = 0 ]
+check "resumed by 2 processes = by 1 process, same devices (train loss $(field resume2 train_loss) vs $(field resume1 train_loss))" \
+  [ "$(field resume2 train_loss)" = "$(field resume1 train_loss)" ]
+check "resumed by 2 processes = by 1 process (test loss)" [ "$(field resume2 test_loss)" = "$(field resume1 test_loss)" ]
+
+# A spec per process (MPMD) and a batch that splits unevenly: 1 + 2 devices.
+run mpmd "$mpirun" -np 1 "$tandem" "${linreg[@]}" --devices cpu:1 : -np 1 "$tandem" "${linreg[@]}" --devices cpu:2
+run one3 "$tandem" "${linreg[@]}" --devices cpu:3
+check "per-process specs: 3 devices" [ "$(field mpmd device_count)" = 3 ]
+check "per-process specs: the split 11,11,10" [ "$(field mpmd split)" = "[11, 11, 10]" ]
+check "per-process specs: replicas identical" [ "$(field mpmd replicas_bitwise_identical)" = True ]
+# Three devices sum in another order across processes: equal to float rounding.
+check "per-process specs train as one process on cpu:3 ($(field mpmd test_loss) vs $(field one3 test_loss))" \
+  python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * max(1, abs(b)))' \
+  "$(field mpmd test_loss)" "$(field one3 test_loss)"
+
+# Evaluation over 2 processes of the checkpoint process 3 wrote.
+run eval2 "$mpirun" -np 2 "$tandem" eval --checkpoint ck1 --devices cpu:2
+run eval1 "$tandem" eval --checkpoint ck1 --devices cpu:4
+check "eval over 2 processes x cpu:2 = one process on cpu:4 ($(field eval2 test_loss) vs $(field eval1 test_loss))" \
+  python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-6 * max(1, abs(b)))' \
+  "$(field eval2 test_loss)" "$(field eval1 test_loss)"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
