@@ -30,8 +30,12 @@ td_mesh *mt_mesh(mt_run *run, td_context *ctx, const char *counts)
     const char *at = counts;
     for (uint32_t q = 0; q < run->rank && strchr(at, '/'); q++)
         at = strchr(at, '/') + 1;
-    char spec[32];
-    snprintf(spec, sizeof spec, "cpu:%d", atoi(at));
+    char spec[128];
+    const size_t len = strchr(at, '/') ? (size_t)(strchr(at, '/') - at) : strlen(at);
+    if (memchr(at, ':', len)) /* a whole spec for this process, e.g. cpu:1@slow=4 */
+        snprintf(spec, sizeof spec, "%.*s", (int)len, at);
+    else
+        snprintf(spec, sizeof spec, "cpu:%d", atoi(at));
     td_mesh *mesh = NULL;
     MT_OK(run, ctx, td_mesh_create(ctx, spec, &mesh));
     return mesh;

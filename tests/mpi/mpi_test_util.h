@@ -18,7 +18,8 @@ typedef struct mt_run {
 
 /* A context (20 s timeout) that joined the job; ends the job on failure. */
 td_context *mt_start(mt_run *run, int argc, char **argv);
-/* cpu:N for this process, N from "N" or "N0/N1/..." (one per process). */
+/* This process's mesh from "N" (cpu:N for all), "N0/N1/..." (one count
+ * per process) or whole specs per process ("cpu:1/cpu:1@slow=4"). */
 td_mesh *mt_mesh(mt_run *run, td_context *ctx, const char *counts);
 /* Counts a check; prints a failure with the rank. */
 bool mt_check(mt_run *run, bool ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -11,8 +11,12 @@
  *     and still match.
  * Each process binds only its own rows of every global batch.
  *
- * Usage: mpi_trainer COUNTS [BALANCE], COUNTS as mpi_collectives, BALANCE
- * "even" (default) or "weights". */
+ * With BALANCE "auto", the split is measured instead: every process must
+ * find the same split, and a device slowed down (an injected fault, e.g.
+ * "cpu:1/cpu:1@slow=4") must get fewer examples than the others.
+ *
+ * Usage: mpi_trainer MESHES [BALANCE], MESHES as mt_mesh takes them,
+ * BALANCE "even" (default), "weights" or "auto". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +68,87 @@ static int32_t y_at(uint64_t step, uint64_t row)
 
 /* Trains STEPS steps; the bound rows are [first, first + rows) of each
  * global batch. Fills losses and the final parameters (device 0's). */
+static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
+                         float *losses, float *params, size_t *n_params);
+
+/* Auto balance across processes: the slowed device ends with the fewest
+ * examples, and every process holds the same global split. */
+static void check_auto(mt_run *run, td_context *ctx, td_mesh *mesh)
+{
+    model m;
+    build(run, ctx, &m);
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    o.learning_rate = 0.05f;
+    o.balance = TD_BALANCE_AUTO;
+    o.balance_warmup = 2;
+    o.balance_granularity = 1;
+    td_trainer *t = NULL;
+    MT_OK(run, ctx, td_trainer_create(m.g, mesh, m.loss, 4, m.params, &o, &t));
+    uint32_t global = 0, first_device = 0, local = 0;
+    MT_OK(run, ctx, td_processes_mesh(mesh, &global, &first_device));
+    MT_OK(run, ctx, td_mesh_size(mesh, &local));
+    td_tensor *xt = NULL, *yt = NULL;
+    uint64_t bound = 0;
+    for (uint64_t s = 0; s < 8; s++) {
+        uint64_t first = 0, count = 0;
+        MT_OK(run, ctx, td_trainer_process_rows(t, &first, &count));
+        if (!xt || count != bound) { /* the split changed: this process's rows did */
+            td_tensor_destroy(xt);
+            td_tensor_destroy(yt);
+            int64_t xd[2] = {(int64_t)count, IN}, yd[1] = {(int64_t)count};
+            MT_OK(run, ctx, td_tensor_create(ctx, TD_F32, 2, xd, &xt));
+            MT_OK(run, ctx, td_tensor_create(ctx, TD_I32, 1, yd, &yt));
+            bound = count;
+        }
+        float *xv;
+        int32_t *yv;
+        td_tensor_data(xt, (void **)&xv);
+        td_tensor_data(yt, (void **)&yv);
+        for (uint64_t r = 0; r < count; r++) {
+            for (int c = 0; c < IN; c++)
+                xv[r * IN + (uint64_t)c] = x_at(s, first + r, c);
+            yv[r] = y_at(s, first + r);
+        }
+        td_binding b[2] = {{m.x, xt}, {m.y, yt}};
+        float loss;
+        MT_OK(run, ctx, td_trainer_step(t, 2, b, &loss));
+        mt_check(run, loss == loss, "step %llu: the loss is NaN", (unsigned long long)s);
+    }
+    uint32_t rows[64], n = 0;
+    MT_OK(run, ctx, td_trainer_split(t, 64, rows, &n));
+    double split[64] = {0};
+    for (uint32_t d = 0; d < n; d++)
+        split[first_device + d] = rows[d];
+    MT_OK(run, ctx, td_processes_sum(ctx, split, global));
+    double total = 0.0, slowest = 1e30, fastest = 0.0;
+    for (uint32_t d = 0; d < global; d++) {
+        total += split[d];
+        slowest = d == global - 1 ? split[d] : slowest;
+        fastest = d == 0 ? split[d] : fastest;
+    }
+    mt_check(run, total == BATCH, "the global split covers %g examples, expected %d", total, BATCH);
+    mt_check(run, slowest < fastest, "the slowed device (last) got %g examples, device 0 %g: expected fewer",
+             slowest, fastest);
+    bool identical = false;
+    MT_OK(run, ctx, td_trainer_replicas_identical(t, &identical));
+    mt_check(run, identical, "replicas differ under auto balance");
+    /* Every process learned the same global split (each filled only its
+     * own devices above, so compare the summed split's hash). */
+    mt_check(run, mt_same_on_every_process(run, ctx, mt_hash(1469598103934665603ull, split, sizeof split)),
+             "the processes hold different splits");
+    if (run->rank == 0) {
+        printf("auto balance over %u devices: split", global);
+        for (uint32_t d = 0; d < global; d++)
+            printf(" %g", split[d]);
+        printf("\n");
+    }
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    td_trainer_destroy(t);
+    td_graph_destroy(m.g);
+}
+
 static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
                          float *losses, float *params, size_t *n_params)
 {
@@ -153,6 +238,10 @@ int main(int argc, char **argv)
     td_context *ctx = mt_start(&run, argc, argv);
     const bool weighted = argc > 2 && strcmp(argv[2], "weights") == 0;
     td_mesh *mesh = mt_mesh(&run, ctx, argc > 1 ? argv[1] : "1");
+    if (argc > 2 && strcmp(argv[2], "auto") == 0) {
+        check_auto(&run, ctx, mesh);
+        return mt_finish(&run, ctx);
+    }
     uint32_t global = 0, first = 0;
     MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
     /* Uneven weights: device g weighs g + 1. */
