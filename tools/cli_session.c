@@ -350,8 +350,12 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     if ((st = td_evaluator_create(s->g, s->mesh, s->mask, s->classifier ? 2 : 1, metrics, &s->evaluator)) != TD_OK)
         return fail(s, st, "creating the evaluator");
     /* The run's policy for its evaluations too: they share the mesh, and a
-     * device lost while evaluating is as lost as one lost in a step. */
-    if ((st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
+     * device lost while evaluating is as lost as one lost in a step.
+     * Across processes only the step continues (the evaluator's runs have
+     * no agreement between processes yet): a loss while evaluating ends
+     * the job, after the epoch's checkpoint. */
+    if (s->processes < 2 &&
+        (st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
         return fail(s, st, "--on-device-loss");
     return TD_CLI_EXIT_OK;
 }

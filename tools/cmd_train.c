@@ -152,6 +152,15 @@ static void print_header(const train_run *r, td_cli_position start)
     fflush(stdout);
 }
 
+/* The devices the run ends on: the trainer's, or every process's. */
+static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
+{
+    uint32_t global = 0, first = 0;
+    if (r->s.processes > 1 && td_processes_mesh(r->s.mesh, &global, &first) == TD_OK)
+        return global;
+    return trainer_devices;
+}
+
 /* The split and the measured speeds of every device of the job (process
  * 0's devices first), for the final line. Collective across processes. */
 static td_status job_values(train_run *r, double *rows, double *speeds, uint32_t *n_rows, uint32_t *n_speeds)
@@ -458,7 +467,7 @@ int td_cli_train(int argc, char **argv)
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
         printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",\"split\":[",
-               train_seconds, r->s.processes > 1 ? r->s.n_devices : p.devices, p.devices_lost,
+               train_seconds, devices_now(r, p.devices), p.devices_lost,
                c.balance ? c.balance : "even");
         /* Examples per device of a global batch, and (balance auto) the
          * devices' measured speeds: every device of every process. */

@@ -349,6 +349,19 @@ static void mesh_release(td_owned *self)
     mesh->count = 0;
 }
 
+td_status td_mesh_replan(td_mesh *mesh)
+{
+    td_status s = td_mesh_wait_quiet(mesh);
+    if (s != TD_OK)
+        return s;
+    td_context_shrink_children(mesh->ctx, mesh);
+    if (mesh->collectives) {
+        mesh->collectives_destroy(mesh->collectives);
+        mesh->collectives = NULL;
+    }
+    return TD_OK;
+}
+
 td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped)
 {
     td_context *ctx = mesh->ctx;

@@ -74,6 +74,12 @@ td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms);
  * dropped safely). */
 td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped);
 
+/* Every object on the mesh lets go of its devices and plans again before
+ * its next use, and the collectives are made again (learning the job's
+ * processes anew), though no device of this mesh went: what a process
+ * does when another process of the job lost devices. */
+td_status td_mesh_replan(td_mesh *mesh);
+
 /* The backends compiled in, in listing order (cpu first). */
 uint32_t td_runtime_backend_count(void);
 const td_backend_ops *td_runtime_backend(uint32_t i);

@@ -21,6 +21,11 @@
 /* MPI counts are ints: messages go in pieces of at most this many bytes. */
 #define PIECE_BYTES ((size_t)1 << 30)
 #define TAG_DATA 7100
+#define TAG_ABORT 7101 /* "this process failed its step": [rank, status] */
+/* The step's agreement has a tag of its own: an exchange that a failure
+ * interrupted may leave receives posted for data, which must not catch
+ * the agreement's messages. */
+#define TAG_AGREE 7102
 
 struct td_procs {
     td_owned owned; /* first: the context owns the group like any object */
@@ -31,6 +36,22 @@ struct td_procs {
     MPI_Request *requests;
     uint32_t *request_peer;
     size_t request_capacity;
+    /* Requests an interrupted exchange left posted, let go of by
+     * td_procs_renew (set aside, so the next exchange may post its own). */
+    MPI_Request *stale;
+    size_t n_stale, stale_capacity;
+    int tag;          /* of the messages posted now: TAG_DATA, or TAG_AGREE */
+    /* The abort channel: a receive from any process, always posted, which
+     * a process that failed its step fills (td_procs_signal_abort). Every
+     * exchange watches it, so a peer's failure stops the waits at once
+     * instead of at the timeout. */
+    int32_t abort_in[2];
+    MPI_Request abort_recv;
+    int32_t abort_out[2];
+    MPI_Request *abort_sends; /* count */
+    bool abort_sent;          /* this step's failure was told */
+    int32_t peer_failed;      /* -1, or the process whose abort arrived */
+    td_status peer_status;
 };
 
 /* Contexts that joined, so MPI is finalized after the last one goes (MPI
@@ -102,8 +123,8 @@ static td_status post(td_procs *p, bool send, void *data, size_t bytes, uint32_t
     for (size_t at = 0; at < bytes; at += PIECE_BYTES) {
         const int len = (int)(bytes - at < PIECE_BYTES ? bytes - at : PIECE_BYTES);
         char *ptr = (char *)data + at;
-        const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, TAG_DATA, p->comm, &p->requests[*n])
-                            : MPI_Irecv(ptr, len, MPI_BYTE, (int)peer, TAG_DATA, p->comm, &p->requests[*n]);
+        const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, p->tag, p->comm, &p->requests[*n])
+                            : MPI_Irecv(ptr, len, MPI_BYTE, (int)peer, p->tag, p->comm, &p->requests[*n]);
         if (rc != MPI_SUCCESS)
             return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: MPI %s of %d bytes with process %u failed (%d)",
                                 p->rank, send ? "send" : "receive", len, peer, rc);
@@ -112,12 +133,51 @@ static td_status post(td_procs *p, bool send, void *data, size_t bytes, uint32_t
     return TD_OK;
 }
 
-/* Polls the first n requests until all completed, the deadline passed or
- * should_stop says so. Short sleeps, growing to 200 us: an exchange that
- * waits for a slower process should not burn the core its devices use. */
-static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs_stop_fn should_stop, void *user)
+/* An interrupted wait's requests, still posted, are set aside for
+ * td_procs_renew; returns `status`. Without memory for them they are
+ * dropped from view (MPI keeps them; a renew moves past them anyway). */
+static td_status set_aside(td_procs *p, size_t n, td_status status)
 {
-    const double timeout = 2.0 * (double)td_context_timeout_ms(p->ctx) / 1000.0;
+    if (p->n_stale + n > p->stale_capacity) {
+        const size_t capacity = 2 * (p->n_stale + n);
+        MPI_Request *grown = td_alloc(p->ctx, sizeof *grown * capacity);
+        if (!grown)
+            return status;
+        if (p->n_stale)
+            memcpy(grown, p->stale, sizeof *grown * p->n_stale);
+        td_free(p->ctx, p->stale);
+        p->stale = grown;
+        p->stale_capacity = capacity;
+    }
+    memcpy(p->stale + p->n_stale, p->requests, sizeof *p->requests * n);
+    p->n_stale += n;
+    return status;
+}
+
+/* Whether a peer's abort arrived (then remembered until td_procs_renew). */
+static bool peer_aborted(td_procs *p)
+{
+    if (p->peer_failed >= 0)
+        return true;
+    int flag = 0;
+    if (p->abort_recv == MPI_REQUEST_NULL || MPI_Test(&p->abort_recv, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+        !flag)
+        return false;
+    p->peer_failed = p->abort_in[0];
+    p->peer_status = (td_status)p->abort_in[1];
+    return true;
+}
+
+/* Polls the first n requests until all completed, the deadline (`factor`
+ * x the context timeout) passed, should_stop says so or -- when `watch` --
+ * a peer's abort arrived. Short sleeps, growing to 200 us: an exchange that
+ * waits for a slower process should not burn the core its devices use.
+ * Requests left posted by an interrupted wait are counted for
+ * td_procs_renew. */
+static td_status wait_requests_for(td_procs *p, size_t n, const char *what, td_procs_stop_fn should_stop, void *user,
+                                   bool watch, double factor)
+{
+    const double timeout = factor * (double)td_context_timeout_ms(p->ctx) / 1000.0;
     const double deadline = now_seconds() + timeout;
     long sleep_ns = 1000;
     for (;;) {
@@ -127,8 +187,12 @@ static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs
         if (done)
             return TD_OK;
         if (should_stop && should_stop(user))
-            return td_error_set(p->ctx, TD_ERR_ABORTED, "process %u: %s stopped: a local device failed", p->rank,
-                                what);
+            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_ABORTED, "process %u: %s stopped: a local device failed",
+                                                p->rank, what));
+        if (watch && peer_aborted(p))
+            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_ABORTED,
+                                                "process %u: %s stopped: process %d failed its step (%s)", p->rank,
+                                                what, p->peer_failed, td_status_name(p->peer_status)));
         if (now_seconds() > deadline) {
             char missing[256] = "";
             size_t len = 0;
@@ -142,15 +206,21 @@ static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs
                     last = p->request_peer[i];
                 }
             }
-            return td_error_set(p->ctx, TD_ERR_TIMEOUT,
-                                "process %u of %u: %s waited %.0f ms for process(es) %s, which did not answer",
-                                p->rank, p->count, what, timeout * 1000.0, len ? missing : "of the job");
+            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_TIMEOUT,
+                                                "process %u of %u: %s waited %.0f ms for process(es) %s, which did not "
+                                                "answer",
+                                                p->rank, p->count, what, timeout * 1000.0, len ? missing : "of the job"));
         }
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 200000)
             sleep_ns *= 2;
     }
+}
+
+static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs_stop_fn should_stop, void *user)
+{
+    return wait_requests_for(p, n, what, should_stop, user, true, 2.0);
 }
 
 td_status td_procs_allgather(td_procs *p, const void *mine, void *all, size_t bytes, td_procs_stop_fn should_stop,
@@ -169,22 +239,110 @@ td_status td_procs_allgather(td_procs *p, const void *mine, void *all, size_t by
     return s == TD_OK ? wait_requests(p, n, "an all-gather between processes", should_stop, user) : s;
 }
 
-td_status td_procs_allgather_blocks(td_procs *p, float *x, const size_t *offsets, td_procs_stop_fn should_stop,
-                                    void *user)
+/* Posts the all-gather of blocks of `unit`-byte elements. */
+static td_status post_gather(td_procs *p, void *x, size_t unit, const size_t *offsets, size_t *n)
 {
     size_t most = 0;
     for (uint32_t q = 0; q < p->count; q++)
         most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
-    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
-    size_t n = 0;
-    float *own = x + offsets[p->rank];
-    const size_t own_bytes = (offsets[p->rank + 1] - offsets[p->rank]) * sizeof(float);
+    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * unit) + 1);
+    char *base = x, *own = base + offsets[p->rank] * unit;
+    const size_t own_bytes = (offsets[p->rank + 1] - offsets[p->rank]) * unit;
     for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
         if (q == p->rank)
             continue;
-        if ((s = post(p, false, x + offsets[q], (offsets[q + 1] - offsets[q]) * sizeof(float), q, &n)) == TD_OK)
-            s = post(p, true, own, own_bytes, q, &n);
+        if ((s = post(p, false, base + offsets[q] * unit, (offsets[q + 1] - offsets[q]) * unit, q, n)) == TD_OK)
+            s = post(p, true, own, own_bytes, q, n);
     }
+    return s;
+}
+
+static td_status post_allgather_blocks(td_procs *p, float *x, const size_t *offsets, size_t *n)
+{
+    return post_gather(p, x, sizeof(float), offsets, n);
+}
+
+td_status td_procs_allgather_bytes(td_procs *p, void *x, const size_t *offsets)
+{
+    size_t n = 0;
+    td_status s = post_gather(p, x, 1, offsets, &n);
+    return s == TD_OK ? wait_requests(p, n, "gathering a batch between processes", NULL, NULL) : s;
+}
+
+td_status td_procs_agree_blocks(td_procs *p, float *x, const size_t *offsets)
+{
+    size_t n = 0;
+    p->tag = TAG_AGREE;
+    td_status s = post_allgather_blocks(p, x, offsets, &n);
+    p->tag = TAG_DATA;
+    /* Not watching the abort channel: this is where failures are told. A
+     * peer whose device hung returns from its step up to 4 x the timeout
+     * late (then fenced), so the wait is longer than an exchange's. */
+    return s == TD_OK ? wait_requests_for(p, n, "agreeing on the step's outcome", NULL, NULL, false, 6.0) : s;
+}
+
+td_status td_procs_signal_abort(td_procs *p, td_status status)
+{
+    if (peer_aborted(p) || p->abort_sent)
+        return TD_OK; /* a peer's failure caused ours, or we told them already */
+    p->abort_sent = true;
+    p->abort_out[0] = (int32_t)p->rank;
+    p->abort_out[1] = (int32_t)status;
+    for (uint32_t q = 0; q < p->count; q++)
+        if (q != p->rank &&
+            MPI_Isend(p->abort_out, 2, MPI_INT32_T, (int)q, TAG_ABORT, p->comm, &p->abort_sends[q]) != MPI_SUCCESS)
+            return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: telling process %u of a failure failed", p->rank,
+                                q);
+    return TD_OK;
+}
+
+static void post_abort_recv(td_procs *p)
+{
+    p->peer_failed = -1;
+    p->abort_recv = MPI_REQUEST_NULL;
+    MPI_Irecv(p->abort_in, 2, MPI_INT32_T, MPI_ANY_SOURCE, TAG_ABORT, p->comm, &p->abort_recv);
+}
+
+/* Lets go of whatever an interrupted step left posted, on the old
+ * communicator, which is then replaced: a message of the failed step can
+ * never match an exchange of a later one. */
+td_status td_procs_renew(td_procs *p)
+{
+    for (size_t i = 0; i < p->n_stale; i++)
+        if (p->stale[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&p->stale[i]);
+            MPI_Request_free(&p->stale[i]);
+        }
+    p->n_stale = 0;
+    if (p->abort_recv != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p->abort_recv);
+        MPI_Request_free(&p->abort_recv);
+    }
+    for (uint32_t q = 0; q < p->count; q++)
+        if (p->abort_sends[q] != MPI_REQUEST_NULL)
+            MPI_Request_free(&p->abort_sends[q]);
+    p->abort_sent = false;
+    MPI_Comm old = p->comm, renewed = MPI_COMM_NULL;
+    MPI_Request dup;
+    if (MPI_Comm_idup(old, &renewed, &dup) != MPI_SUCCESS)
+        return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: renewing the communicator failed", p->rank);
+    p->requests[0] = dup;
+    p->request_peer[0] = UINT32_MAX;
+    td_status s = wait_requests_for(p, 1, "renewing the communicator after a failed step", NULL, NULL, false, 2.0);
+    if (s != TD_OK)
+        return s;
+    MPI_Comm_set_errhandler(renewed, MPI_ERRORS_RETURN);
+    MPI_Comm_free(&old);
+    p->comm = renewed;
+    post_abort_recv(p);
+    return TD_OK;
+}
+
+td_status td_procs_allgather_blocks(td_procs *p, float *x, const size_t *offsets, td_procs_stop_fn should_stop,
+                                    void *user)
+{
+    size_t n = 0;
+    td_status s = post_allgather_blocks(p, x, offsets, &n);
     return s == TD_OK ? wait_requests(p, n, "the all-gather between processes", should_stop, user) : s;
 }
 
@@ -230,6 +388,15 @@ static void procs_release(td_owned *self)
 {
     td_procs *p = (td_procs *)self;
     td_context_set_processes(p->ctx, NULL, NULL);
+    if (p->abort_recv != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p->abort_recv);
+        MPI_Request_free(&p->abort_recv);
+    }
+    for (uint32_t q = 0; p->abort_sends && q < p->count; q++)
+        if (p->abort_sends[q] != MPI_REQUEST_NULL)
+            MPI_Request_free(&p->abort_sends[q]);
+    td_free(p->ctx, p->abort_sends);
+    td_free(p->ctx, p->stale);
     if (p->comm != MPI_COMM_NULL)
         MPI_Comm_free(&p->comm);
     td_free(p->ctx, p->requests);
@@ -279,6 +446,9 @@ td_status td_processes_join(td_context *ctx)
         return TD_OOM(ctx, "the process group", sizeof *p);
     p->ctx = ctx;
     p->comm = MPI_COMM_NULL;
+    p->abort_recv = MPI_REQUEST_NULL;
+    p->peer_failed = -1;
+    p->tag = TAG_DATA;
     p->finalize_mpi = true;
     joined_contexts++;
     td_context_own(ctx, &p->owned, "processes", NULL, procs_release);
@@ -290,6 +460,13 @@ td_status td_processes_join(td_context *ctx)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     p->rank = (uint32_t)rank;
     p->count = (uint32_t)size;
+    p->abort_sends = td_alloc(ctx, sizeof *p->abort_sends * (size_t)size);
+    if (!p->abort_sends) {
+        td_owned_destroy(&p->owned);
+        return TD_OOM(ctx, "the abort channel", sizeof *p->abort_sends * (size_t)size);
+    }
+    for (int q = 0; q < size; q++)
+        p->abort_sends[q] = MPI_REQUEST_NULL;
     /* The duplicate is made with the non-blocking call: a process that
      * never joins must not hang the others. */
     MPI_Request dup;
@@ -301,8 +478,10 @@ td_status td_processes_join(td_context *ctx)
         p->request_peer[0] = UINT32_MAX;
         s = wait_requests(p, 1, "joining the job's processes", NULL, NULL);
     }
-    if (s == TD_OK)
+    if (s == TD_OK) {
         MPI_Comm_set_errhandler(p->comm, MPI_ERRORS_RETURN);
+        post_abort_recv(p);
+    }
     if (s != TD_OK) {
         td_owned_destroy(&p->owned);
         return s;

@@ -93,3 +93,27 @@ td_status td_procs_broadcast(td_procs *procs, uint32_t root, void *data, size_t 
     (void)procs, (void)root, (void)data, (void)bytes, (void)should_stop, (void)user;
     return TD_ERR_UNSUPPORTED;
 }
+
+td_status td_procs_agree_blocks(td_procs *procs, float *x, const size_t *offsets)
+{
+    (void)procs, (void)x, (void)offsets;
+    return TD_ERR_UNSUPPORTED;
+}
+
+td_status td_procs_signal_abort(td_procs *procs, td_status status)
+{
+    (void)procs, (void)status;
+    return TD_ERR_UNSUPPORTED;
+}
+
+td_status td_procs_renew(td_procs *procs)
+{
+    (void)procs;
+    return TD_ERR_UNSUPPORTED;
+}
+
+td_status td_procs_allgather_bytes(td_procs *procs, void *x, const size_t *offsets)
+{
+    (void)procs, (void)x, (void)offsets;
+    return TD_ERR_UNSUPPORTED;
+}

@@ -42,6 +42,16 @@ static uint64_t unit(const ring_op *op, uint32_t n, uint64_t base, uint32_t x)
     return base | (u_part(&um) + x);
 }
 
+/* The leader's exchange with the other processes failed (a peer's abort
+ * included): the local ranks waiting for it must stop at once, whatever
+ * the status -- td_ring_fail leaves an ABORTED alone, since that usually
+ * echoes a local peer's failure, but here it is news. */
+static td_status leader_failed(td_ring *ring, td_status s)
+{
+    td_ring_abort(ring, s);
+    return s;
+}
+
 static int ring_aborted(void *user)
 {
     td_ring *ring = user;
@@ -241,7 +251,7 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
             ring->blocks[q] = part_lo(count, P, q);
         if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
                                           ring)) != TD_OK)
-            return s;
+            return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
         return s;
@@ -279,7 +289,7 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
                 local += ring->ranks[q].partial;
             double *all = (double *)ring->received; /* free again: every rank summed its part */
             if ((s = td_procs_allgather(ring->procs, &local, all, sizeof local, ring_aborted, ring)) != TD_OK)
-                return s;
+                return leader_failed(ring, s);
             double total = 0.0;
             for (uint32_t q = 0; q < P; q++)
                 total += all[q];
@@ -299,7 +309,7 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
         if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_FINAL))) != TD_OK)
             return s;
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
-            return s;
+            return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_GATHERED))) != TD_OK) {
         return s;
@@ -362,7 +372,7 @@ td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, ui
         for (uint32_t q = 0; q <= ring->n_procs; q++)
             ring->blocks[q] = (size_t)ring->device_offset[q] * count;
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
-            return td_ring_fail(ring, r, s);
+            return leader_failed(ring, s);
         td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);
@@ -395,10 +405,11 @@ td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_
         return td_ring_fail(ring, r, s);
     td_ring_publish(me, unit(NULL, ring->n, base, X_DEPOSITED));
     if (r == 0) {
-        if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK ||
-            (s = td_procs_broadcast(ring->procs, root_proc, ring->host, count * sizeof(float), ring_aborted, ring)) !=
-                TD_OK)
+        if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK)
             return td_ring_fail(ring, r, s);
+        if ((s = td_procs_broadcast(ring->procs, root_proc, ring->host, count * sizeof(float), ring_aborted, ring)) !=
+            TD_OK)
+            return leader_failed(ring, s);
         td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);

@@ -46,6 +46,25 @@ td_status td_procs_allgather_blocks(td_procs *procs, float *x, const size_t *off
 td_status td_procs_exchange_blocks(td_procs *procs, const float *x, const size_t *offsets, float *recv,
                                    td_procs_stop_fn should_stop, void *user);
 
+/* As td_procs_allgather_blocks for bytes (offsets in bytes). */
+td_status td_procs_allgather_bytes(td_procs *procs, void *x, const size_t *offsets);
+
+/* The step's agreement: as td_procs_allgather_blocks, but it does not
+ * stop for a peer's abort (this is where every process learns every
+ * outcome) and waits up to 6 x the timeout (a peer whose device hung comes
+ * back after 4 x, fenced). */
+td_status td_procs_agree_blocks(td_procs *procs, float *x, const size_t *offsets);
+
+/* This process failed its step: tells every other process at once, so
+ * their exchanges stop instead of waiting for the timeout. Once per step;
+ * nothing when a peer's failure caused this one. */
+td_status td_procs_signal_abort(td_procs *procs, td_status status);
+
+/* After a failed step, on every process (collective): lets go of what the
+ * interrupted exchanges left posted and moves to a fresh duplicate of the
+ * communicator, so nothing of the failed step matches a later exchange. */
+td_status td_procs_renew(td_procs *procs);
+
 /* root's `bytes` bytes at data to every process's data. */
 td_status td_procs_broadcast(td_procs *procs, uint32_t root, void *data, size_t bytes, td_procs_stop_fn should_stop,
                              void *user);

@@ -47,6 +47,7 @@ struct td_evaluator {
     uint32_t global_n, first_position, processes;
     double *exchange; /* (1 + n_metrics) x processes: each batch's partial sums of every process */
     double *totals;   /* 1 + n_metrics: their sums over the processes */
+    bool resplit;     /* the job's mesh changed: learn it and split again before the next use */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -115,6 +116,10 @@ static void evaluator_before_shrink(td_owned *self)
     if (!e->program)
         return;
     td_program_before_shrink(e->program);
+    if (e->processes > 1) { /* the job's survivors are known once its mesh is learned again */
+        e->resplit = true;
+        return;
+    }
     /* The survivors' even shares, which the re-plan then takes (a batch
      * they do not divide included). */
     td_mesh *mesh = td_program_mesh(e->program);
@@ -224,6 +229,27 @@ td_status td_evaluator_set_on_device_loss(td_evaluator *e, td_on_device_loss pol
     return TD_OK;
 }
 
+/* Across processes, after the job's mesh changed (a trainer continued on
+ * the survivors): the global mesh as it is now, and its even shares. */
+static td_status sync_mesh(td_evaluator *e)
+{
+    if (!e->resplit)
+        return TD_OK;
+    td_ring *ring = NULL;
+    td_status s = td_mesh_ring(td_program_mesh(e->program), &ring);
+    if (s != TD_OK)
+        return s;
+    e->global_n = td_ring_global_count(ring);
+    e->first_position = td_ring_global_position(ring, 0);
+    if (e->batch && e->batch >= e->global_n) {
+        td_balance_even(e->batch, e->global_n, e->rows);
+        if ((s = td_program_set_split(e->program, e->global_n, e->rows)) != TD_OK)
+            return s;
+    }
+    e->resplit = false;
+    return TD_OK;
+}
+
 td_status td_evaluator_load(td_evaluator *e, const td_trainer *t)
 {
     td_status live = check_evaluator(e, "td_evaluator_load");
@@ -232,6 +258,8 @@ td_status td_evaluator_load(td_evaluator *e, const td_trainer *t)
     if (!t)
         return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT, "td_evaluator_load: trainer is NULL");
     if ((live = td_trainer_check_live(t, "td_evaluator_load")) != TD_OK)
+        return live;
+    if ((live = sync_mesh(e)) != TD_OK)
         return live;
     const td_program *tp = td_trainer_program(t);
     const td_plan *from = td_program_plan(tp), *to = td_program_plan(e->program);
@@ -261,7 +289,9 @@ static td_status run_batch(td_evaluator *e, uint32_t n_bindings, const td_bindin
 {
     td_trace *tr = td_trace_of(e->ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
-    td_status s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
+    td_status s = sync_mesh(e);
+    if (s == TD_OK)
+        s = td_program_run_for(e->program, n_bindings, bindings, "td_evaluator_run");
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "evaluate", NULL, begin, td_trace_now(), 0);
     e->n_devices = td_program_device_count(e->program); /* fewer after the mesh dropped lost devices */
@@ -342,6 +372,8 @@ td_status td_evaluator_process_rows(const td_evaluator *e, uint64_t *first, uint
         return s;
     if (!first || !count)
         return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT, "td_evaluator_process_rows: first or count is NULL");
+    if ((s = sync_mesh((td_evaluator *)e)) != TD_OK) /* it learns the mesh once; the evaluator stays the same */
+        return s;
     return td_rows_of_process(e->ctx, "td_evaluator_process_rows", e->batch, e->rows, e->first_position,
                               td_program_device_count(e->program), e->processes, first, count);
 }

@@ -85,7 +85,11 @@ struct td_trainer {
     /* The global mesh (tandem/processes.h): every process's devices, and
      * this process's first. One process: the mesh and 0. */
     uint32_t global_n, first_position;
-    float *device_values; /* global_n x (1 + n_metrics): each device's weighted loss and metrics */
+    uint32_t processes;   /* the job's processes the trainer spans (1: one process) */
+    /* global_n x (3 + n_metrics): each device's [its process's step status,
+     * kept (1) or lost (0), weighted loss, weighted metrics...] */
+    float *device_values;
+    bool agreed_loss;     /* the last agreement found devices lost somewhere in the job */
     float *combined;      /* 1 + n_metrics: their combination, bitwise the same on every process */
     float *global_busy;   /* global_n: a measured step's busy seconds of every device, for the balancer */
     double *busy_all;     /* likewise, as the balancer takes them */
@@ -104,10 +108,21 @@ td_status td_trainer_check_planned(const td_trainer *t, const char *fn);
 float td_trainer_combine_devices(const td_trainer *t, uint32_t index);
 /* Every metric of the last step, combined likewise (n_metrics values). */
 void td_trainer_fill_metrics(const td_trainer *t, float *values);
-/* After a step ran: every device's loss and metrics of every process
- * (gathered between processes), combined in global device order into
- * t->combined, so one process and several compute the same sums. */
-td_status td_trainer_combine_step(td_trainer *t);
+/* After a step ran with outcome `local`: across processes, every process
+ * learns every process's outcome and which devices it lost (one gather,
+ * which also carries the values), so all succeed or all fail together;
+ * a failure anywhere renews the processes' communicator and sets keep[]
+ * (global) and agreed_loss. On success the loss and metrics of every
+ * device, combined in global device order into t->combined (one process
+ * and several compute the same sums). Returns the step's status: `local`,
+ * or TD_ERR_ABORTED naming the process that failed. */
+td_status td_trainer_agree_step(td_trainer *t, td_status local);
+/* on_device_loss = continue across processes, after an agreed failure
+ * that lost devices: every process drops its own lost devices (or only
+ * re-plans), the global mesh is learned again, the batch is split over
+ * the survivors and the trainer plans for them. TD_OK: run the step again;
+ * otherwise `failure` or why continuing failed. */
+td_status td_trainer_continue_across(td_trainer *t, td_status failure);
 /* A measured step's busy seconds of every device of every process, in
  * t->busy_all (gathered between processes). */
 td_status td_trainer_gather_busy(td_trainer *t);

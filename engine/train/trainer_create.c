@@ -60,18 +60,16 @@ static td_status plan_global_mesh(td_trainer *t, const td_trainer_options *opts)
         return s;
     t->global_n = td_ring_global_count(ring);
     t->first_position = td_ring_global_position(ring, 0);
-    if (td_ring_process_count(ring) > 1 && opts->on_device_loss == TD_ON_DEVICE_LOSS_CONTINUE)
-        return td_error_set(ctx, TD_ERR_UNSUPPORTED,
-                            "td_trainer_create: on_device_loss = continue across %u processes is not built yet (each "
-                            "process would have to re-plan for the new global mesh at the same step); use fail",
-                            td_ring_process_count(ring));
-    const size_t values = (size_t)t->global_n * (opts->n_metrics + 1);
+    t->processes = td_ring_process_count(ring);
+    const size_t values = (size_t)t->global_n * (opts->n_metrics + 3);
     t->device_values = td_alloc_zeroed(ctx, sizeof *t->device_values * (values + 1));
     t->combined = td_alloc_zeroed(ctx, sizeof *t->combined * ((size_t)opts->n_metrics + 1));
     t->global_busy = td_alloc_zeroed(ctx, sizeof *t->global_busy * t->global_n);
     t->busy_all = td_alloc_zeroed(ctx, sizeof *t->busy_all * t->global_n);
     t->process_offsets = td_alloc_zeroed(ctx, sizeof *t->process_offsets * ((size_t)td_ring_process_count(ring) + 1));
-    if (!t->device_values || !t->combined || !t->global_busy || !t->busy_all || !t->process_offsets)
+    td_free(ctx, t->keep); /* per device of the whole job */
+    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * t->global_n);
+    if (!t->device_values || !t->combined || !t->global_busy || !t->busy_all || !t->process_offsets || !t->keep)
         return TD_OOM(ctx, "the trainer's per-device values", sizeof *t->device_values * values);
     return TD_OK;
 }

@@ -94,11 +94,13 @@ void td_trainer_free_accumulators(td_trainer *t)
 void td_trainer_before_shrink(td_owned *self)
 {
     td_trainer *t = (td_trainer *)self;
-    for (uint32_t d = 0; d < t->mesh->count; d++) {
-        t->keep[d] = !td_mesh_device_lost(t->mesh, d);
-        t->devices_lost += !t->keep[d];
+    if (t->processes < 2) { /* across processes the agreement knows the whole job's losses */
+        for (uint32_t d = 0; d < t->mesh->count; d++) {
+            t->keep[d] = !td_mesh_device_lost(t->mesh, d);
+            t->devices_lost += !t->keep[d];
+        }
+        td_balancer_shrink(&t->balance, t->keep);
     }
-    td_balancer_shrink(&t->balance, t->keep);
     t->rebalanced = false; /* a split found for the devices before */
     if (t->stale)
         return;
@@ -129,13 +131,17 @@ td_status td_trainer_refresh(td_trainer *t)
 {
     if (!t->stale)
         return TD_OK;
-    td_status s = td_program_set_split(t->program, t->mesh->count, td_balancer_rows(&t->balance));
+    /* One process: its survivors; across processes td_trainer_continue_across
+     * set the job's survivors' count. */
+    const uint32_t global = t->processes > 1 ? t->global_n : t->mesh->count;
+    td_status s = td_program_set_split(t->program, global, td_balancer_rows(&t->balance));
     if (s == TD_OK)
         s = td_program_refresh(t->program);
     if (s != TD_OK)
         return s;
     t->ring = td_program_ring(t->program);
-    t->global_n = td_ring_global_count(t->ring); /* one process here: continuing is refused across several */
+    t->global_n = td_ring_global_count(t->ring);
+    t->first_position = td_ring_global_position(t->ring, 0);
     t->n_owners = t->mesh->count;
     if ((s = split_owners(t, t->flat_state)) == TD_OK && t->options.accumulate_steps > 1)
         s = td_trainer_plan_accumulators(t);
@@ -196,4 +202,52 @@ void td_trainer_apply_split(td_trainer *t)
     }
     td_log(t->ctx, TD_LOG_INFO, "step %llu: the batch split is now %s examples per device (measured speeds)",
            (unsigned long long)t->micro_steps, split);
+}
+
+td_status td_trainer_continue_across(td_trainer *t, td_status failure)
+{
+    if (t->options.on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE || !t->agreed_loss)
+        return failure;
+    td_context *ctx = t->ctx;
+    char cause[1024];
+    td_error_copy(ctx, cause, sizeof cause);
+    /* Every process reads the same flags, so every process decides alike. */
+    uint32_t survivors = 0, lost_here = 0;
+    for (uint32_t q = 0; q < t->processes; q++) {
+        uint32_t first = 0, kept = 0;
+        const uint32_t n = td_ring_process_devices(t->ring, q, &first);
+        for (uint32_t d = first; d < first + n; d++)
+            kept += t->keep[d];
+        if (kept == 0)
+            return td_error_set(ctx, TD_ERR_DEVICE_LOST,
+                                "%s; process %u lost every device it had, and the job cannot go on without a process "
+                                "(resume from the last checkpoint with fewer processes)",
+                                cause, q);
+        survivors += kept;
+    }
+    for (uint32_t d = 0; d < t->mesh->count; d++)
+        lost_here += !t->keep[t->first_position + d];
+    const uint32_t before = t->global_n;
+    uint32_t dropped = 0;
+    /* A process that lost devices drops them; the others only plan again
+     * (the global mesh changed under them). Either way the mesh's ring goes
+     * and is made again, learning every process's device count anew. */
+    td_status s = lost_here ? td_mesh_drop_lost(t->mesh, &dropped) : td_mesh_replan(t->mesh);
+    if (s == TD_OK) {
+        td_balancer_shrink(&t->balance, t->keep);
+        t->global_n = survivors;
+        s = td_trainer_refresh(t);
+    }
+    if (s == TD_OK && t->global_n != survivors)
+        s = td_error_set(ctx, TD_ERR_STATE, "the processes count %u devices after the loss, expected %u", t->global_n,
+                         survivors);
+    if (s != TD_OK) {
+        char why[1024];
+        td_error_copy(ctx, why, sizeof why);
+        return td_error_set(ctx, s, "%s; continuing on the surviving devices of the job failed: %s", cause, why);
+    }
+    t->devices_lost += before - survivors;
+    td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the job's %u devices left of %u",
+           (unsigned long long)t->micro_steps + 1, cause, survivors, before);
+    return TD_OK;
 }

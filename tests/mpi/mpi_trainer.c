@@ -15,8 +15,13 @@
  * find the same split, and a device slowed down (an injected fault, e.g.
  * "cpu:1/cpu:1@slow=4") must get fewer examples than the others.
  *
- * Usage: mpi_trainer MESHES [BALANCE], MESHES as mt_mesh takes them,
- * BALANCE "even" (default), "weights" or "auto". */
+ * With "loss SPEC", a device of one process fails mid-run under
+ * on_device_loss = continue: every process must learn it at the same
+ * step, the job goes on with one device fewer, and the run must match one
+ * process on SPEC (the same devices, the same failure) within rounding.
+ *
+ * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC], MESHES as
+ * mt_mesh takes them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +75,7 @@ static int32_t y_at(uint64_t step, uint64_t row)
  * global batch. Fills losses and the final parameters (device 0's). */
 static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
                          float *losses, float *params, size_t *n_params);
+static bool continue_on_loss; /* the "loss" mode's trainers continue on the survivors */
 
 /* Auto balance across processes: the slowed device ends with the fewest
  * examples, and every process holds the same global split. */
@@ -159,6 +165,8 @@ static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const floa
     o.optimizer = TD_OPTIMIZER_ADAM;
     o.learning_rate = 0.05f;
     o.max_norm = 1.0f;
+    if (continue_on_loss)
+        o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     if (weights) {
         o.balance = TD_BALANCE_EXPLICIT;
         o.balance_weights = weights;
@@ -167,38 +175,25 @@ static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const floa
     }
     td_trainer *t = NULL;
     MT_OK(run, ctx, td_trainer_create(m.g, mesh, m.loss, 4, m.params, &o, &t));
-    uint32_t local = 0, rows[64], n = 0;
-    MT_OK(run, ctx, td_mesh_size(mesh, &local));
-    MT_OK(run, ctx, td_trainer_split(t, 64, rows, &n));
-    uint32_t global = 0, first_device = 0;
-    MT_OK(run, ctx, td_processes_mesh(mesh, &global, &first_device));
-    /* This process's rows: those of the devices before it, then its own. */
-    uint64_t first = 0, count = 0;
-    if (weights) {
-        uint32_t all_rows[64];
-        double shares[64] = {0};
-        for (uint32_t d = 0; d < n; d++)
-            shares[first_device + d] = rows[d];
-        MT_OK(run, ctx, td_processes_sum(ctx, shares, global));
-        for (uint32_t d = 0; d < global; d++)
-            all_rows[d] = (uint32_t)shares[d];
-        for (uint32_t d = 0; d < first_device; d++)
-            first += all_rows[d];
-        for (uint32_t d = 0; d < local; d++)
-            count += all_rows[first_device + d];
-    } else {
-        first = (uint64_t)BATCH / global * first_device;
-        count = (uint64_t)BATCH / global * local;
-    }
-    int64_t xd[2] = {(int64_t)count, IN}, yd[1] = {(int64_t)count};
     td_tensor *xt = NULL, *yt = NULL;
-    MT_OK(run, ctx, td_tensor_create(ctx, TD_F32, 2, xd, &xt));
-    MT_OK(run, ctx, td_tensor_create(ctx, TD_I32, 1, yd, &yt));
-    float *xv;
-    int32_t *yv;
-    td_tensor_data(xt, (void **)&xv);
-    td_tensor_data(yt, (void **)&yv);
+    float *xv = NULL;
+    int32_t *yv = NULL;
+    uint64_t bound = 0;
     for (uint64_t s = 0; s < STEPS; s++) {
+        /* This process's rows: those of the devices before it, then its own
+         * (they change when the job loses a device). */
+        uint64_t first = 0, count = 0;
+        MT_OK(run, ctx, td_trainer_process_rows(t, &first, &count));
+        if (!xt || count != bound) {
+            td_tensor_destroy(xt);
+            td_tensor_destroy(yt);
+            int64_t xd[2] = {(int64_t)count, IN}, yd[1] = {(int64_t)count};
+            MT_OK(run, ctx, td_tensor_create(ctx, TD_F32, 2, xd, &xt));
+            MT_OK(run, ctx, td_tensor_create(ctx, TD_I32, 1, yd, &yt));
+            td_tensor_data(xt, (void **)&xv);
+            td_tensor_data(yt, (void **)&yv);
+            bound = count;
+        }
         for (uint64_t r = 0; r < count; r++) {
             for (int c = 0; c < IN; c++)
                 xv[r * IN + (uint64_t)c] = x_at(s, first + r, c);
@@ -242,6 +237,7 @@ int main(int argc, char **argv)
         check_auto(&run, ctx, mesh);
         return mt_finish(&run, ctx);
     }
+    continue_on_loss = argc > 3 && strcmp(argv[2], "loss") == 0;
     uint32_t global = 0, first = 0;
     MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
     /* Uneven weights: device g weighs g + 1. */
@@ -255,6 +251,14 @@ int main(int argc, char **argv)
     bool identical = false;
     MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
     mt_check(&run, identical, "replicas differ across the processes' devices");
+    if (continue_on_loss) {
+        td_train_progress p;
+        uint32_t now = 0, first_now = 0;
+        MT_OK(&run, ctx, td_trainer_progress(t, &p));
+        MT_OK(&run, ctx, td_processes_mesh(mesh, &now, &first_now));
+        mt_check(&run, p.devices_lost == 1, "process %u counts %u devices lost, expected 1", run.rank, p.devices_lost);
+        mt_check(&run, now == global - 1, "the job has %u devices after the loss, expected %u", now, global - 1);
+    }
 
     /* The reference: one process, the same total devices, the same weights. */
     td_context_options o;
@@ -263,7 +267,9 @@ int main(int argc, char **argv)
     td_context *solo = NULL;
     MT_OK(&run, ctx, td_context_create(&o, &solo));
     char spec[32];
-    snprintf(spec, sizeof spec, "cpu:%u", global);
+    snprintf(spec, sizeof spec, "%s", continue_on_loss ? argv[3] : "");
+    if (!continue_on_loss)
+        snprintf(spec, sizeof spec, "cpu:%u", global);
     td_mesh *one = NULL;
     MT_OK(&run, solo, td_mesh_create(solo, spec, &one));
     train(&run, solo, one, weighted ? weights : NULL, global, ref_losses, ref_params, &ref_n);

@@ -84,6 +84,22 @@ check "per-process specs train as one process on cpu:3 ($(field mpmd test_loss) 
   python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * max(1, abs(b)))' \
   "$(field mpmd test_loss)" "$(field one3 test_loss)"
 
+# A device lost in one process, --on-device-loss continue: every process
+# re-plans at the same step, and the run lands where one process with the
+# same devices and the same failure lands.
+lossy=(train --model linreg --limit 256 --batch 32 --epochs 2 --on-device-loss continue)
+run lost "$mpirun" -np 1 "$tandem" "${lossy[@]}" --devices cpu:2 : -np 1 "$tandem" "${lossy[@]}" --devices "cpu:1,cpu:1@fail=5"
+run lost1 "$tandem" "${lossy[@]}" --devices "cpu:3,cpu:1@fail=5"
+check "a device lost in process 1: the job goes on" [ "$(cat lost.rc)" = 0 ]
+check "a device lost in process 1: 1 lost, 3 at the end" \
+  [ "$(field lost devices_lost)/$(field lost devices_at_end)" = "1/3" ]
+check "a device lost in process 1: replicas identical" [ "$(field lost replicas_bitwise_identical)" = True ]
+check "a device lost in process 1 = one process with the same loss ($(field lost test_loss) vs $(field lost1 test_loss))" \
+  python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * max(1, abs(b)))' \
+  "$(field lost test_loss)" "$(field lost1 test_loss)"
+check "a device lost in process 1 is handled at once, not at a timeout ($(field lost seconds) s)" \
+  python3 -c 'import sys; sys.exit(float(sys.argv[1]) > 20)' "$(field lost seconds)"
+
 # Evaluation over 2 processes of the checkpoint process 3 wrote.
 run eval2 "$mpirun" -np 2 "$tandem" eval --checkpoint ck1 --devices cpu:2
 run eval1 "$tandem" eval --checkpoint ck1 --devices cpu:4
