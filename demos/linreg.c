@@ -1,11 +1,17 @@
 /* The seed exercise: linear regression trained data-parallel. Every device
  * gets 100 samples of a full batch; each epoch is one synchronous step
- * (forward, backward, gradient all-reduce, identical update). */
+ * (forward, backward, gradient all-reduce, identical update).
+ *
+ * Under mpirun the processes train as one job (td_demo_processes.h):
+ * --devices names each process's own devices, the batch is 100 samples
+ * per device of the job, every process makes the whole batch (the same
+ * seed) and binds only its own rows, and process 0 prints. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tandem/tandem.h"
+#include "td_demo_processes.h"
 #include "td_demo_rng.h"
 
 #define FEATURES 5
@@ -14,26 +20,64 @@
 #define LEARNING_RATE 0.05f
 #define NOISE 0.1f
 
+#define N_TENSORS 6 /* x, y, w, b and this process's rows of x and y */
+
+static uint32_t process, processes = 1; /* this process of the job (0 of 1 without mpirun) */
+
 static int fail(td_context *ctx, td_status s, const char *what)
 {
-    fprintf(stderr, "linreg: %s failed: %s: %s\n", what, td_status_name(s), ctx ? td_last_error(ctx) : "");
+    char who[48] = "";
+    if (processes > 1)
+        snprintf(who, sizeof who, " (process %u of %u)", process, processes);
+    fprintf(stderr, "linreg%s: %s failed: %s: %s\n", who, what, td_status_name(s), ctx ? td_last_error(ctx) : "");
     return 1;
 }
 
-/* Error exit: report, then free what exists (tensors before their context). */
-static int cleanup_fail(td_context *ctx, td_status s, const char *what, td_tensor *tensors[4])
+/* Error exit: report, end the job (the other processes would wait for
+ * this one), then free what exists (tensors before their context). */
+static int cleanup_fail(td_context *ctx, td_status s, const char *what, td_tensor *tensors[N_TENSORS])
 {
     fail(ctx, s, what);
-    for (int i = 0; i < 4; i++)
+    td_demo_end_job_if_failed(ctx, processes, 1);
+    for (int i = 0; i < N_TENSORS; i++)
         td_tensor_destroy(tensors[i]);
     td_context_destroy(ctx);
     return 1;
 }
 
+/* Rows [first, first + count) of x and y into *xp and *yp, made again
+ * only when the rows change (*at: those they hold). */
+static td_status copy_rows(td_context *ctx, const td_tensor *x, const td_tensor *y, uint64_t first, uint64_t count,
+                           td_tensor **xp, td_tensor **yp, uint64_t at[2])
+{
+    if (*xp && at[0] == first && at[1] == count)
+        return TD_OK;
+    td_tensor_destroy(*xp);
+    td_tensor_destroy(*yp);
+    *xp = *yp = NULL;
+    const int64_t xd[2] = {(int64_t)count, FEATURES}, yd[2] = {(int64_t)count, 1};
+    td_status s = td_tensor_create(ctx, TD_F32, 2, xd, xp);
+    if (s == TD_OK)
+        s = td_tensor_create(ctx, TD_F32, 2, yd, yp);
+    if (s != TD_OK)
+        return s;
+    float *xs, *ys, *xr, *yr;
+    td_tensor_data(x, (void **)&xs);
+    td_tensor_data(y, (void **)&ys);
+    td_tensor_data(*xp, (void **)&xr);
+    td_tensor_data(*yp, (void **)&yr);
+    memcpy(xr, xs + first * FEATURES, sizeof *xr * (size_t)count * FEATURES);
+    memcpy(yr, ys + first, sizeof *yr * (size_t)count);
+    at[0] = first;
+    at[1] = count;
+    return TD_OK;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: linreg [--devices SPEC] [--seed N]\n"
-                    "  SPEC: e.g. cpu:4, opencl:0,opencl:1,cpu:2, vulkan:0x2 (default cpu:4)\n");
+                    "  SPEC: e.g. cpu:4, opencl:0,opencl:1,cpu:2, vulkan:0x2 (default cpu:4); under mpirun,\n"
+                    "  each process's own: the job trains on all of them\n");
 }
 
 int main(int argc, char **argv)
@@ -60,16 +104,25 @@ int main(int argc, char **argv)
     td_mesh *mesh = NULL;
     td_graph *g = NULL;
     td_trainer *trainer = NULL;
-    td_tensor *x = NULL, *y = NULL, *w = NULL, *b = NULL;
+    td_tensor *x = NULL, *y = NULL, *w = NULL, *b = NULL, *xp = NULL, *yp = NULL; /* xp, yp: this process's rows */
     td_status s = td_context_create(NULL, &ctx);
     if (s != TD_OK)
         return fail(NULL, s, "td_context_create");
+    int rc = td_demo_join("linreg", ctx, &process, &processes);
+    if (rc != 0) {
+        td_context_destroy(ctx);
+        return rc;
+    }
     if ((s = td_mesh_create(ctx, spec, &mesh)) != TD_OK)
-        return fail(ctx, s, "td_mesh_create") + (td_context_destroy(ctx), 0);
-    uint32_t n;
-    td_mesh_size(mesh, &n);
-    printf("linreg on %u device(s):\n", n);
-    for (uint32_t i = 0; i < n; i++) {
+        return cleanup_fail(ctx, s, "td_mesh_create", (td_tensor *[N_TENSORS]){0});
+    uint32_t n, n_local, first_device;
+    td_mesh_size(mesh, &n_local);
+    td_processes_mesh(mesh, &n, &first_device); /* the job's devices, every process's */
+    if (processes > 1)
+        printf("linreg on %u device(s) over %u processes, process 0's:\n", n, processes);
+    else
+        printf("linreg on %u device(s):\n", n);
+    for (uint32_t i = 0; i < n_local; i++) {
         td_device_info info;
         td_mesh_device_info(mesh, i, &info);
         printf("  [%u] %s:%u %s\n", i, info.backend, info.index, info.name);
@@ -87,7 +140,7 @@ int main(int argc, char **argv)
     float *xs, *ys;
     if ((s = td_tensor_create(ctx, TD_F32, 2, xd, &x)) != TD_OK || (s = td_tensor_create(ctx, TD_F32, 2, yd, &y)) != TD_OK ||
         (s = td_tensor_create(ctx, TD_F32, 2, wd, &w)) != TD_OK || (s = td_tensor_create(ctx, TD_F32, 1, bd, &b)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_tensor_create", (td_tensor *[]){x, y, w, b});
+        return cleanup_fail(ctx, s, "td_tensor_create", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
     td_tensor_data(x, (void **)&xs);
     td_tensor_data(y, (void **)&ys);
     for (int64_t i = 0; i < batch; i++) {
@@ -106,30 +159,41 @@ int main(int argc, char **argv)
         (s = td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &ny)) != TD_OK ||
         (s = td_model_linreg(g, nx, &pred)) != TD_OK || (s = td_graph_find(g, "linreg/kernel", &nw)) != TD_OK ||
         (s = td_graph_find(g, "linreg/bias", &nb)) != TD_OK || (s = td_graph_mse(g, pred, ny, &loss)) != TD_OK)
-        return cleanup_fail(ctx, s, "building the graph", (td_tensor *[]){x, y, w, b});
+        return cleanup_fail(ctx, s, "building the graph", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
 
     td_trainer_options opts;
     td_trainer_options_init(&opts);
     opts.learning_rate = LEARNING_RATE;
     td_node params[2] = {nw, nb};
     if ((s = td_trainer_create(g, mesh, loss, 2, params, &opts, &trainer)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_create", (td_tensor *[]){x, y, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_create", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
 
-    td_binding bind[2] = {{nx, x}, {ny, y}};
     float l = 0.0f;
     bool identical = true;
+    uint64_t copied[2] = {0, 0};
     for (int epoch = 1; epoch <= EPOCHS; epoch++) {
+        /* Each process binds its own rows of the batch (all of it in one process). */
+        uint64_t first = 0, count = 0;
+        if ((s = td_trainer_process_rows(trainer, &first, &count)) != TD_OK)
+            return cleanup_fail(ctx, s, "td_trainer_process_rows", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
+        td_binding bind[2] = {{nx, x}, {ny, y}};
+        if (count != 0 && count != (uint64_t)batch) {
+            if ((s = copy_rows(ctx, x, y, first, count, &xp, &yp, copied)) != TD_OK)
+                return cleanup_fail(ctx, s, "this process's rows", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
+            bind[0].value = xp;
+            bind[1].value = yp;
+        }
         if ((s = td_trainer_step(trainer, 2, bind, &l)) != TD_OK)
-            return cleanup_fail(ctx, s, "td_trainer_step", (td_tensor *[]){x, y, w, b});
+            return cleanup_fail(ctx, s, "td_trainer_step", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
         if (epoch % 10 == 0 || epoch == 1)
             printf("epoch %3d  loss %.6f\n", epoch, (double)l);
     }
     /* The invariant is checked after the last step for the JSON line; the
      * tests check it after every step. */
     if ((s = td_trainer_replicas_identical(trainer, &identical)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_replicas_identical", (td_tensor *[]){x, y, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_replicas_identical", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
     if ((s = td_trainer_read_param(trainer, nw, 0, w)) != TD_OK || (s = td_trainer_read_param(trainer, nb, 0, b)) != TD_OK)
-        return cleanup_fail(ctx, s, "td_trainer_read_param", (td_tensor *[]){x, y, w, b});
+        return cleanup_fail(ctx, s, "td_trainer_read_param", (td_tensor *[N_TENSORS]){x, y, w, b, xp, yp});
     float *ws, *bs;
     td_tensor_data(w, (void **)&ws);
     td_tensor_data(b, (void **)&bs);
@@ -147,10 +211,10 @@ int main(int argc, char **argv)
     td_trainer_stats(trainer, &step_seconds, &steps);
     printf("%llu steps in %.2f ms (%.1f us per step)\n", (unsigned long long)steps, step_seconds * 1e3,
            step_seconds * 1e6 / (double)(steps ? steps : 1));
-    printf("{\"demo\":\"linreg\",\"devices\":%u,\"final_loss\":%.6g,\"max_abs_err_w\":%.6g,\"abs_err_b\":%.6g,"
-           "\"replicas_bitwise_identical\":%s}\n",
-           n, (double)l, max_err_w, err_b, identical ? "true" : "false");
-    td_tensor *all[] = {x, y, w, b};
+    printf("{\"demo\":\"linreg\",\"devices\":%u,\"processes\":%u,\"final_loss\":%.6g,\"max_abs_err_w\":%.6g,"
+           "\"abs_err_b\":%.6g,\"replicas_bitwise_identical\":%s}\n",
+           n, processes, (double)l, max_err_w, err_b, identical ? "true" : "false");
+    td_tensor *all[] = {x, y, w, b, xp, yp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         td_tensor_destroy(all[i]);
     td_context_destroy(ctx); /* also releases the trainer, graph and mesh */

@@ -7,7 +7,12 @@
  * so it trains exactly on its real examples. Images go to the devices as
  * raw bytes (u8) and are cast there. Accuracy is a graph node (argmax ==
  * label, masked mean), returned with every step and computed by an
- * evaluator over the test set, each test example counted exactly once. */
+ * evaluator over the test set, each test example counted exactly once.
+ *
+ * Under mpirun the processes train as one job (td_demo_processes.h):
+ * --devices names each process's own devices, every process reads the
+ * whole dataset and binds only its rows of each global batch, and process 0
+ * prints for the job. */
 #include "td_demo_mnist.h"
 
 #include <errno.h>
@@ -15,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "td_demo_processes.h"
 
 #define CLASSES 10
 #define TRAIN_ACCURACY_EXAMPLES 10000 /* train accuracy over the first 10k examples (file order) */
@@ -31,7 +38,8 @@ typedef struct demo {
     demo_options o;
     td_context *ctx;
     td_mesh *mesh;
-    uint32_t n_dev;
+    uint32_t n_dev;              /* the job's devices: every process's */
+    uint32_t process, processes; /* this process and the job's count (0 and 1 without mpirun) */
     td_graph *g;
     td_node x, y, mask, loss, accuracy;
     td_trainer *trainer;
@@ -39,7 +47,7 @@ typedef struct demo {
     uint32_t n_params;
     td_node *params;
     td_tensor *train_images, *train_labels, *test_images, *test_labels;
-    td_tensor *xb, *yb, *mb; /* one global batch: u8 images, i32 labels, f32 mask */
+    td_demo_batch batch; /* this process's rows of a global batch: u8 images, i32 labels, f32 mask */
     uint32_t *order, *index;
     float input_mean, input_std; /* the model's input standardization */
     td_balance balance;          /* --balance, parsed */
@@ -47,9 +55,22 @@ typedef struct demo {
     uint32_t n_balance_weights;
 } demo;
 
+/* " (process q of P)" across processes, so a message says whose it is. */
+static const char *who(const demo *d, char text[48])
+{
+    text[0] = 0;
+    if (d->processes > 1)
+        snprintf(text, 48, " (process %u of %u)", d->process, d->processes);
+    return text;
+}
+
 static void log_to_stderr(void *user, td_log_level level, const char *message)
 {
-    fprintf(stderr, "%s: %s: %s\n", (const char *)user,
+    const demo *d = user;
+    if (level < TD_LOG_WARN && d->process != 0)
+        return; /* news (a new split) is the same on every process: process 0 tells it */
+    char w[48];
+    fprintf(stderr, "%s%s: %s: %s\n", d->name, who(d, w),
             level >= TD_LOG_ERROR ? "error" : level >= TD_LOG_WARN ? "warning" : "info", message);
 }
 
@@ -59,7 +80,8 @@ static int usage(const char *demo_name, const demo_options *o)
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine|warmup-cosine]\n"
             "          [--on-device-loss fail|continue] [--balance even|auto|W,W,...] [--inputs raw|standardized]\n"
-            "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)\n"
+            "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4); under mpirun,\n"
+            "                   each process's own: the job trains on all of them\n"
             "  --epochs N       passes over the training set (default 5)\n"
             "  --batch N        global batch size, split over the devices by --balance (default 128)\n"
             "  --seed N         initial parameters, dropout masks and data order (default 0)\n"
@@ -197,20 +219,20 @@ static int parse(demo *d, int argc, char **argv)
 
 static int fail(demo *d, td_status s, const char *what)
 {
-    fprintf(stderr, "%s: %s: %s: %s\n", d->name, what, td_status_name(s), d->ctx ? td_last_error(d->ctx) : "");
+    char w[48];
+    fprintf(stderr, "%s%s: %s: %s: %s\n", d->name, who(d, w), what, td_status_name(s),
+            d->ctx ? td_last_error(d->ctx) : "");
     return 1;
 }
 
-/* Rows `index[0..count)` of images and labels into the batch tensors, the
- * rest zero, and the mask marking the first `count` rows valid. */
-static td_status fill_batch(demo *d, const td_tensor *images, const td_tensor *labels, size_t count)
+/* This process's rows [first, first + mine) of the global batch whose
+ * first `count` rows are the examples index[0..count) of images and
+ * labels: into the batch tensors, the rest zero, and the mask marking the
+ * valid ones. */
+static td_status fill_batch(demo *d, const td_tensor *images, const td_tensor *labels, const uint32_t *index,
+                            size_t count, uint64_t first, uint64_t mine)
 {
-    td_status s = td_batch_gather(d->ctx, images, d->index, count, d->xb);
-    if (s == TD_OK)
-        s = td_batch_gather(d->ctx, labels, d->index, count, d->yb);
-    if (s == TD_OK)
-        s = td_batch_mask(d->ctx, d->mb, count);
-    return s;
+    return td_demo_fill_rows(d->ctx, images, labels, index, count, first, mine, (size_t)d->o.batch, &d->batch);
 }
 
 /* Loss and accuracy of the current parameters on the first `count`
@@ -221,13 +243,16 @@ static td_status evaluate(demo *d, const td_tensor *images, const td_tensor *lab
 {
     td_status s = td_evaluator_load(d->eval, d->trainer);
     const size_t B = (size_t)d->o.batch;
+    uint64_t first = 0, mine = 0;
+    if (s == TD_OK)
+        s = td_evaluator_process_rows(d->eval, &first, &mine);
     for (size_t start = 0; start < count && s == TD_OK; start += B) {
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             d->index[i] = (uint32_t)(start + i);
-        if ((s = fill_batch(d, images, labels, valid)) != TD_OK)
+        if ((s = fill_batch(d, images, labels, d->index, valid, first, mine)) != TD_OK)
             break;
-        td_binding b[3] = {{d->x, d->xb}, {d->y, d->yb}, {d->mask, d->mb}};
+        td_binding b[3] = {{d->x, d->batch.x}, {d->y, d->batch.y}, {d->mask, d->batch.mask}};
         s = td_evaluator_run(d->eval, 3, b);
     }
     float values[2] = {0, 0};
@@ -250,9 +275,7 @@ static void release(demo *d)
     td_tensor_destroy(d->train_labels);
     td_tensor_destroy(d->test_images);
     td_tensor_destroy(d->test_labels);
-    td_tensor_destroy(d->xb);
-    td_tensor_destroy(d->yb);
-    td_tensor_destroy(d->mb);
+    td_demo_batch_release(&d->batch);
     td_context_destroy(d->ctx); /* meshes, graphs, trainers, evaluators */
 }
 
@@ -262,14 +285,18 @@ static int setup(demo *d, const char *model)
     td_context_options co;
     td_context_options_init(&co);
     co.log = log_to_stderr;
-    co.log_user = (void *)d->name;
+    co.log_user = d;
     co.log_level = TD_LOG_INFO; /* a new batch split (--balance auto) is news */
     td_status s = td_context_create(&co, &d->ctx);
     if (s != TD_OK)
         return fail(d, s, "td_context_create");
+    int rc = td_demo_join(d->name, d->ctx, &d->process, &d->processes);
+    if (rc != 0)
+        return rc;
     if ((s = td_mesh_create(d->ctx, d->o.devices, &d->mesh)) != TD_OK)
         return fail(d, s, "td_mesh_create");
-    td_mesh_size(d->mesh, &d->n_dev);
+    uint32_t first_device;
+    td_processes_mesh(d->mesh, &d->n_dev, &first_device); /* the job's devices, every process's */
     if ((s = td_balance_parse(d->ctx, d->o.balance, &d->balance, 64, d->balance_weights, &d->n_balance_weights)) != TD_OK)
         return fail(d, s, "--balance");
     if ((s = td_dataset_load_mnist(d->ctx, d->o.data, "train", &d->train_images, &d->train_labels)) != TD_OK ||
@@ -277,9 +304,7 @@ static int setup(demo *d, const char *model)
         return fail(d, s, "loading Fashion-MNIST");
 
     const int64_t B = d->o.batch, xdims[4] = {B, 28, 28, 1}, ydims[1] = {B};
-    if ((s = td_tensor_create(d->ctx, TD_U8, 4, xdims, &d->xb)) != TD_OK ||
-        (s = td_tensor_create(d->ctx, TD_I32, 1, ydims, &d->yb)) != TD_OK ||
-        (s = td_tensor_create(d->ctx, TD_F32, 1, ydims, &d->mb)) != TD_OK)
+    if ((s = td_demo_batch_tensors(d->ctx, d->train_images, d->train_labels, (size_t)B, &d->batch)) != TD_OK)
         return fail(d, s, "batch tensors");
     td_model_options mo;
     td_model_options_init(&mo);
@@ -342,9 +367,12 @@ static int train(demo *d)
     td_tensor_count(d->test_labels, &n_test);
     size_t per_epoch = d->o.limit && (size_t)d->o.limit < n_train ? (size_t)d->o.limit : n_train;
     size_t B = (size_t)d->o.batch, steps = (per_epoch + B - 1) / B;
-    printf("%s: %u device(s) [%s], global batch %zu, %zu batches per epoch (%zu examples, the last batch %zu), "
+    char processes[64] = ""; /* --devices is each process's own: process 0's is shown */
+    if (d->processes > 1)
+        snprintf(processes, sizeof processes, " over %u processes", d->processes);
+    printf("%s: %u device(s)%s [%s], global batch %zu, %zu batches per epoch (%zu examples, the last batch %zu), "
            "batch norm %s, dropout %g, accumulate %u, schedule %s, lr %g, inputs %s (mean %.4f, std %.4f)\n",
-           d->name, d->n_dev, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
+           d->name, d->n_dev, processes, d->o.devices, B, steps, per_epoch, per_epoch - (steps - 1) * B,
            d->o.batch_norm ? "on" : "off", (double)d->o.dropout, d->o.accumulate, d->o.schedule,
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", (double)d->input_mean,
            (double)d->input_std);
@@ -357,10 +385,12 @@ static int train(demo *d)
         double t0 = now(), loss_sum = 0, acc_sum = 0;
         for (size_t step = 0; step < steps; step++) {
             size_t valid = per_epoch - step * B < B ? per_epoch - step * B : B;
-            memcpy(d->index, d->order + step * B, valid * sizeof *d->index);
-            if ((s = fill_batch(d, d->train_images, d->train_labels, valid)) != TD_OK)
+            /* Asked before each batch: a split the balancer found takes effect at the next step. */
+            uint64_t first = 0, mine = 0;
+            if ((s = td_trainer_process_rows(d->trainer, &first, &mine)) != TD_OK ||
+                (s = fill_batch(d, d->train_images, d->train_labels, d->order + step * B, valid, first, mine)) != TD_OK)
                 return fail(d, s, "assembling a batch");
-            td_binding b[3] = {{d->x, d->xb}, {d->y, d->yb}, {d->mask, d->mb}};
+            td_binding b[3] = {{d->x, d->batch.x}, {d->y, d->batch.y}, {d->mask, d->batch.mask}};
             float loss, acc;
             if ((s = td_trainer_step(d->trainer, 3, b, &loss)) != TD_OK ||
                 (s = td_trainer_metrics(d->trainer, 1, &acc)) != TD_OK)
@@ -395,26 +425,34 @@ static int train(demo *d)
     double samples = (double)per_epoch * d->o.epochs;
     td_train_progress end;
     td_trainer_progress(d->trainer, &end);
-    /* The split in force: examples per device of a global batch. */
+    /* The split in force: examples per device of a global batch, every
+     * device of every process (process 0's first). */
     uint32_t rows[64], n_rows = 0;
+    double local_rows[64], job_rows[64];
     if ((s = td_trainer_split(d->trainer, 64, rows, &n_rows)) != TD_OK)
         return fail(d, s, "td_trainer_split");
+    for (uint32_t i = 0; i < n_rows; i++)
+        local_rows[i] = rows[i];
+    if ((s = td_demo_job_values(d->ctx, d->mesh, local_rows, n_rows, 64, job_rows, &n_rows)) != TD_OK)
+        return fail(d, s, "the job's split");
     char split[768];
     size_t used = (size_t)snprintf(split, sizeof split, "[");
     for (uint32_t i = 0; i < n_rows && used < sizeof split - 16; i++)
-        used += (size_t)snprintf(split + used, sizeof split - used, "%s%u", i ? ", " : "", rows[i]);
+        used += (size_t)snprintf(split + used, sizeof split - used, "%s%.0f", i ? ", " : "", job_rows[i]);
     snprintf(split + used, sizeof split - used, "]");
-    printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"device_count\": %u, \"epochs\": %d, \"batch\": %zu, "
+    printf("{\"demo\": \"%s\", \"devices\": \"%s\", \"processes\": %u, \"device_count\": %u, \"epochs\": %d, "
+           "\"batch\": %zu, "
            "\"seed\": %llu, \"batch_norm\": %s, \"dropout\": %g, \"accumulate\": %u, \"schedule\": \"%s\", "
            "\"learning_rate\": %g, \"inputs\": \"%s\", "
            "\"train_loss\": %.6f, \"train_accuracy\": %.4f, \"test_loss\": %.6f, \"test_accuracy\": %.4f, "
            "\"train_seconds\": %.3f, \"samples_per_second\": %.1f, \"devices_at_end\": %u, \"devices_lost\": %u, "
            "\"balance\": \"%s\", \"split\": %s, \"replicas_bitwise_identical\": %s}\n",
-           d->name, d->o.devices, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
+           d->name, d->o.devices, d->processes, d->n_dev, d->o.epochs, B, (unsigned long long)d->o.seed,
            d->o.batch_norm ? "true" : "false", (double)d->o.dropout, d->o.accumulate, d->o.schedule,
            (double)d->o.learning_rate, d->o.raw_inputs ? "raw" : "standardized", last_loss, train_acc, test_loss,
            test_acc, train_seconds, train_seconds > 0 ? samples / train_seconds : 0.0,
-           end.devices, end.devices_lost, d->o.balance, split, identical ? "true" : "false");
+           d->processes > 1 ? d->n_dev : end.devices, end.devices_lost, d->o.balance, split,
+           identical ? "true" : "false");
     return identical ? 0 : 1;
 }
 
@@ -435,6 +473,7 @@ int demo_mnist_main(const char *name, int argc, char **argv, const char *model, 
         rc = setup(&d, model);
     if (rc == 0)
         rc = train(&d);
+    td_demo_end_job_if_failed(d.ctx, d.processes, rc);
     release(&d);
     return rc;
 }
