@@ -224,54 +224,16 @@ static td_status trainer_options(td_cli_session *s)
 
 /* Under an MPI launcher the processes join as one job: every mesh spans
  * them, each process reads its own rows of every batch, and only process 0
- * prints (its stdout is the run's; the others' goes nowhere, their errors
- * still reach stderr). A launcher with a library built without MPI would
- * train P unrelated copies: refused. */
+ * prints (td_demo_processes.h, shared with the demos). */
 static int join_processes(td_cli_session *s)
 {
-    if (!td_processes_launched())
-        return TD_CLI_EXIT_OK;
-    if (!td_processes_available()) {
-        fprintf(stderr, "tandem %s: started by an MPI launcher, but this tandem was built without MPI (meson "
-                        "-Dmpi=enabled with libopenmpi-dev); run it without mpirun\n", s->command);
-        return TD_CLI_EXIT_USAGE;
-    }
-    td_status st = td_processes_join(s->ctx);
-    if (st != TD_OK)
-        return fail(s, st, "joining the job's processes");
-    td_processes_rank(s->ctx, &s->process, &s->processes);
+    char name[32];
+    snprintf(name, sizeof name, "tandem %s", s->command);
+    const int rc = td_demo_join(name, s->ctx, &s->process, &s->processes);
+    if (rc != 0)
+        return rc == 2 ? TD_CLI_EXIT_USAGE : TD_CLI_EXIT_FAILURE;
     td_cli_set_process(s->process, s->processes);
-    if (s->process != 0 && !freopen("/dev/null", "w", stdout))
-        fprintf(stderr, "tandem %s: process %u: cannot silence its output\n", s->command, s->process);
     return TD_CLI_EXIT_OK;
-}
-
-/* The batch tensors for `rows` rows of the training data's shape, made
- * again only when the row count changes (a new split). */
-static td_status batch_tensors(td_cli_session *s, size_t rows)
-{
-    if (s->xb && s->batch_rows == rows)
-        return TD_OK;
-    td_tensor_destroy(s->xb);
-    td_tensor_destroy(s->yb);
-    td_tensor_destroy(s->mb);
-    s->xb = s->yb = s->mb = NULL;
-    uint32_t xr, yr;
-    int64_t xd[TD_MAX_RANK], yd[TD_MAX_RANK];
-    td_dtype xt, yt;
-    td_tensor_shape(s->train.x, &xr, xd);
-    td_tensor_shape(s->train.y, &yr, yd);
-    td_tensor_dtype(s->train.x, &xt);
-    td_tensor_dtype(s->train.y, &yt);
-    xd[0] = yd[0] = (int64_t)rows;
-    const int64_t md[1] = {(int64_t)rows};
-    td_status st;
-    if ((st = td_tensor_create(s->ctx, xt, xr, xd, &s->xb)) != TD_OK ||
-        (st = td_tensor_create(s->ctx, yt, yr, yd, &s->yb)) != TD_OK ||
-        (st = td_tensor_create(s->ctx, TD_F32, 1, md, &s->mb)) != TD_OK)
-        return st;
-    s->batch_rows = rows;
-    return TD_OK;
 }
 
 bool td_cli_session_agree(td_cli_session *s, bool mine)
@@ -328,7 +290,7 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     td_tensor_dtype(s->train.x, &xt);
     td_tensor_dtype(s->train.y, &yt);
     (void)xr, (void)yr, (void)xd, (void)yd, (void)xt, (void)yt;
-    if ((st = batch_tensors(s, B)) != TD_OK)
+    if ((st = td_demo_batch_tensors(s->ctx, s->train.x, s->train.y, B, &s->batch)) != TD_OK)
         return fail(s, st, "batch tensors");
     if ((st = td_graph_params(s->g, 0, NULL, &s->n_params)) != TD_OK)
         return fail(s, st, "td_graph_params");
@@ -365,7 +327,8 @@ void td_cli_session_close(td_cli_session *s)
     free(s->params);
     free(s->index);
     free(s->order);
-    td_tensor *tensors[] = {s->train.x, s->train.y, s->test.x, s->test.y, s->xb, s->yb, s->mb};
+    td_demo_batch_release(&s->batch);
+    td_tensor *tensors[] = {s->train.x, s->train.y, s->test.x, s->test.y};
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
         td_tensor_destroy(tensors[i]);
     td_context_destroy(s->ctx); /* the mesh, graph, trainer and evaluator with it */
@@ -373,22 +336,12 @@ void td_cli_session_close(td_cli_session *s)
 }
 
 /* This process's rows [first, first + count) of a global batch whose
- * first `valid` rows are real (rows[i] their examples): the batch tensors
- * sized to them, gathered, padded and masked. */
+ * first `valid` rows are real (rows[i] their examples), padded and masked. */
 static td_status fill_batch(td_cli_session *s, const td_cli_split *split, const uint32_t *rows, size_t valid,
                             uint64_t first, uint64_t count)
 {
-    if (count == 0)
-        count = (uint64_t)s->config.batch; /* the graph's inputs share no batch: one process binds all */
-    td_status st = batch_tensors(s, (size_t)count);
-    const size_t mine = valid > first ? (valid - first < count ? valid - first : (size_t)count) : 0;
-    if (st == TD_OK)
-        st = td_batch_gather(s->ctx, split->x, rows + (mine ? first : 0), mine, s->xb);
-    if (st == TD_OK)
-        st = td_batch_gather(s->ctx, split->y, rows + (mine ? first : 0), mine, s->yb);
-    if (st == TD_OK)
-        st = td_batch_mask(s->ctx, s->mb, mine);
-    return st;
+    return td_demo_fill_rows(s->ctx, split->x, split->y, rows, valid, first, count, (size_t)s->config.batch,
+                             &s->batch);
 }
 
 td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t count, float *loss, float *accuracy)
@@ -397,7 +350,7 @@ td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t co
     td_status st = td_trainer_process_rows(s->trainer, &first, &mine);
     if (st == TD_OK)
         st = fill_batch(s, &s->train, rows, count, first, mine);
-    const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
+    const td_binding b[3] = {{s->x, s->batch.x}, {s->y, s->batch.y}, {s->mask, s->batch.mask}};
     if (st == TD_OK)
         st = td_trainer_step(s->trainer, 3, b, loss);
     *accuracy = 0.0f;
@@ -420,7 +373,7 @@ td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, 
             s->index[i] = (uint32_t)(start + i);
         if ((st = fill_batch(s, split, s->index, valid, first, mine)) != TD_OK)
             break;
-        const td_binding b[3] = {{s->x, s->xb}, {s->y, s->yb}, {s->mask, s->mb}};
+        const td_binding b[3] = {{s->x, s->batch.x}, {s->y, s->batch.y}, {s->mask, s->batch.mask}};
         st = td_evaluator_run(s->evaluator, 3, b);
     }
     float values[2] = {0.0f, 0.0f};

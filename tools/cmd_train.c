@@ -166,17 +166,18 @@ static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
 static td_status job_values(train_run *r, double *rows, double *speeds, uint32_t *n_rows, uint32_t *n_speeds)
 {
     td_cli_session *s = &r->s;
-    uint32_t global = 0, first = 0, n = 0;
-    td_status st = td_processes_mesh(s->mesh, &global, &first);
-    if (st == TD_OK)
-        st = td_trainer_split(s->trainer, s->n_devices, r->split, &n);
+    uint32_t n = 0, n_local_speeds = 0;
+    double *local = calloc(s->n_devices + 1, sizeof *local);
+    td_status st = local ? td_trainer_split(s->trainer, s->n_devices, r->split, &n) : TD_ERR_OUT_OF_MEMORY;
     for (uint32_t d = 0; d < n && st == TD_OK; d++)
-        rows[first + d] = r->split[d];
-    if (st == TD_OK && (st = td_trainer_device_speeds(s->trainer, s->n_devices, speeds + first, n_speeds)) == TD_OK &&
-        (st = td_processes_sum(s->ctx, rows, global)) == TD_OK)
-        st = td_processes_sum(s->ctx, speeds, global);
-    *n_rows = s->processes > 1 ? global : n;
-    *n_speeds = s->processes > 1 ? global : *n_speeds;
+        local[d] = r->split[d];
+    if (st == TD_OK)
+        st = td_demo_job_values(s->ctx, s->mesh, local, n, s->n_devices, rows, n_rows);
+    if (st == TD_OK)
+        st = td_trainer_device_speeds(s->trainer, s->n_devices, local, &n_local_speeds);
+    if (st == TD_OK)
+        st = td_demo_job_values(s->ctx, s->mesh, local, n_local_speeds, s->n_devices, speeds, n_speeds);
+    free(local);
     return st;
 }
 
@@ -490,10 +491,8 @@ int td_cli_train(int argc, char **argv)
     }
     /* A process that failed ends the whole job at once: the others would
      * otherwise wait for it until their timeout. */
-    if (rc != TD_CLI_EXIT_OK && rc < TD_CLI_EXIT_SIGNAL && r->s.processes > 1) {
-        fflush(stdout);
-        td_processes_abort(r->s.ctx, rc);
-    }
+    if (rc < TD_CLI_EXIT_SIGNAL)
+        td_demo_end_job_if_failed(r->s.ctx, r->s.processes, rc);
     free(r->timing);
     free(r->split);
     td_cli_session_close(&r->s);

@@ -8,6 +8,7 @@
 #define TD_CLI_SESSION_H
 
 #include "td_cli.h"
+#include "td_demo_processes.h"
 
 typedef struct td_cli_split {
     td_tensor *x, *y; /* examples and targets, rows along axis 0 */
@@ -31,8 +32,7 @@ typedef struct td_cli_session {
     float balance_weights[64]; /* --balance W,W,... */
     td_trainer *trainer;
     td_evaluator *evaluator;
-    td_tensor *xb, *yb, *mb; /* this process's rows of one global batch (all of it in one process) */
-    size_t batch_rows;       /* their row count */
+    td_demo_batch batch;     /* this process's rows of one global batch (all of it in one process) */
     uint32_t *index;         /* batch rows */
     uint32_t *order;         /* an epoch's order over the training set */
     size_t per_epoch;        /* training examples per epoch (the limit) */

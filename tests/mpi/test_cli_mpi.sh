@@ -15,38 +15,7 @@
 set -euo pipefail
 mpirun=$1
 tandem=$(realpath "$2")
-work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mpi-cli-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-passed=0
-failed=0
-
-check() { # check DESCRIPTION CONDITION-COMMAND...
-  local what=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
-
-run() { # run NAME COMMAND...: stdout in NAME.out, stderr in NAME.err; the exit code in NAME.rc
-  local name=$1 rc=0
-  shift
-  timeout --kill-after=10 300 "$@" >"$name.out" 2>"$name.err" || rc=$?
-  echo "$rc" >"$name.rc"
-  [ "$rc" -eq 0 ] || { echo "$name: exit $rc" >&2; tail -5 "$name.err" >&2; }
-}
-
-field() { # field NAME KEY: KEY of NAME.out's last line (a JSON object)
-  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' \
-    "$1.out" "$2" 2>/dev/null || echo "missing"
-}
+source "$(dirname "$0")/mpi_test_lib.sh"
 
 linreg=(train --model linreg --limit 256 --batch 32 --epochs 2)
 run np2 "$mpirun" -np 2 "$tandem" "${linreg[@]}" --devices cpu:1
@@ -107,5 +76,4 @@ check "eval over 2 processes x cpu:2 = one process on cpu:4 ($(field eval2 test_
   python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-6 * max(1, abs(b)))' \
   "$(field eval2 test_loss)" "$(field eval1 test_loss)"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+close

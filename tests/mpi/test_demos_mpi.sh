@@ -15,38 +15,8 @@ set -euo pipefail
 mpirun=$1
 linreg=$(realpath "$2")
 mlp=$(realpath "$3")
-work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mpi-demos-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-passed=0
-failed=0
-
-check() { # check DESCRIPTION CONDITION-COMMAND...
-  local what=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAIL: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
-
-run() { # run NAME COMMAND...: stdout in NAME.out, stderr in NAME.err; the exit code in NAME.rc
-  local name=$1 rc=0
-  shift
-  timeout --kill-after=10 120 "$@" >"$name.out" 2>"$name.err" || rc=$?
-  echo "$rc" >"$name.rc"
-  [ "$rc" -eq 0 ] || [ -n "${expect_failure:-}" ] || { echo "$name: exit $rc" >&2; tail -5 "$name.err" >&2; }
-}
-
-field() { # field NAME KEY: KEY of NAME.out's last line (a JSON object)
-  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' \
-    "$1.out" "$2" 2>/dev/null || echo "missing"
-}
+source "$(dirname "$0")/mpi_test_lib.sh"
+run_timeout=120
 
 same() { # same NAME1 NAME2 KEY...: every KEY equal in both final lines
   local a=$1 b=$2 key
@@ -105,5 +75,4 @@ check "mnist_mlp np 2 x cpu:1 = one process on cpu:2 (test accuracy $(field mlp2
   same mlp2 mlp1 test_accuracy test_loss train_loss train_accuracy
 check "mnist_mlp np 2: only process 0 prints" [ "$(grep -c '"demo": "mnist_mlp"' mlp2.out)" = 1 ]
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+close
