@@ -7,9 +7,11 @@
  * the requests are polled against a deadline, and `should_stop`, when
  * given, is asked between polls, so a mesh job that is being aborted (a
  * local device failed) stops waiting for other processes too. On a timeout
- * the message names the processes that did not answer; the requests are
- * left in flight, so the memory they use must outlive the job (the caller
- * ends the job: td_processes_abort). */
+ * the message names the processes that did not answer. An exchange that
+ * does not complete cancels its pending receives and breaks the group:
+ * every later exchange answers TD_ERR_STATE, MPI is not finalized, and
+ * the caller ends the job (td_processes_abort). Sends already under way
+ * may still read their buffers until then. */
 #ifndef TD_PROCS_H
 #define TD_PROCS_H
 
