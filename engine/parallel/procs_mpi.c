@@ -6,7 +6,14 @@
  * timeout, as for a ring peer: a process whose own device stalls reports
  * that itself (and ends the job) before its peers give up on it. The
  * communicator is a duplicate of MPI_COMM_WORLD, so the caller's own
- * messages never match tandem's. */
+ * messages never match tandem's.
+ *
+ * An exchange that does not complete (a timeout, a local abort, an MPI
+ * error) breaks the group for good: its peers' messages stay unmatched,
+ * so a later exchange could take them for its own, and MPI_Finalize would
+ * wait for the process that did not answer. What such a process can
+ * still do is end the job (td_processes_abort, or exit non-zero: mpirun
+ * ends the job either way); nothing on the way there may wait. */
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,11 +28,11 @@
 /* MPI counts are ints: messages go in pieces of at most this many bytes. */
 #define PIECE_BYTES ((size_t)1 << 30)
 #define TAG_DATA 7100
-#define TAG_ABORT 7101 /* "this process failed its step": [rank, status] */
-/* The step's agreement has a tag of its own: an exchange that a failure
- * interrupted may leave receives posted for data, which must not catch
- * the agreement's messages. */
-#define TAG_AGREE 7102
+#define TAG_JOIN 7101  /* the join's first message, on MPI_COMM_WORLD */
+#define TAG_ABORT 7102 /* "this process failed its step": [rank, status] */
+/* The step's agreement has a tag of its own, so nothing of an interrupted
+ * exchange can ever be taken for it. */
+#define TAG_AGREE 7103
 
 struct td_procs {
     td_owned owned; /* first: the context owns the group like any object */
@@ -34,12 +41,8 @@ struct td_procs {
     uint32_t rank, count;
     bool finalize_mpi; /* tandem initialized MPI, so it finalizes it */
     MPI_Request *requests;
-    uint32_t *request_peer;
+    uint32_t *request_peer; /* UINT32_MAX: a collective (the duplicate) */
     size_t request_capacity;
-    /* Requests an interrupted exchange left posted, let go of by
-     * td_procs_renew (set aside, so the next exchange may post its own). */
-    MPI_Request *stale;
-    size_t n_stale, stale_capacity;
     int tag;          /* of the messages posted now: TAG_DATA, or TAG_AGREE */
     /* The abort channel: a receive from any process, always posted, which
      * a process that failed its step fills (td_procs_signal_abort). Every
@@ -52,12 +55,19 @@ struct td_procs {
     bool abort_sent;          /* this step's failure was told */
     int32_t peer_failed;      /* -1, or the process whose abort arrived */
     td_status peer_status;
+    char broken[256]; /* the failed exchange's message; "" while healthy */
+    /* An exchange stopped for a failure of this step (a local device, a
+     * peer's abort): nothing but the step's agreement and the renewal may
+     * use the group until td_procs_renew. */
+    bool tainted;
 };
 
 /* Contexts that joined, so MPI is finalized after the last one goes (MPI
  * itself is per process; only the first join can initialize it). */
 static int joined_contexts;
 static bool tandem_initialized_mpi;
+/* Some group of this process broke: MPI is left unfinalized. */
+static bool mpi_broken;
 
 bool td_processes_available(void)
 {
@@ -111,47 +121,78 @@ static td_status reserve_requests(td_procs *p, size_t n)
     return TD_OK;
 }
 
+/* Every exchange starts here: none after a failed one (see the top). */
+static td_status begin(td_procs *p, size_t n)
+{
+    if (p->tainted && p->tag != TAG_AGREE)
+        return td_error_set(p->ctx, TD_ERR_STATE,
+                            "process %u: an exchange between the processes stopped for a failure of this step; only "
+                            "the step's agreement may follow (td_trainer_step does it), or end the job",
+                            p->rank);
+    if (p->broken[0])
+        return td_error_set(p->ctx, TD_ERR_STATE,
+                            "process %u: nothing more is exchanged between the job's processes after a failed "
+                            "exchange (%s); end the job (td_processes_abort)",
+                            p->rank, p->broken);
+    return reserve_requests(p, n);
+}
+
 static size_t pieces_of(size_t bytes)
 {
     return bytes == 0 ? 0 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
 }
 
+/* Ends an exchange that cannot complete. Its receives still pending are
+ * cancelled and every pending request is freed, so no message that
+ * arrives later lands in memory the caller has reused (sends that already
+ * started may still complete: a buffer they read is read, never written).
+ * The duplicate's request is left alone: a collective's request cannot be
+ * cancelled or freed. */
+static td_status give_up(td_procs *p, size_t n, td_status status, const char *why, bool breaks)
+{
+    for (size_t i = 0; i < n; i++) {
+        int done = 0;
+        MPI_Test(&p->requests[i], &done, MPI_STATUS_IGNORE);
+        if (!done && p->request_peer[i] != UINT32_MAX) {
+            MPI_Cancel(&p->requests[i]);
+            MPI_Request_free(&p->requests[i]);
+        }
+    }
+    if (breaks) {
+        snprintf(p->broken, sizeof p->broken, "%s", why);
+        mpi_broken = true;
+    } else {
+        p->tainted = true;
+    }
+    return td_error_set(p->ctx, status, "%s", why);
+}
+
 /* Posts `bytes` at data to (send) or from (receive) process `peer` as
- * pieces; appends the requests at *n. */
-static td_status post(td_procs *p, bool send, void *data, size_t bytes, uint32_t peer, size_t *n)
+ * pieces on comm with tag; appends the requests at *n. A post that fails
+ * gives up the whole exchange, the requests before it included. */
+static td_status post_on(td_procs *p, MPI_Comm comm, int tag, bool send, void *data, size_t bytes, uint32_t peer,
+                         size_t *n)
 {
     for (size_t at = 0; at < bytes; at += PIECE_BYTES) {
         const int len = (int)(bytes - at < PIECE_BYTES ? bytes - at : PIECE_BYTES);
         char *ptr = (char *)data + at;
-        const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, p->tag, p->comm, &p->requests[*n])
-                            : MPI_Irecv(ptr, len, MPI_BYTE, (int)peer, p->tag, p->comm, &p->requests[*n]);
-        if (rc != MPI_SUCCESS)
-            return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: MPI %s of %d bytes with process %u failed (%d)",
-                                p->rank, send ? "send" : "receive", len, peer, rc);
+        const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, tag, comm, &p->requests[*n])
+                            : MPI_Irecv(ptr, len, MPI_BYTE, (int)peer, tag, comm, &p->requests[*n]);
+        if (rc != MPI_SUCCESS) {
+            char why[160];
+            snprintf(why, sizeof why, "process %u: MPI %s of %d bytes with process %u failed (%d)", p->rank,
+                     send ? "send" : "receive", len, peer, rc);
+            return give_up(p, *n, TD_ERR_BACKEND, why, true);
+        }
         p->request_peer[(*n)++] = peer;
     }
     return TD_OK;
 }
 
-/* An interrupted wait's requests, still posted, are set aside for
- * td_procs_renew; returns `status`. Without memory for them they are
- * dropped from view (MPI keeps them; a renew moves past them anyway). */
-static td_status set_aside(td_procs *p, size_t n, td_status status)
+/* An exchange's message: on the group's communicator. */
+static td_status post(td_procs *p, bool send, void *data, size_t bytes, uint32_t peer, size_t *n)
 {
-    if (p->n_stale + n > p->stale_capacity) {
-        const size_t capacity = 2 * (p->n_stale + n);
-        MPI_Request *grown = td_alloc(p->ctx, sizeof *grown * capacity);
-        if (!grown)
-            return status;
-        if (p->n_stale)
-            memcpy(grown, p->stale, sizeof *grown * p->n_stale);
-        td_free(p->ctx, p->stale);
-        p->stale = grown;
-        p->stale_capacity = capacity;
-    }
-    memcpy(p->stale + p->n_stale, p->requests, sizeof *p->requests * n);
-    p->n_stale += n;
-    return status;
+    return post_on(p, p->comm, p->tag, send, data, bytes, peer, n);
 }
 
 /* Whether a peer's abort arrived (then remembered until td_procs_renew). */
@@ -172,27 +213,33 @@ static bool peer_aborted(td_procs *p)
  * x the context timeout) passed, should_stop says so or -- when `watch` --
  * a peer's abort arrived. Short sleeps, growing to 200 us: an exchange that
  * waits for a slower process should not burn the core its devices use.
- * Requests left posted by an interrupted wait are counted for
- * td_procs_renew. */
+ * An interrupted wait gives its exchange up (give_up): a timeout or an MPI
+ * error breaks the group, a failure of this step only taints it until the
+ * step's agreement renews it. */
 static td_status wait_requests_for(td_procs *p, size_t n, const char *what, td_procs_stop_fn should_stop, void *user,
                                    bool watch, double factor)
 {
     const double timeout = factor * (double)td_context_timeout_ms(p->ctx) / 1000.0;
     const double deadline = now_seconds() + timeout;
     long sleep_ns = 1000;
+    char why[sizeof p->broken];
     for (;;) {
         int done = 0;
-        if (MPI_Testall((int)n, p->requests, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return td_error_set(p->ctx, TD_ERR_BACKEND, "process %u: MPI failed during %s", p->rank, what);
+        if (MPI_Testall((int)n, p->requests, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            snprintf(why, sizeof why, "process %u: MPI failed during %s", p->rank, what);
+            return give_up(p, n, TD_ERR_BACKEND, why, true);
+        }
         if (done)
             return TD_OK;
-        if (should_stop && should_stop(user))
-            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_ABORTED, "process %u: %s stopped: a local device failed",
-                                                p->rank, what));
-        if (watch && peer_aborted(p))
-            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_ABORTED,
-                                                "process %u: %s stopped: process %d failed its step (%s)", p->rank,
-                                                what, p->peer_failed, td_status_name(p->peer_status)));
+        if (should_stop && should_stop(user)) {
+            snprintf(why, sizeof why, "process %u: %s stopped: a local device failed", p->rank, what);
+            return give_up(p, n, TD_ERR_ABORTED, why, false);
+        }
+        if (watch && peer_aborted(p)) {
+            snprintf(why, sizeof why, "process %u: %s stopped: process %d failed its step (%s)", p->rank, what,
+                     p->peer_failed, td_status_name(p->peer_status));
+            return give_up(p, n, TD_ERR_ABORTED, why, false);
+        }
         if (now_seconds() > deadline) {
             char missing[256] = "";
             size_t len = 0;
@@ -206,10 +253,9 @@ static td_status wait_requests_for(td_procs *p, size_t n, const char *what, td_p
                     last = p->request_peer[i];
                 }
             }
-            return set_aside(p, n, td_error_set(p->ctx, TD_ERR_TIMEOUT,
-                                                "process %u of %u: %s waited %.0f ms for process(es) %s, which did not "
-                                                "answer",
-                                                p->rank, p->count, what, timeout * 1000.0, len ? missing : "of the job"));
+            snprintf(why, sizeof why, "process %u of %u: %s waited %.0f ms for process(es) %s, which did not answer",
+                     p->rank, p->count, what, timeout * 1000.0, len ? missing : "of the job");
+            return give_up(p, n, TD_ERR_TIMEOUT, why, true);
         }
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
@@ -226,7 +272,7 @@ static td_status wait_requests(td_procs *p, size_t n, const char *what, td_procs
 td_status td_procs_allgather(td_procs *p, const void *mine, void *all, size_t bytes, td_procs_stop_fn should_stop,
                              void *user)
 {
-    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(bytes) + 1);
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(bytes) + 1);
     size_t n = 0;
     if (bytes && (char *)all + (size_t)p->rank * bytes != mine)
         memcpy((char *)all + (size_t)p->rank * bytes, mine, bytes);
@@ -245,7 +291,7 @@ static td_status post_gather(td_procs *p, void *x, size_t unit, const size_t *of
     size_t most = 0;
     for (uint32_t q = 0; q < p->count; q++)
         most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
-    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * unit) + 1);
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(most * unit) + 1);
     char *base = x, *own = base + offsets[p->rank] * unit;
     const size_t own_bytes = (offsets[p->rank + 1] - offsets[p->rank]) * unit;
     for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
@@ -281,6 +327,11 @@ td_status td_procs_agree_blocks(td_procs *p, float *x, const size_t *offsets)
     return s == TD_OK ? wait_requests_for(p, n, "agreeing on the step's outcome", NULL, NULL, false, 6.0) : s;
 }
 
+bool td_procs_broken(const td_procs *p)
+{
+    return p->broken[0] != 0;
+}
+
 td_status td_procs_signal_abort(td_procs *p, td_status status)
 {
     if (peer_aborted(p) || p->abort_sent)
@@ -308,12 +359,9 @@ static void post_abort_recv(td_procs *p)
  * never match an exchange of a later one. */
 td_status td_procs_renew(td_procs *p)
 {
-    for (size_t i = 0; i < p->n_stale; i++)
-        if (p->stale[i] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&p->stale[i]);
-            MPI_Request_free(&p->stale[i]);
-        }
-    p->n_stale = 0;
+    if (p->broken[0])
+        return td_error_set(p->ctx, TD_ERR_STATE, "process %u: the group broke (%s); end the job", p->rank,
+                            p->broken);
     if (p->abort_recv != MPI_REQUEST_NULL) {
         MPI_Cancel(&p->abort_recv);
         MPI_Request_free(&p->abort_recv);
@@ -334,6 +382,7 @@ td_status td_procs_renew(td_procs *p)
     MPI_Comm_set_errhandler(renewed, MPI_ERRORS_RETURN);
     MPI_Comm_free(&old);
     p->comm = renewed;
+    p->tainted = false;
     post_abort_recv(p);
     return TD_OK;
 }
@@ -352,7 +401,7 @@ td_status td_procs_exchange_blocks(td_procs *p, const float *x, const size_t *of
     size_t most = 0;
     for (uint32_t q = 0; q < p->count; q++)
         most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
-    td_status s = reserve_requests(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
     size_t n = 0;
     const size_t own = offsets[p->rank + 1] - offsets[p->rank];
     if (own)
@@ -370,7 +419,7 @@ td_status td_procs_exchange_blocks(td_procs *p, const float *x, const size_t *of
 td_status td_procs_broadcast(td_procs *p, uint32_t root, void *data, size_t bytes, td_procs_stop_fn should_stop,
                              void *user)
 {
-    td_status s = reserve_requests(p, (size_t)p->count * pieces_of(bytes) + 1);
+    td_status s = begin(p, (size_t)p->count * pieces_of(bytes) + 1);
     size_t n = 0;
     if (p->rank == root) {
         for (uint32_t q = 0; q < p->count && s == TD_OK; q++)
@@ -396,15 +445,25 @@ static void procs_release(td_owned *self)
         if (p->abort_sends[q] != MPI_REQUEST_NULL)
             MPI_Request_free(&p->abort_sends[q]);
     td_free(p->ctx, p->abort_sends);
-    td_free(p->ctx, p->stale);
-    if (p->comm != MPI_COMM_NULL)
+    /* A broken group's communicator may still carry its sends, or (a join
+     * that timed out) not exist yet: it is left as it is. */
+    if (p->comm != MPI_COMM_NULL && !p->broken[0])
         MPI_Comm_free(&p->comm);
     td_free(p->ctx, p->requests);
     td_free(p->ctx, p->request_peer);
     if (p->finalize_mpi && --joined_contexts == 0 && tandem_initialized_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized)
+        if (mpi_broken)
+            /* MPI_Finalize waits for every process, the one that did not
+             * answer too, for ever. Unfinalized, this process's exit ends
+             * the job (mpirun treats an exit without MPI_Finalize, or a
+             * non-zero status, as the job's failure). */
+            td_log(p->ctx, TD_LOG_WARN,
+                   "process %u: MPI left unfinalized after a failed exchange between the processes (%s); this "
+                   "process's exit ends the job",
+                   p->rank, p->broken[0] ? p->broken : "in another context");
+        else if (!finalized)
             MPI_Finalize();
         tandem_initialized_mpi = false;
     }
@@ -467,10 +526,24 @@ td_status td_processes_join(td_context *ctx)
     }
     for (int q = 0; q < size; q++)
         p->abort_sends[q] = MPI_REQUEST_NULL;
+    /* First one small message with every process on MPI_COMM_WORLD (its
+     * own tag): a process that never joins is then named, which the
+     * duplicate's request cannot do. */
+    uint32_t *hello = td_alloc(ctx, sizeof *hello * (size_t)size);
+    td_status s = hello ? reserve_requests(p, 2 * (size_t)size + 2) : TD_OOM(ctx, "the join", sizeof *hello * size);
+    size_t n = 0;
+    for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
+        if (q == p->rank)
+            continue;
+        if ((s = post_on(p, MPI_COMM_WORLD, TAG_JOIN, false, &hello[q], sizeof *hello, q, &n)) == TD_OK)
+            s = post_on(p, MPI_COMM_WORLD, TAG_JOIN, true, &p->rank, sizeof p->rank, q, &n);
+    }
+    if (s == TD_OK)
+        s = wait_requests(p, n, "joining the job's processes", NULL, NULL);
+    td_free(ctx, hello);
     /* The duplicate is made with the non-blocking call: a process that
      * never joins must not hang the others. */
     MPI_Request dup;
-    td_status s = reserve_requests(p, 2 * (size_t)size + 2);
     if (s == TD_OK && MPI_Comm_idup(MPI_COMM_WORLD, &p->comm, &dup) != MPI_SUCCESS)
         s = td_error_set(ctx, TD_ERR_BACKEND, "td_processes_join: MPI_Comm_idup failed");
     if (s == TD_OK) {

@@ -117,3 +117,9 @@ td_status td_procs_allgather_bytes(td_procs *procs, void *x, const size_t *offse
     (void)procs, (void)x, (void)offsets;
     return TD_ERR_UNSUPPORTED;
 }
+
+bool td_procs_broken(const td_procs *procs)
+{
+    (void)procs;
+    return false;
+}

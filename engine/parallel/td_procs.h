@@ -7,9 +7,11 @@
  * the requests are polled against a deadline, and `should_stop`, when
  * given, is asked between polls, so a mesh job that is being aborted (a
  * local device failed) stops waiting for other processes too. On a timeout
- * the message names the processes that did not answer; the requests are
- * left in flight, so the memory they use must outlive the job (the caller
- * ends the job: td_processes_abort). */
+ * the message names the processes that did not answer. An exchange that
+ * does not complete cancels its pending receives and breaks the group:
+ * every later exchange answers TD_ERR_STATE, MPI is not finalized, and
+ * the caller ends the job (td_processes_abort). Sends already under way
+ * may still read their buffers until then. */
 #ifndef TD_PROCS_H
 #define TD_PROCS_H
 
@@ -54,6 +56,10 @@ td_status td_procs_allgather_bytes(td_procs *procs, void *x, const size_t *offse
  * outcome) and waits up to 6 x the timeout (a peer whose device hung comes
  * back after 4 x, fenced). */
 td_status td_procs_agree_blocks(td_procs *procs, float *x, const size_t *offsets);
+
+/* Whether an exchange failed past repair (a timeout, an MPI error): the
+ * group refuses every exchange from then on, and the job must end. */
+bool td_procs_broken(const td_procs *procs);
 
 /* This process failed its step: tells every other process at once, so
  * their exchanges stop instead of waiting for the timeout. Once per step;

@@ -89,6 +89,11 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local)
     }
     td_context *ctx = t->ctx;
     td_procs *procs = td_procs_of(ctx);
+    /* A process that did not answer in time broke the group here: there is
+     * nothing to agree on -- the others time out on it too -- and the job
+     * must end. */
+    if (local != TD_OK && td_procs_broken(procs))
+        return local;
     if (local != TD_OK)
         td_procs_signal_abort(procs, local); /* the others stop waiting for this process now */
     for (uint32_t q = 0; q <= t->processes; q++) {

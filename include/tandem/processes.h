@@ -15,7 +15,30 @@
  * tandem calls MPI from one thread at a time (MPI_THREAD_SERIALIZED): the
  * caller must not use MPI_COMM_WORLD concurrently with a tandem call on a
  * joined context. Without MPI in the build every call here answers
- * TD_ERR_UNSUPPORTED. */
+ * TD_ERR_UNSUPPORTED.
+ *
+ * A process that fails. Open MPI 4.1 cannot go on without a process, so
+ * the job ends; what bounds it:
+ *   - one that dies: mpirun sees it and ends the job (about 1 s later on
+ *     one machine), naming its rank and signal;
+ *   - one that stops answering: every call of the others that exchanges
+ *     with it (td_processes_join, td_mesh_create on a joined context, a
+ *     step, td_processes_sum, ...) fails after 2 x the context timeout
+ *     with TD_ERR_TIMEOUT naming it ("process 0 of 3: the reduce-scatter
+ *     between processes waited 4000 ms for process(es) 1, which did not
+ *     answer"). The group is then broken: its later exchanges answer
+ *     TD_ERR_STATE at once (the late messages of the failed one must not
+ *     be taken for theirs), and td_context_destroy leaves MPI unfinalized
+ *     (MPI_Finalize would wait for the silent process for ever). Such a
+ *     process should end the job: td_processes_abort, or exit with a
+ *     non-zero status; mpirun ends the job on either (and on an exit
+ *     without MPI_Finalize). A local abort or an MPI error inside an
+ *     exchange breaks the group the same way.
+ * Not bounded, being blocking calls of MPI that wait for every process:
+ * MPI_Init_thread (a process that never starts MPI holds the others
+ * there) and MPI_Finalize once every exchange has succeeded (a process
+ * that stops after its last exchange holds the others' td_context_destroy
+ * there). tests/mpi/mpi_rank_faults.c measures these bounds. */
 #ifndef TANDEM_PROCESSES_H
 #define TANDEM_PROCESSES_H
 
@@ -38,10 +61,14 @@ TD_API bool td_processes_launched(void);
 
 /* Joins the job's processes: initializes MPI if nobody has (the matching
  * MPI_Finalize then runs at td_context_destroy of the last joined
- * context), or uses the caller's initialization (which must provide
- * MPI_THREAD_SERIALIZED or more). Collective: every process of
- * MPI_COMM_WORLD calls it. Meshes created afterwards on ctx span every
- * process. TD_ERR_STATE when ctx already joined. */
+ * context, unless an exchange failed: see above), or uses the caller's
+ * initialization (which must provide MPI_THREAD_SERIALIZED or more).
+ * Collective: every process of MPI_COMM_WORLD calls it. It first sends one
+ * small message to every process on MPI_COMM_WORLD (tag 7101), so that a
+ * process that does not join within 2 x the context timeout is named
+ * (TD_ERR_TIMEOUT); a caller that initialized MPI must have no receive
+ * pending there that could take it. Meshes created afterwards on ctx span
+ * every process. TD_ERR_STATE when ctx already joined. */
 TD_API td_status td_processes_join(td_context *ctx);
 
 /* This process's rank and the job's process count; 0 and 1 for a context
