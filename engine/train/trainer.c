@@ -353,6 +353,12 @@ static void trainer_release(td_owned *self)
     }
     td_program_destroy(t->program);
     t->program = NULL;
+    if (td_mesh_any_wedged(t->mesh)) {
+        /* A device still runs work past the timeout (its program was left
+         * to it): its copies into the accumulators may still be pending. */
+        td_owned_abandon(self);
+        return;
+    }
     free_owners(t);
     free_accumulators(t);
     td_free(t->ctx, t->flat_state);
