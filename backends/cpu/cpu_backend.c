@@ -1,14 +1,14 @@
 /* The CPU backend: a simulated device is host memory plus the worker thread
  * that drives it. Its "queue" executes each enqueued operation at once on
  * that thread, so tickets are complete as soon as they are issued. GEMM goes
- * to CBLAS with one BLAS thread per device; everything else runs the
- * reference kernels. */
-#include <cblas.h>
-#include <pthread.h>
+ * to CBLAS with one BLAS thread per device, in tiles a cancel can stop
+ * between (cpu_gemm.c); everything else runs the reference kernels. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_gemm.h"
 #include "td_backend.h"
 #include "td_context_internal.h"
 #include "td_reference.h"
@@ -17,6 +17,9 @@ struct td_device {
     td_context *ctx;
     uint32_t instance;
     uint64_t ticket;
+    /* Set once, by cpu_cancel from another thread; read by this device's
+     * worker between kernel calls and GEMM tiles (atomics on both sides). */
+    bool cancelled;
 };
 
 struct td_buffer {
@@ -37,18 +40,6 @@ struct td_segment {
  * the parallelism; BLAS threads on top would oversubscribe the cores. The
  * symbol is weak so that another CBLAS still links. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
-extern int openblas_get_parallel(void) __attribute__((weak));
-
-/* A serial OpenBLAS built without USE_LOCKING (Debian's serial flavour) is
- * not safe to call from several threads at once. scripts/install-deps pins
- * the pthread flavour; if another is loaded anyway, GEMM calls are
- * serialised rather than left to race. This lock guards a process-wide
- * library, so it is process-wide itself. */
-static pthread_mutex_t serial_blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static int blas_needs_lock(void)
-{
-    return openblas_get_parallel && openblas_get_parallel() == 0;
-}
 
 static void read_cpuinfo(char *name, size_t name_size, char *vendor, size_t vendor_size)
 {
@@ -223,44 +214,15 @@ static float *at(const td_arg *arg)
     return arg->buffer ? arg->buffer->data + arg->offset : NULL;
 }
 
-static void run_gemm(const td_kernel_call *c)
-{
-    const td_gemm_params *g = &c->p.gemm;
-    if (g->m == 0 || g->n == 0)
-        return;
-    if (g->k == 0) {
-        /* CBLAS with k = 0 only scales C; beta == 0 must not read C. */
-        float *out = at(&c->out);
-        for (int64_t m = 0; m < g->m; m++)
-            for (int64_t n = 0; n < g->n; n++)
-                out[m * g->ldc + n] = g->beta == 0.0f ? 0.0f : g->beta * out[m * g->ldc + n];
-        return;
-    }
-    if (g->beta == 0.0f) {
-        /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
-        float *out = at(&c->out);
-        for (int64_t m = 0; m < g->m; m++)
-            memset(out + m * g->ldc, 0, (size_t)g->n * sizeof(float));
-    }
-    int lock = blas_needs_lock();
-    if (lock)
-        pthread_mutex_lock(&serial_blas_lock);
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-                (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, at(&c->a), (blasint)g->lda, at(&c->b),
-                (blasint)g->ldb, g->beta, at(&c->out), (blasint)g->ldc);
-    if (lock)
-        pthread_mutex_unlock(&serial_blas_lock);
-}
-
-/* One kernel call on the host. */
-static void run_call(const td_kernel_call *c)
+/* One kernel call on the host; false when a cancel stopped it part way. */
+static bool run_call(td_device *dev, const td_kernel_call *c)
 {
     switch (c->kernel) {
     case TD_KERNEL_FILL: td_reference_fill(at(&c->out), c->n, c->alpha); break;
     case TD_KERNEL_COPY: td_reference_copy(at(&c->out), at(&c->a), c->n); break;
     case TD_KERNEL_ELEMENTWISE: td_reference_elementwise(at(&c->out), at(&c->a), at(&c->b), &c->p.ew); break;
     case TD_KERNEL_REDUCE: td_reference_reduce(at(&c->out), at(&c->a), &c->p.reduce); break;
-    case TD_KERNEL_GEMM: run_gemm(c); break;
+    case TD_KERNEL_GEMM: return td_cpu_gemm(&c->p.gemm, at(&c->out), at(&c->a), at(&c->b), &dev->cancelled);
     case TD_KERNEL_XENT_FORWARD:
         td_reference_xent_forward(at(&c->out), at(&c->out2), at(&c->a), (const int32_t *)at(&c->b), &c->p.xent);
         break;
@@ -287,6 +249,7 @@ static void run_call(const td_kernel_call *c)
         break;
     default: break;
     }
+    return true;
 }
 
 static bool is_row_kernel(int32_t k)
@@ -418,12 +381,24 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     return TD_OK;
 }
 
+/* Stops between calls, and inside a GEMM between tiles, once the device
+ * is cancelled: a worker the engine gave up on leaves within one tile or
+ * one other call (those are not split: they are bounded by the memory
+ * they touch, not by m n k), not at the end of the segment. No message:
+ * the engine's timeout already named the device, and the caller may be
+ * reading that message. */
 static td_status cpu_segment_run(td_device *dev, td_segment *seg)
 {
-    (void)dev;
     for (size_t i = 0; i < seg->count; i++)
-        run_call(&seg->calls[i]);
+        if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE) || !run_call(dev, &seg->calls[i]))
+            return TD_ERR_DEVICE_LOST;
     return TD_OK;
+}
+
+/* Any thread, while the worker may be inside a segment: one atomic store. */
+static void cpu_cancel(td_device *dev)
+{
+    __atomic_store_n(&dev->cancelled, true, __ATOMIC_RELEASE);
 }
 
 static void cpu_segment_destroy(td_device *dev, td_segment *seg)
@@ -469,4 +444,5 @@ const td_backend_ops td_cpu_backend = {
     .segment_destroy = cpu_segment_destroy,
     .submit = cpu_submit,
     .wait = cpu_wait,
+    .cancel = cpu_cancel,
 };

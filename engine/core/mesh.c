@@ -264,6 +264,17 @@ static td_status parse_spec(td_context *ctx, const char *spec, spec_list *list)
 }
 
 static void mesh_release(td_owned *self);
+
+/* With no worker in a job (the caller drives the device): a device whose
+ * queue still runs work past the timeout is left open, its driver
+ * objects with it, rather than torn down under that work. */
+static void close_device(td_mesh *mesh, uint32_t i)
+{
+    td_mesh_device *md = &mesh->devices[i];
+    if (!md->dev || (md->wedged && td_mesh_device_drain(mesh, i) == TD_ERR_TIMEOUT))
+        return;
+    md->ops->close(md->dev);
+}
 _Static_assert(offsetof(td_mesh, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
 
 td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
@@ -332,18 +343,23 @@ td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out)
 }
 
 /* What runs on the mesh goes first, while the workers can still release
- * its device memory. */
+ * its device memory; then the workers stop (joined, so no tandem thread is
+ * left inside a kernel or a driver once this returns), and only then does
+ * what a worker of a job that timed out could still touch go: the
+ * collectives, the devices. */
 static void mesh_release(td_owned *self)
 {
     td_mesh *mesh = (td_mesh *)self;
     td_context *ctx = mesh->ctx;
     td_context_release_children(ctx, mesh);
+    if (!td_worker_pool_destroy(mesh)) {
+        td_owned_abandon(self); /* the mesh, its devices and the context stay for the stranded worker */
+        return;
+    }
     if (mesh->collectives)
         mesh->collectives_destroy(mesh->collectives); /* releases staging: before the devices close */
-    td_worker_pool_destroy(mesh);
     for (uint32_t i = 0; i < mesh->count; i++)
-        if (mesh->devices[i].dev)
-            mesh->devices[i].ops->close(mesh->devices[i].dev);
+        close_device(mesh, i);
     td_free(ctx, mesh->devices);
     mesh->devices = NULL;
     mesh->count = 0;
@@ -387,19 +403,18 @@ td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped)
     /* Everything planned for these positions lets go of its device memory
      * while the workers are all still there. */
     td_context_shrink_children(ctx, mesh);
+    if (!td_worker_pool_destroy(mesh)) /* a worker did not stop: nothing more can be done safely */
+        return td_error_set(ctx, TD_ERR_TIMEOUT, "a worker of mesh '%s' did not stop; its devices cannot be dropped",
+                            mesh->spec);
     if (mesh->collectives) {
         mesh->collectives_destroy(mesh->collectives); /* staging lives on the devices: before they close */
         mesh->collectives = NULL;
     }
-    td_worker_pool_destroy(mesh);
-    if (mesh->pool) /* a worker did not stop: nothing more can be done safely */
-        return td_error_set(ctx, TD_ERR_TIMEOUT, "a worker of mesh '%s' did not stop; its devices cannot be dropped",
-                            mesh->spec);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < mesh->count; i++) {
         td_mesh_device md = mesh->devices[i];
         if (md.lost) {
-            md.ops->close(md.dev);
+            close_device(mesh, i);
             continue;
         }
         md.position = kept;

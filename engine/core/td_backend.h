@@ -104,6 +104,20 @@ typedef struct td_backend_ops {
 
     td_status (*submit)(td_device *dev, uint64_t *ticket);
     td_status (*wait)(td_device *dev, uint64_t ticket, uint32_t timeout_ms);
+
+    /* Optional: the engine gave up on the device (fenced it off after a
+     * timeout, or its mesh is stopping). Called from another thread while
+     * the device's worker may be inside segment_run, so it may only set a
+     * flag: no blocking, no lock the worker could hold. Afterwards the
+     * running segment and every later one stop at their next bounded point
+     * and return TD_ERR_DEVICE_LOST (results undefined, no message: the
+     * engine already reported the device); copies, reads, writes and waits
+     * keep working, so parameter I/O still reaches the device. Needed by a
+     * backend that computes on the worker's thread (the CPU's: a worker
+     * left inside OpenBLAS would outlive td_context_destroy). NULL for the
+     * GPU backends, whose worker only enqueues and waits, every wait
+     * bounded by its timeout. */
+    void (*cancel)(td_device *dev);
 } td_backend_ops;
 
 /* The backends compiled in, one vtable each (td_cpu_backend always): the

@@ -34,6 +34,12 @@ typedef struct td_mesh_device {
      * waiting on it wakes up (worker.c). Only ever set, with an atomic
      * store; read atomically, or under the pool's lock by the waits. */
     bool lost;
+    /* Its queue was still running tandem's work when a drain gave up
+     * (td_mesh_device_drain): a GPU kernel outlasting the timeout cannot be
+     * stopped, so nothing it may use -- buffers, segments, staging, the
+     * device itself -- is freed while this is set. Touched by whoever
+     * drives the device: its worker in a job, else the mesh's caller. */
+    bool wedged;
 } td_mesh_device;
 
 struct td_mesh {
@@ -43,6 +49,11 @@ struct td_mesh {
     td_mesh_device *devices;
     char spec[256];
     td_worker_pool *pool;
+    /* A worker did not stop within the join bound (worker.c): it may still
+     * be inside a job, so nothing it may touch -- the mesh, its devices,
+     * the collectives, the context -- is ever freed, and the mesh runs
+     * nothing more. */
+    bool stranded;
     /* The collectives' shared state (engine/parallel's ring), one per mesh
      * so every program on the mesh shares its staging. The parallel layer
      * creates it on first use and leaves its destructor here; core only
@@ -95,9 +106,12 @@ const char *td_runtime_backend_names(void);
 typedef td_status (*td_job_fn)(void *arg, uint32_t position);
 td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg);
 
-/* Worker threads: one per device (worker.c). */
+/* Worker threads: one per device (worker.c). Destroy cancels the devices
+ * whose workers are still inside a job and joins every worker, bounded by
+ * 2 x the context timeout + 1 s; false when one did not stop in that time
+ * (then mesh->stranded: it is left running, and nothing may be freed). */
 td_status td_worker_pool_create(td_mesh *mesh);
-void td_worker_pool_destroy(td_mesh *mesh);
+bool td_worker_pool_destroy(td_mesh *mesh);
 
 /* The calling thread's mesh position when it is a worker, else -1. */
 int td_worker_current_position(void);
@@ -111,6 +125,18 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position);
  * (slow - 1) times as long, waking early when the device is fenced off
  * (then TD_ERR_DEVICE_LOST: the run stops there). */
 td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns);
+/* Submits and waits, bounded by the context timeout, until the device's
+ * queue has run everything tandem gave it; called before what the queue
+ * may use is freed. TD_ERR_TIMEOUT: it still runs (a kernel outlasting
+ * the timeout), and the device is marked wedged -- its memory and the
+ * device must then be left allocated. TD_OK, or a failure of the device
+ * (its queue runs nothing more), clears the mark. Only from the thread
+ * driving the device: its worker inside a job, or the mesh's caller when
+ * no worker is in one. */
+td_status td_mesh_device_drain(td_mesh *mesh, uint32_t position);
+/* Whether any device of the mesh is wedged: host memory its pending copies
+ * may read or write (a program's, a trainer's) must then be left too. */
+bool td_mesh_any_wedged(const td_mesh *mesh);
 /* Waits, bounded by the context timeout, for a job that timed out earlier
  * to end. false: a worker is still inside it, and whatever it may touch
  * (programs, trainers, their memory, the ring) must not be freed or reset. */

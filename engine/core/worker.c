@@ -1,11 +1,21 @@
 /* One worker thread per device. The device's queue is driven only from its
  * worker, so backends need no locking of their own; a job is a function run
- * on every worker at once, and td_mesh_run waits for all of them. */
+ * on every worker at once, and td_mesh_run waits for all of them.
+ *
+ * No worker outlives its mesh: a device the mesh gives up on is cancelled
+ * (td_backend_ops.cancel), so a CPU device leaves its kernel within a GEMM
+ * tile, and a GPU device's worker, which only enqueues and waits, leaves
+ * within the bounded wait it is in; destroying the mesh then joins every
+ * worker. The process's exit waits, bounded, for workers still inside a
+ * job (a caller that exits without destroying its context), before
+ * OpenBLAS's and the drivers' exit handlers tear down what those workers
+ * may be using. */
 #define _GNU_SOURCE /* pthread_timedjoin_np: tearing down never hangs on a stuck worker */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "td_clock.h"
@@ -41,6 +51,79 @@ int td_worker_current_position(void)
     return current_position;
 }
 
+/* ---- the process's exit ----
+ * Process-wide on purpose: exit is the process's, and so are OpenBLAS and
+ * the drivers whose exit handlers unmap what a worker inside a job may be
+ * using. Two contexts share nothing else here. */
+
+/* Workers of every mesh inside a job right now. */
+static uint32_t workers_in_jobs;
+/* How long exit waits for them: the longest bound any mesh's destroy
+ * would wait (join_bound_ms), only ever raised. */
+static uint64_t exit_wait_ms;
+static pthread_once_t exit_wait_once = PTHREAD_ONCE_INIT;
+
+/* A worker in a job that timed out may be in one device wait (at most the
+ * context timeout) and, on a GPU, one more (a ring op's unmap, or the
+ * run's final drain) before it sees that it was fenced off; a cancelled
+ * CPU device is out within a GEMM tile. One more second for the
+ * scheduler. */
+static uint64_t join_bound_ms(const td_mesh *mesh)
+{
+    return 2ull * td_context_timeout_ms(mesh->ctx) + 1000u;
+}
+
+/* Runs from exit(), before the exit handlers of the libraries loaded
+ * before tandem's first mesh (OpenBLAS, the OpenCL and Vulkan drivers):
+ * those run later, from the dynamic linker's handler, registered first.
+ * A job still running here belongs to a caller that did not destroy its
+ * context; a fenced one ends within a tile or a wait, so this returns
+ * promptly. Past the bound, a worker stuck in a driver is left, said on
+ * stderr (there is no context to log to). */
+static void wait_for_workers_at_exit(void)
+{
+    /* A worker that calls exit itself (from a hook or a log callback)
+     * must not wait for its own job. */
+    const uint32_t self = current_position >= 0 ? 1u : 0u;
+    const uint64_t limit_ms = __atomic_load_n(&exit_wait_ms, __ATOMIC_ACQUIRE);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint32_t inside;
+    while ((inside = __atomic_load_n(&workers_in_jobs, __ATOMIC_ACQUIRE)) > self) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const uint64_t waited_ms =
+            (uint64_t)(now.tv_sec - start.tv_sec) * 1000u + (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000L);
+        if (waited_ms >= limit_ms) {
+            fprintf(stderr, "tandem: %u worker thread(s) still inside a job at exit after %llu ms\n", inside - self,
+                    (unsigned long long)waited_ms);
+            return;
+        }
+        const struct timespec nap = {0, 1000000L}; /* polled: exit is rare, a condition variable not worth it */
+        nanosleep(&nap, NULL);
+    }
+}
+
+static void register_exit_wait(void)
+{
+    if (atexit(wait_for_workers_at_exit) != 0)
+        fprintf(stderr, "tandem: could not register the exit handler that waits for worker threads\n");
+}
+
+static void raise_exit_wait(uint64_t ms)
+{
+    uint64_t old = __atomic_load_n(&exit_wait_ms, __ATOMIC_RELAXED);
+    while (old < ms && !__atomic_compare_exchange_n(&exit_wait_ms, &old, ms, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+}
+
+/* The device's backend stops its running and later segments; under the
+ * pool's lock or not, it only sets a flag. */
+static void cancel_device(td_mesh_device *md)
+{
+    if (md->ops->cancel && md->dev)
+        md->ops->cancel(md->dev);
+}
+
 static void *worker_main(void *p)
 {
     td_worker *w = p;
@@ -56,10 +139,12 @@ static void *worker_main(void *p)
         seen = pool->generation;
         td_job_fn fn = pool->fn;
         void *arg = pool->arg;
+        __atomic_add_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
         pthread_mutex_unlock(&pool->lock);
 
         td_status s = fn(arg, w->position);
 
+        __atomic_sub_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
         pthread_mutex_lock(&pool->lock);
         w->busy = false;
         if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
@@ -91,6 +176,8 @@ td_status td_worker_pool_create(td_mesh *mesh)
     pthread_cond_init(&pool->job_done, &attr);
     pthread_cond_init(&pool->released, &attr);
     pthread_condattr_destroy(&attr);
+    pthread_once(&exit_wait_once, register_exit_wait);
+    raise_exit_wait(join_bound_ms(mesh));
     mesh->pool = pool;
     for (uint32_t i = 0; i < mesh->count; i++) {
         td_worker *w = &pool->workers[i];
@@ -108,34 +195,51 @@ td_status td_worker_pool_create(td_mesh *mesh)
     return TD_OK;
 }
 
-void td_worker_pool_destroy(td_mesh *mesh)
+bool td_worker_pool_destroy(td_mesh *mesh)
 {
     td_worker_pool *pool = mesh->pool;
     if (!pool)
-        return;
+        return !mesh->stranded;
     pthread_mutex_lock(&pool->lock);
     pool->stopping = true;
+    /* A worker still inside a job is in one that timed out (td_mesh_run
+     * returns only when every other one is done): it was cancelled when it
+     * was fenced off, and is again here for the paths that give up on it
+     * without a fence. */
+    for (uint32_t i = 0; i < mesh->count; i++)
+        if (pool->workers[i].started && pool->workers[i].busy)
+            cancel_device(&mesh->devices[i]);
     pthread_cond_broadcast(&pool->job_posted);
     pthread_cond_broadcast(&pool->released); /* injected hangs end with the mesh */
     pthread_mutex_unlock(&pool->lock);
-    bool abandoned = false;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline); /* pthread_timedjoin_np's clock */
+    const uint64_t bound_ms = join_bound_ms(mesh);
+    deadline.tv_sec += (time_t)(bound_ms / 1000);
+    deadline.tv_nsec += (long)(bound_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    bool stranded = false;
     for (uint32_t i = 0; i < mesh->count; i++) {
         if (!pool->workers[i].started)
             continue;
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += (time_t)(td_context_timeout_ms(mesh->ctx) / 1000 + 1);
         if (pthread_timedjoin_np(pool->workers[i].thread, NULL, &deadline) != 0) {
-            /* A worker stuck in a driver call: leave it rather than hang the
-             * caller; its memory is deliberately not freed. */
+            /* Stuck in a driver call past its own timeout: leave it rather
+             * than hang the caller. Nothing it may touch -- the pool, the
+             * mesh, its devices, the context -- is freed (mesh.c), and exit
+             * waits for it, bounded. */
             pthread_detach(pool->workers[i].thread);
-            abandoned = true;
+            stranded = true;
         }
     }
-    if (abandoned) {
-        td_log(mesh->ctx, TD_LOG_ERROR, "a worker thread did not stop; its resources are abandoned");
-        mesh->pool = NULL;
-        return;
+    mesh->pool = NULL;
+    if (stranded) {
+        td_log(mesh->ctx, TD_LOG_ERROR, "a worker thread of mesh '%s' did not stop within %llu ms; it is left running",
+               mesh->spec, (unsigned long long)bound_ms);
+        mesh->stranded = true;
+        return false;
     }
     pthread_cond_destroy(&pool->job_posted);
     pthread_cond_destroy(&pool->job_done);
@@ -143,7 +247,7 @@ void td_worker_pool_destroy(td_mesh *mesh)
     pthread_mutex_destroy(&pool->lock);
     td_free(mesh->ctx, pool->workers);
     td_free(mesh->ctx, pool);
-    mesh->pool = NULL;
+    return true;
 }
 
 /* Under the pool's lock: waits until no worker is inside a job, at most
@@ -173,7 +277,7 @@ bool td_mesh_quiesce(td_mesh *mesh)
 {
     td_worker_pool *pool = mesh->pool;
     if (!pool)
-        return true;
+        return !mesh->stranded;
     pthread_mutex_lock(&pool->lock);
     bool idle = wait_idle(pool, td_context_timeout_ms(mesh->ctx));
     pthread_mutex_unlock(&pool->lock);
@@ -191,11 +295,22 @@ static td_status still_busy(td_mesh *mesh)
                         names);
 }
 
+/* A mesh without workers: one would not stop (stranded), or they could
+ * not be started again after dropping lost devices. */
+static td_status no_workers(td_mesh *mesh)
+{
+    if (mesh->stranded)
+        return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
+                            "mesh '%s': a worker thread did not stop after a timeout; the mesh cannot run, destroy it",
+                            mesh->spec);
+    return td_error_set(mesh->ctx, TD_ERR_STATE, "mesh '%s' has no worker threads; destroy it", mesh->spec);
+}
+
 td_status td_mesh_wait_quiet(td_mesh *mesh)
 {
     td_worker_pool *pool = mesh->pool;
     if (!pool)
-        return TD_OK;
+        return mesh->stranded ? no_workers(mesh) : TD_OK;
     pthread_mutex_lock(&pool->lock);
     td_status s = wait_idle(pool, td_context_timeout_ms(mesh->ctx)) ? TD_OK : still_busy(mesh);
     pthread_mutex_unlock(&pool->lock);
@@ -208,6 +323,8 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     if (current_position >= 0)
         return td_error_set(mesh->ctx, TD_ERR_STATE, "td_mesh_run called from worker %d (jobs do not nest)",
                             current_position);
+    if (!pool)
+        return no_workers(mesh);
     char names[512];
     pthread_mutex_lock(&pool->lock);
     /* A job that timed out earlier may still be ending on a fenced-off
@@ -246,13 +363,17 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     uint32_t stuck = pool->pending;
     if (!idle) {
         /* Fence the devices still inside the job off: they are lost, their
-         * later runs fail at once, and an injected hang or slowdown ends
-         * now. Nothing they may touch is freed while they are inside (see
-         * td_mesh_quiesce). */
+         * later runs fail at once, an injected hang or slowdown ends now,
+         * and a CPU device stops at its next GEMM tile or kernel call (a
+         * GPU device's run at its next segment, pmap_run.c), so the worker
+         * is soon out. Nothing it may touch is freed while it is inside
+         * (see td_mesh_quiesce). */
         busy_list(mesh, names, sizeof names);
         for (uint32_t i = 0; i < mesh->count; i++)
-            if (pool->workers[i].busy)
+            if (pool->workers[i].busy) {
                 __atomic_store_n(&mesh->devices[i].lost, true, __ATOMIC_RELEASE);
+                cancel_device(&mesh->devices[i]);
+            }
         pthread_cond_broadcast(&pool->released);
     }
     pthread_mutex_unlock(&pool->lock);
@@ -272,7 +393,7 @@ bool td_mesh_device_lost(td_mesh *mesh, uint32_t position)
 td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
 {
     td_mesh_device *md = &mesh->devices[position];
-    td_worker_pool *pool = mesh->pool;
+    td_worker_pool *pool = md->worker->pool; /* mesh->pool is gone once a stranded worker was left */
     /* Every run asks: a lock-free read, the flag only ever goes to true. */
     if (__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE))
         return td_error_set(mesh->ctx, TD_ERR_DEVICE_LOST, "device %u (%s) was lost earlier in this mesh", position,
@@ -298,12 +419,36 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
     return TD_OK;
 }
 
+td_status td_mesh_device_drain(td_mesh *mesh, uint32_t position)
+{
+    td_mesh_device *md = &mesh->devices[position];
+    uint64_t ticket;
+    td_status s = md->ops->submit(md->dev, &ticket);
+    if (s == TD_OK)
+        s = md->ops->wait(md->dev, ticket, td_context_timeout_ms(mesh->ctx));
+    const bool wedged = s == TD_ERR_TIMEOUT;
+    if (wedged && !md->wedged)
+        td_log(mesh->ctx, TD_LOG_ERROR,
+               "device %u (%s) is still running work after the timeout: what it may use is left allocated", position,
+               md->item);
+    md->wedged = wedged;
+    return s;
+}
+
+bool td_mesh_any_wedged(const td_mesh *mesh)
+{
+    for (uint32_t i = 0; i < mesh->count; i++)
+        if (mesh->devices[i].wedged)
+            return true;
+    return false;
+}
+
 td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t elapsed_ns)
 {
     td_mesh_device *md = &mesh->devices[position];
     if (!(md->faults.slow > 1.0f))
         return TD_OK;
-    td_worker_pool *pool = mesh->pool;
+    td_worker_pool *pool = md->worker->pool;
     const uint64_t extra_ns = (uint64_t)((double)elapsed_ns * (double)(md->faults.slow - 1.0f));
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);

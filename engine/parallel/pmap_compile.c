@@ -136,6 +136,11 @@ static td_status release_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
     td_program_device *pd = &p->devs[pos];
+    /* A device fenced off after a timeout may still be running the kernels
+     * of that job (a GPU's cannot be stopped): its buffers and segments
+     * are left to it rather than freed under it (lavapipe would fault). */
+    if (td_mesh_device_drain(p->mesh, pos) == TD_ERR_TIMEOUT)
+        return TD_OK;
     const td_plan *plan = p->plans && p->plan_of ? td_program_device_plan(p, pos) : NULL;
     destroy_segments(p->ctx, md, &pd->segments, plan ? plan->n_steps : 0);
     destroy_segments(p->ctx, md, &pd->call_segments, plan ? plan->n_calls : 0);
@@ -425,12 +430,19 @@ static void program_release(td_owned *self)
 {
     td_program *p = (td_program *)self;
     td_context *ctx = p->ctx;
-    if (p->devs && p->mesh->pool && !td_mesh_quiesce(p->mesh)) {
+    if (p->devs && !td_mesh_quiesce(p->mesh)) {
         td_owned_abandon(self); /* a worker stuck in a timed-out run may still be using it */
         return;
     }
     if (p->devs && p->mesh->pool && !p->stale)
         td_mesh_run(p->mesh, release_job, p);
+    if (p->devs && td_mesh_any_wedged(p->mesh)) {
+        /* A device still runs work past the timeout: its copies from and
+         * into this program's host memory (initial values, step words,
+         * outputs) may still be pending. */
+        td_owned_abandon(self);
+        return;
+    }
     unplan(p);
     td_free(ctx, p->saved_params);
     td_free(ctx, p->split_rows);

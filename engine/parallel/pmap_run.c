@@ -138,7 +138,14 @@ static td_status run_device(td_program *p, uint32_t pos)
     for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
-            s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
+            /* Fenced off while inside this run (worker.c): no more work is
+             * enqueued, so a GPU device's stale run ends with the wait it
+             * is in (a CPU device's backend stops inside the segment). No
+             * message: the timeout named the device. */
+            if (td_mesh_device_lost(p->mesh, pos))
+                s = TD_ERR_DEVICE_LOST;
+            else
+                s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
         }
         /* Time in collectives is waiting for peers, not this device's

@@ -92,7 +92,9 @@ static void ring_destroy(void *collectives)
     for (uint32_t i = 0; i < ring->n; i++) {
         ring_rank *rr = &ring->ranks[i];
         td_mesh_device *md = &ring->mesh->devices[i];
-        if (rr->staging && md->dev)
+        /* No worker is in a job here: the caller may drive the device. A
+         * queue still running left its staging (wedged) rather than lose it. */
+        if (rr->staging && md->dev && !(md->wedged && td_mesh_device_drain(ring->mesh, i) == TD_ERR_TIMEOUT))
             md->ops->staging_destroy(md->dev, rr->staging);
         td_free(ctx, rr->tickets);
         pthread_mutex_destroy(&rr->lock);
@@ -505,8 +507,13 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     publish(me, base | 0);
 
     const uint32_t timeout = td_context_timeout_ms(ctx);
+    /* A device's own waits check the abort too: a job that timed out
+     * aborts the ring before it fences its devices off (worker.c), and a
+     * fenced device must not go on through a wait per slice. */
 #define WAIT_OWN(c, k) \
     do { \
+        if (!direct && atomic_load(&ring->abort_status) != TD_OK) \
+            return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed during this collective", r); \
         if (!direct && (s = ops->wait(dev, me->tickets[(size_t)(c) * op->slices + (k)], timeout)) != TD_OK) \
             return fail(ring, r, s); \
     } while (0)

@@ -57,8 +57,13 @@ _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the b
 static void evaluator_release(td_owned *self)
 {
     td_evaluator *e = (td_evaluator *)self;
+    td_mesh *mesh = e->program ? td_program_mesh(e->program) : NULL;
     td_program_destroy(e->program);
     e->program = NULL;
+    if (mesh && td_mesh_any_wedged(mesh)) {
+        td_owned_abandon(self); /* as the trainer: copies into its staging may be pending */
+        return;
+    }
     td_free(e->ctx, e->staging);
     td_free(e->ctx, e->exchange);
     td_free(e->ctx, e->totals);

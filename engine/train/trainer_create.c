@@ -22,6 +22,12 @@ static void trainer_release(td_owned *self)
     }
     td_program_destroy(t->program);
     t->program = NULL;
+    if (td_mesh_any_wedged(t->mesh)) {
+        /* A device still runs work past the timeout (its program was left
+         * to it): its copies into the accumulators may still be pending. */
+        td_owned_abandon(self);
+        return;
+    }
     td_trainer_free_owners(t);
     td_trainer_free_accumulators(t);
     td_free(t->ctx, t->flat_state);

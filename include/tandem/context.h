@@ -67,7 +67,10 @@ typedef struct td_context_options {
      * timed out earlier to end. A failed step runs one more job to put the
      * parameters back, so it returns within 2 x (5 x timeout_ms) at worst. A device still inside its job
      * when that bound passes is fenced off as lost: its later runs fail
-     * with TD_ERR_DEVICE_LOST, and nothing it may touch is freed under it.
+     * with TD_ERR_DEVICE_LOST, it is told to stop (a CPU device leaves
+     * its kernel within a slice of a few milliseconds; a GPU device's
+     * thread ends with the wait it is in), and nothing it may touch is
+     * freed while it is inside.
      * Any value up to UINT32_MAX is honoured. 0 means 60000 ms. */
     uint32_t timeout_ms;
     /* For callers that cannot order their destroys (bindings whose
@@ -91,8 +94,15 @@ TD_API td_status td_context_create(const td_context_options *options, td_context
 
 /* Destroys the context and every object it still owns, newest first (see
  * "Lifetimes" above; with keep_handles their handles stay valid for their
- * destroy only). Host tensors are not touched: they may be destroyed later,
- * while the allocator hooks are still callable. NULL is ignored. */
+ * destroy only). Every tandem thread of the context is stopped and joined
+ * before it returns (waiting at most 2 x timeout_ms + 1 s for one still
+ * ending a timed-out job), so none runs inside OpenBLAS or a driver
+ * afterwards. A process may also exit without it: exit then waits,
+ * bounded, for tandem threads still inside a timed-out job -- but not for
+ * a call another of the caller's threads is still making. Destroy every
+ * context before unloading the library. Host tensors are not touched:
+ * they may be destroyed later, while the allocator hooks are still
+ * callable. NULL is ignored. */
 TD_API void td_context_destroy(td_context *ctx);
 
 /* The message of the most recent failure of a call on this context, naming

@@ -1,0 +1,99 @@
+/* GEMM on a simulated device: CBLAS, one tile of rows of C at a time.
+ *
+ * Why tiles: a GEMM's time grows as m n k while its memory grows as
+ * m k + k n + m n, so one call can run for seconds on modest buffers, and
+ * a thread inside OpenBLAS cannot be stopped. A device fenced off after a
+ * timeout, or whose mesh is going away, must leave OpenBLAS promptly: the
+ * engine joins its worker before td_context_destroy returns, and OpenBLAS's
+ * own exit handler unmaps the buffers a thread still inside it would use.
+ * Between tiles the worker reads its device's cancel flag.
+ *
+ * Why the results do not change: a tile is a block of whole rows of C
+ * computed with the full k, so every element is still one dot product over
+ * k, blocked into k-panels that depend on k alone. Only where a row falls
+ * in OpenBLAS's register blocking could change its bits -- a kernel's
+ * unrolled body and its tail may add in different orders -- so tiles start
+ * at multiples of 192 rows, 3 x 64, a multiple of the usual unrolls
+ * (powers of two, 12, 24, 48; Haswell's sgemm kernel works on groups of 12
+ * of these rows, and 64-row tiles change bits there), and the last tile
+ * takes the remainder, so the call's own tail stays its tail. Pointers
+ * then move by multiples of 768 bytes, keeping every alignment OpenBLAS
+ * checks. Columns are never split: the last columns of any call take
+ * another path in OpenBLAS's kernels (bits change at every column split
+ * tried, 192-wide tiles included). tests/engine/test_cpu_cancel.c
+ * compares tiled and single calls bitwise.
+ *
+ * Why this size: every tile packs B again; measured, 192-row tiles stay
+ * within the noise (a few percent at most) of one call for B from 512 x 784
+ * to 4096 x 4096. A tile of 2^27 multiply-adds takes about 2 ms on one
+ * current core (115 GFLOP/s single-threaded); small and medium GEMMs (an
+ * MLP layer on a batch of hundreds) stay one call. A cancel waits for the tile running: up to twice the budget (the
+ * last tile takes the remainder), or 192 n k multiply-adds when 192 rows
+ * cost more than the budget (48 per byte of B: 50 ms for a 4096 x 4096 B
+ * here). */
+#include <cblas.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "cpu_gemm.h"
+
+extern int openblas_get_parallel(void) __attribute__((weak));
+
+/* A serial OpenBLAS built without USE_LOCKING (Debian's serial flavour) is
+ * not safe to call from several threads at once. scripts/install-deps pins
+ * the pthread flavour; if another is loaded anyway, GEMM calls are
+ * serialised rather than left to race. This lock guards a process-wide
+ * library, so it is process-wide itself. */
+static pthread_mutex_t serial_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_needs_lock(void)
+{
+    return openblas_get_parallel && openblas_get_parallel() == 0;
+}
+
+int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)
+{
+    const double row = (double)g->n * (double)g->k, budget = (double)TD_CPU_GEMM_TILE_MACS;
+    if (g->k <= 0 || (double)g->m * row <= budget)
+        return g->m;
+    const double rows = budget / row;
+    return rows < 2.0 * TD_CPU_GEMM_TILE_ROWS ? TD_CPU_GEMM_TILE_ROWS
+                                              : (int64_t)(rows / TD_CPU_GEMM_TILE_ROWS) * TD_CPU_GEMM_TILE_ROWS;
+}
+
+bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, const bool *cancel)
+{
+    if (g->m == 0 || g->n == 0)
+        return true;
+    if (g->k == 0) {
+        /* CBLAS with k = 0 only scales C; beta == 0 must not read C. */
+        for (int64_t m = 0; m < g->m; m++)
+            for (int64_t n = 0; n < g->n; n++)
+                c[m * g->ldc + n] = g->beta == 0.0f ? 0.0f : g->beta * c[m * g->ldc + n];
+        return true;
+    }
+    if (g->beta == 0.0f) {
+        /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
+        for (int64_t m = 0; m < g->m; m++)
+            memset(c + m * g->ldc, 0, (size_t)g->n * sizeof(float));
+    }
+    const int64_t tile = td_cpu_gemm_tile_rows(g);
+    const int lock = blas_needs_lock();
+    int64_t rows;
+    for (int64_t i = 0; i < g->m; i += rows) {
+        /* The last tile takes the remainder: no tile is smaller than one,
+         * and the call's tail rows stay together. */
+        rows = g->m - i < 2 * tile ? g->m - i : tile;
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
+            return false;
+        /* Row i of op(A): row i of A, or column i of A stored transposed. */
+        const float *ai = g->trans_a ? a + i : a + i * g->lda;
+        if (lock)
+            pthread_mutex_lock(&serial_blas_lock);
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                    (blasint)rows, (blasint)g->n, (blasint)g->k, g->alpha, ai, (blasint)g->lda, b, (blasint)g->ldb,
+                    g->beta, c + i * g->ldc, (blasint)g->ldc);
+        if (lock)
+            pthread_mutex_unlock(&serial_blas_lock);
+    }
+    return true;
+}

@@ -1,0 +1,211 @@
+/* Cancelling a CPU device (td_backend_ops.cancel): its GEMMs run in tiles
+ * of rows (backends/cpu/cpu_gemm.c) that give bitwise the single CBLAS
+ * call's results, a cancel stops a long GEMM within a tile, and a job that
+ * outlasts its timeout is cancelled when it is fenced off, so that the
+ * next call and td_context_destroy neither wait for the whole kernel nor
+ * leave anything allocated for a worker still inside it. */
+#include <cblas.h>
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_gemm.h"
+#include "engine_test_util.h"
+#include "td_mesh_internal.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* What the CPU backend's open does: with more BLAS threads, a single call
+ * splits its rows between them at places of OpenBLAS's choosing, and the
+ * comparison below would be of threads, not of tiles. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
+typedef struct gemm_case {
+    int64_t m, n, k;
+    int32_t trans_a, trans_b;
+    int64_t lda_pad, ldc_pad; /* extra elements per stored row */
+    float alpha, beta;
+} gemm_case;
+
+/* Shapes of MLP layers and their two gradients (784-512, batch 2000), a
+ * square accumulating one, strided A and C with a remainder tile, a
+ * narrow C cut into big tiles, and a 3x3 convolution of 32 channels into
+ * 64 over 64 images of 28 x 28 (patches x kernel) with its input gradient:
+ * each is split, and each tiled result must be the single call's, bit for
+ * bit. */
+Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
+{
+    static const gemm_case cases[] = {
+        {2000, 512, 784, 0, 0, 0, 0, 1.0f, 0.0f},  {784, 512, 2000, 1, 0, 0, 0, 1.0f, 0.0f},
+        {2000, 784, 512, 0, 1, 0, 0, 1.0f, 0.0f},  {1000, 1000, 1000, 1, 1, 0, 0, 0.5f, 1.0f},
+        {777, 300, 4096, 0, 0, 4, 20, 1.0f, 0.0f}, {5000, 64, 1024, 0, 0, 0, 0, -2.0f, 0.25f},
+        {50176, 64, 288, 0, 0, 0, 0, 1.0f, 0.0f},  {50176, 288, 64, 0, 1, 0, 0, 1.0f, 0.0f},
+    };
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
+    test_rng rng = {0xC0FFEEull};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const gemm_case *gc = &cases[t];
+        td_gemm_params g = {.trans_a = gc->trans_a, .trans_b = gc->trans_b, .m = gc->m, .n = gc->n, .k = gc->k,
+                            .alpha = gc->alpha, .beta = gc->beta};
+        /* A stored m x k (k x m transposed), B k x n (n x k). */
+        g.lda = (gc->trans_a ? gc->m : gc->k) + gc->lda_pad;
+        g.ldb = gc->trans_b ? gc->k : gc->n;
+        g.ldc = gc->n + gc->ldc_pad;
+        const int64_t a_rows = gc->trans_a ? gc->k : gc->m, b_rows = gc->trans_b ? gc->n : gc->k;
+        const size_t a_n = (size_t)(a_rows * g.lda), b_n = (size_t)(b_rows * g.ldb), c_n = (size_t)(gc->m * g.ldc);
+        float *a = malloc(a_n * sizeof *a), *b = malloc(b_n * sizeof *b);
+        float *one = malloc(c_n * sizeof *one), *tiled = malloc(c_n * sizeof *tiled);
+        cr_assert(a && b && one && tiled);
+        test_fill_uniform(&rng, a, a_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, b, b_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, one, c_n, -1.0f, 1.0f);
+        memcpy(tiled, one, c_n * sizeof *one);
+
+        const int64_t tile = td_cpu_gemm_tile_rows(&g);
+        cr_assert_lt(tile, g.m, "case %zu (%lld x %lld x %lld) is not split", t, (long long)g.m, (long long)g.n,
+                     (long long)g.k);
+        cr_assert_eq(tile % TD_CPU_GEMM_TILE_ROWS, 0, "case %zu: tiles of %lld rows", t, (long long)tile);
+        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+                    (blasint)g.m, (blasint)g.n, (blasint)g.k, g.alpha, a, (blasint)g.lda, b, (blasint)g.ldb, g.beta,
+                    one, (blasint)g.ldc);
+        cr_assert(td_cpu_gemm(&g, tiled, a, b, NULL));
+        for (int64_t r = 0; r < g.m; r++)
+            cr_assert(memcmp(one + r * g.ldc, tiled + r * g.ldc, (size_t)g.n * sizeof *one) == 0,
+                      "case %zu (%lld x %lld x %lld, tiles of %lld rows): row %lld differs", t, (long long)g.m,
+                      (long long)g.n, (long long)g.k, (long long)tile, (long long)r);
+        /* The padding of C is not touched. */
+        for (int64_t r = 0; r < g.m; r++)
+            cr_assert(memcmp(one + r * g.ldc + g.n, tiled + r * g.ldc + g.n, (size_t)gc->ldc_pad * sizeof *one) == 0);
+        free(a);
+        free(b);
+        free(one);
+        free(tiled);
+    }
+}
+
+typedef struct canceller {
+    td_device *dev;
+    double delay_s, at;
+} canceller;
+
+static void *cancel_later(void *p)
+{
+    canceller *c = p;
+    struct timespec t = {(time_t)c->delay_s, (long)((c->delay_s - (double)(time_t)c->delay_s) * 1e9)};
+    nanosleep(&t, NULL);
+    c->at = now_s();
+    td_cpu_backend.cancel(c->dev);
+    return NULL;
+}
+
+/* A 4096^3 GEMM (about a second on one core) cancelled after 100 ms
+ * returns TD_ERR_DEVICE_LOST within a tile; the device still reads (so
+ * parameter I/O reaches a fenced device) and runs no more segments. */
+Test(cpu_cancel, cancel_stops_a_long_gemm_within_a_tile)
+{
+    enum { S = 4096 };
+    td_context *ctx = test_context(0);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_device *dev;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_buffer *a, *b, *c;
+    const size_t bytes = (size_t)S * S * sizeof(float);
+    TEST_OK(ctx, ops->buffer_create(dev, bytes, &a));
+    TEST_OK(ctx, ops->buffer_create(dev, bytes, &b));
+    TEST_OK(ctx, ops->buffer_create(dev, bytes, &c));
+    memset(ops->buffer_host_pointer(dev, a), 0, bytes);
+    memset(ops->buffer_host_pointer(dev, b), 0, bytes);
+    td_kernel_call call = {.kernel = TD_KERNEL_GEMM, .out = {c, 0}, .a = {a, 0}, .b = {b, 0}};
+    call.p.gemm = (td_gemm_params){.m = S, .n = S, .k = S, .lda = S, .ldb = S, .ldc = S, .alpha = 1.0f};
+    cr_assert_lt(td_cpu_gemm_tile_rows(&call.p.gemm), S);
+    td_segment *seg;
+    TEST_OK(ctx, ops->segment_create(dev, &call, 1, &seg));
+
+    canceller cc = {dev, 0.1, 0.0};
+    pthread_t thread;
+    const double start = now_s();
+    cr_assert_eq(pthread_create(&thread, NULL, cancel_later, &cc), 0);
+    const td_status s = ops->segment_run(dev, seg);
+    const double end = now_s();
+    pthread_join(thread, NULL);
+    cr_assert_eq(s, TD_ERR_DEVICE_LOST, "segment_run returned %s after %.2f s: the cancel came too late to see",
+                 td_status_name(s), end - start);
+    /* A tile is 192 x 4096 x 4096 = 3.2 G multiply-adds, tens of ms on one
+     * core; half a second covers a busy machine. */
+    cr_assert_lt(end - cc.at, 0.5, "the GEMM went on %.2f s after the cancel", end - cc.at);
+
+    float value = -1.0f;
+    TEST_OK(ctx, ops->read(dev, a, 0, &value, sizeof value));
+    cr_assert_eq(value, 0.0f);
+    const double again = now_s();
+    cr_assert_eq(ops->segment_run(dev, seg), TD_ERR_DEVICE_LOST);
+    cr_assert_lt(now_s() - again, 0.05, "a cancelled device ran a segment");
+
+    ops->segment_destroy(dev, seg);
+    ops->buffer_destroy(dev, a);
+    ops->buffer_destroy(dev, b);
+    ops->buffer_destroy(dev, c);
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+/* x [8192, 2048] sharded over cpu:2, v [2048, 2048]: each device's two
+ * GEMMs (forward, and v's gradient) take 0.3 s each on a fast core, more
+ * on a shared one, against a job bound of 4 x 100 ms. */
+enum { ROWS = 8192, FEATURES = 2048, TIMEOUT_MS = 100 };
+
+/* In one process: a step that times out inside its GEMMs fences both
+ * devices and cancels them, so the next step fails at once naming the
+ * lost device (not "still inside a job"), and td_context_destroy joins the
+ * workers promptly and frees everything (a counting allocator ends at
+ * zero: nothing was abandoned to a running worker). */
+Test(cpu_cancel, a_gemm_outlasting_the_timeout_is_cancelled_and_everything_is_freed)
+{
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, TIMEOUT_MS);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_graph *g;
+    td_node x, y, w, loss;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    test_linreg_graph(ctx, g, ROWS, FEATURES, &x, &y, &w, &loss);
+    /* test_linreg_graph's w is [FEATURES, 1]: a GEMV. Add a square layer
+     * before it so the step holds real GEMMs. */
+    td_node h, v, hv, loss2;
+    const int64_t vd[2] = {FEATURES, FEATURES};
+    TEST_OK(ctx, td_graph_param(g, "v", 2, vd, &v));
+    TEST_OK(ctx, td_graph_matmul(g, x, v, &h));
+    TEST_OK(ctx, td_graph_matmul(g, h, w, &hv));
+    TEST_OK(ctx, td_graph_mse(g, hv, y, &loss2));
+    td_trainer_options o;
+    td_trainer_options_init(&o);
+    td_trainer *t;
+    td_node params[2] = {v, w};
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss2, 2, params, &o, &t));
+    const int64_t xd[2] = {ROWS, FEATURES}, yd[2] = {ROWS, 1};
+    td_tensor *xs = test_tensor(ctx, TD_F32, 2, xd), *ys = test_tensor(ctx, TD_F32, 2, yd);
+    test_rng rng = {5};
+    test_fill_uniform(&rng, test_f32(xs), test_count(xs), -1.0f, 1.0f);
+    test_fill_uniform(&rng, test_f32(ys), test_count(ys), -1.0f, 1.0f);
+    td_binding b[2] = {{x, xs}, {y, ys}};
+
+    const double start = now_s();
+    const td_status s = td_trainer_step(t, 2, b, NULL);
+    cr_assert_neq(s, TD_OK, "the step finished within %d ms x 4 (%.2f s): the GEMMs are too small for this machine",
+                  TIMEOUT_MS, now_s() - start);
+    double t0 = now_s();
+    TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "was lost earlier", td_trainer_step(t, 2, b, NULL));
+    cr_assert_lt(now_s() - t0, 0.5, "the step after the timeout took %.2f s", now_s() - t0);
+    t0 = now_s();
+    td_context_destroy(ctx);
+    cr_assert_lt(now_s() - t0, 0.5, "td_context_destroy took %.2f s", now_s() - t0);
+    td_tensor_destroy(xs);
+    td_tensor_destroy(ys);
+    cr_assert_eq(counter.live, 0, "%zu blocks left allocated", counter.live);
+}
