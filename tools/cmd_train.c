@@ -447,6 +447,14 @@ int td_cli_train(int argc, char **argv)
         if ((trace_status = td_trace_end(r->s.ctx)) != TD_OK) {
             const int failed = td_cli_fail("train", r->s.ctx, trace_status, "writing --trace");
             rc = rc == TD_CLI_EXIT_OK ? failed : rc;
+        } else if (r->s.processes > 1 && rc == TD_CLI_EXIT_OK) {
+            /* Every process's file is written (the sum is the barrier); process
+             * 0 makes them one, a track per device of every process. */
+            double written = 1.0;
+            if ((trace_status = td_processes_sum(r->s.ctx, &written, 1)) != TD_OK)
+                rc = td_cli_fail("train", r->s.ctx, trace_status, "waiting for the processes' traces");
+            else if (r->s.process == 0 && (rc = td_cli_trace_merge(c.trace, r->s.processes)) == TD_CLI_EXIT_OK)
+                printf("trace %s (%u processes)\n", c.trace, r->s.processes);
         } else {
             printf("trace %s\n", c.trace);
         }

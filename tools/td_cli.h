@@ -74,6 +74,10 @@ int td_cli_plot(int argc, char **argv);
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what);
+/* Merges the traces of a job's processes (PATH.1 ... into PATH, process
+ * 0's); an exit code. */
+int td_cli_trace_merge(const char *path, uint32_t processes);
+
 /* Across processes, messages name the process that printed them. */
 void td_cli_set_process(uint32_t process, uint32_t processes);
 

@@ -134,6 +134,16 @@ void td_context_set_processes(td_context *ctx, void *processes, td_status (*mesh
     ctx->mesh_created = mesh_created;
 }
 
+void td_context_set_process_rank(td_context *ctx, uint32_t rank)
+{
+    ctx->process = rank;
+}
+
+uint32_t td_context_process_rank(const td_context *ctx)
+{
+    return ctx->process;
+}
+
 td_status td_context_mesh_created(td_context *ctx, struct td_mesh *mesh)
 {
     return ctx->mesh_created ? ctx->mesh_created(mesh) : TD_OK;

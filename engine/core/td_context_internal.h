@@ -112,6 +112,9 @@ void *td_context_processes(const td_context *ctx);
  * known as soon as it exists. */
 void td_context_set_processes(td_context *ctx, void *processes, td_status (*mesh_created)(struct td_mesh *mesh));
 td_status td_context_mesh_created(td_context *ctx, struct td_mesh *mesh);
+/* This process's rank in the job, for what core writes (traces). */
+void td_context_set_process_rank(td_context *ctx, uint32_t rank);
+uint32_t td_context_process_rank(const td_context *ctx);
 
 /* Convenience for allocation failures. */
 #define TD_OOM(ctx, what, bytes) \

@@ -18,6 +18,7 @@ struct td_context {
     bool abandoned;         /* an object was abandoned: the context is never freed */
     void *processes;        /* the job's process group (engine/parallel), opaque here */
     td_status (*mesh_created)(struct td_mesh *mesh); /* its hook, run by td_mesh_create */
+    uint32_t process;       /* this process's rank in the job it joined (0 alone): traces name it */
 };
 
 #endif

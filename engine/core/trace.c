@@ -300,18 +300,28 @@ static void put_micros(FILE *f, uint64_t ns)
     fprintf(f, "%llu.%03llu", (unsigned long long)(ns / 1000u), (unsigned long long)(ns % 1000u));
 }
 
+/* One process of a job is one "pid" of the trace (its rank + 1), and
+ * `origin_ns` (the monotonic clock at the trace's start) lets traces of
+ * the job's processes be merged on one time line (tandem train does). */
 static void write_events(td_trace *t)
 {
     FILE *f = t->file;
+    const unsigned pid = td_context_process_rank(t->ctx) + 1u;
     fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"tandem ", f);
     fputs(TD_VERSION_STRING, f);
-    fprintf(f, "\",\"dropped_events\":%llu},\n\"traceEvents\":[\n", (unsigned long long)t->dropped);
-    fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"tandem\"}}", f);
+    fprintf(f, "\",\"dropped_events\":%llu,\"origin_ns\":%llu,\"process\":%u},\n\"traceEvents\":[\n",
+            (unsigned long long)t->dropped, (unsigned long long)t->origin, pid - 1u);
+    if (pid == 1)
+        fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"tandem\"}}", f);
+    else
+        fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":0,\"args\":{\"name\":\"tandem process %u\"}}",
+                pid, pid - 1u);
     for (uint32_t i = 0; i < t->n_tracks; i++) {
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"args\":{\"name\":", i);
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,\"args\":{\"name\":", pid, i);
         put_string(f, t->tracks[i].label);
-        fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"args\":{\"sort_index\":%u}}",
-                i, t->tracks[i].sort);
+        fprintf(f,
+                "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,\"args\":{\"sort_index\":%u}}",
+                pid, i, t->tracks[i].sort);
     }
     for (uint32_t c = 0; c < t->n_chunks; c++) {
         uint32_t used = c + 1 == t->n_chunks ? t->last_used : CHUNK_EVENTS;
@@ -322,7 +332,7 @@ static void write_events(td_trace *t)
             put_string(f, e->name);
             fputs(",\"cat\":", f);
             put_string(f, e->category);
-            fprintf(f, ",\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"ts\":", e->track);
+            fprintf(f, ",\"ph\":\"X\",\"pid\":%u,\"tid\":%u,\"ts\":", pid, e->track);
             put_micros(f, begin);
             fputs(",\"dur\":", f);
             put_micros(f, e->end - e->begin);

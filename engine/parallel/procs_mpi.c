@@ -560,6 +560,7 @@ td_status td_processes_join(td_context *ctx)
         return s;
     }
     td_context_set_processes(ctx, p, mesh_created);
+    td_context_set_process_rank(ctx, p->rank);
     return TD_OK;
 }
 

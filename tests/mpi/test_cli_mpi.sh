@@ -69,6 +69,14 @@ check "a device lost in process 1 = one process with the same loss ($(field lost
 check "a device lost in process 1 is handled at once, not at a timeout ($(field lost seconds) s)" \
   python3 -c 'import sys; sys.exit(float(sys.argv[1]) > 20)' "$(field lost seconds)"
 
+# --trace over 2 processes: one file, a track per device of every process.
+run traced "$mpirun" -np 2 "$tandem" "${linreg[@]}" --devices cpu:2 --trace trace.json
+check "--trace over 2 processes: one merged file, no part left" [ -f trace.json ] && [ ! -e trace.json.1 ]
+check "--trace over 2 processes: 3 tracks (host and 2 devices) in each of 2 processes" \
+  python3 -c 'import json,sys; e = json.load(open("trace.json"))["traceEvents"]
+tracks = {(x["pid"], x["tid"]) for x in e if x.get("ph") == "X"}
+sys.exit(tracks != {(p, t) for p in (1, 2) for t in (0, 1, 2)})'
+
 # Evaluation over 2 processes of the checkpoint process 3 wrote.
 run eval2 "$mpirun" -np 2 "$tandem" eval --checkpoint ck1 --devices cpu:2
 run eval1 "$tandem" eval --checkpoint ck1 --devices cpu:4
