@@ -69,6 +69,20 @@ check "a device lost in process 1 = one process with the same loss ($(field lost
 check "a device lost in process 1 is handled at once, not at a timeout ($(field lost seconds) s)" \
   python3 -c 'import sys; sys.exit(float(sys.argv[1]) > 20)' "$(field lost seconds)"
 
+# A process that fails ends the job; the last checkpoint stays whole, and
+# fewer processes resume it: process 1's device fails while evaluating
+# epoch 1 (run 12: 8 steps, then the test set), after the epoch's checkpoint.
+started=$SECONDS
+expect_failure=1 run failing "$mpirun" -np 1 "$tandem" "${linreg[@]}" --devices cpu:1 --checkpoint ckf : \
+  -np 1 "$tandem" "${linreg[@]}" --devices "cpu:1@fail=12" --checkpoint ckf
+check "a failing process ends the job with an error" [ "$(cat failing.rc)" != 0 ]
+elapsed=$((SECONDS - started))
+check "the job ended at once, not at a timeout ($elapsed s; the timeout is 60 s)" [ "$elapsed" -lt 30 ]
+check "epoch 1's checkpoint is there" [ -f ckf/ckpt-00000008.safetensors ]
+run resumed "$tandem" "${linreg[@]}" --devices cpu:2 --checkpoint ckf --resume
+check "one process resumes the failed job's checkpoint, landing on the uninterrupted run ($(field resumed test_loss) vs $(field one test_loss))" \
+  [ "$(field resumed test_loss)" = "$(field one test_loss)" ]
+
 # --trace over 2 processes: one file, a track per device of every process.
 run traced "$mpirun" -np 2 "$tandem" "${linreg[@]}" --devices cpu:2 --trace trace.json
 check "--trace over 2 processes: one merged file, no part left" [ -f trace.json ] && [ ! -e trace.json.1 ]
