@@ -469,3 +469,22 @@ td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms)
     td_status s = md->ops->submit(md->dev, &ticket);
     return s == TD_OK ? md->ops->wait(md->dev, ticket, timeout_ms) : s;
 }
+
+float *td_mesh_device_host_view(td_mesh_device *md, td_buffer *buffer)
+{
+    return md->ops->buffer_host_pointer ? md->ops->buffer_host_pointer(md->dev, buffer) : NULL;
+}
+
+td_status td_mesh_device_read_wait(td_mesh_device *md, td_buffer *buffer, size_t offset, void *dst, size_t bytes,
+                                   uint32_t timeout_ms)
+{
+    td_status s = md->ops->read(md->dev, buffer, offset, dst, bytes);
+    return s == TD_OK ? td_mesh_device_submit_wait(md, timeout_ms) : s;
+}
+
+td_status td_mesh_device_write_wait(td_mesh_device *md, td_buffer *buffer, size_t offset, const void *src,
+                                    size_t bytes, uint32_t timeout_ms)
+{
+    td_status s = md->ops->write(md->dev, buffer, offset, src, bytes);
+    return s == TD_OK ? td_mesh_device_submit_wait(md, timeout_ms) : s;
+}

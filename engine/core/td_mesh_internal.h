@@ -75,6 +75,14 @@ bool td_mesh_device_lost(td_mesh *mesh, uint32_t position);
  * slices) takes the tickets from the backend itself. Called on the
  * device's worker only, like every backend call. */
 td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms);
+/* The host's view of a device buffer when the device's memory is host
+ * memory, else NULL (then copy with the two below). */
+float *td_mesh_device_host_view(td_mesh_device *md, td_buffer *buffer);
+/* `bytes` at `offset` of the buffer to / from host memory, waited for. */
+td_status td_mesh_device_read_wait(td_mesh_device *md, td_buffer *buffer, size_t offset, void *dst, size_t bytes,
+                                   uint32_t timeout_ms);
+td_status td_mesh_device_write_wait(td_mesh_device *md, td_buffer *buffer, size_t offset, const void *src,
+                                    size_t bytes, uint32_t timeout_ms);
 /* Removes the lost devices: every object running on the mesh first
  * releases what it holds on the devices (td_owned.before_shrink), then the
  * workers stop, the lost devices close, the survivors are renumbered in

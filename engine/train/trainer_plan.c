@@ -171,7 +171,7 @@ td_status td_trainer_plan_accumulators(td_trainer *t)
     for (uint32_t d = 0; d < n; d++) {
         td_mesh_device *md = &t->mesh->devices[d];
         td_buffer *grads = td_program_buffer(t->program, d, TD_BUF_GRADS);
-        const bool in_place = md->ops->buffer_host_pointer && md->ops->buffer_host_pointer(md->dev, grads);
+        const bool in_place = td_mesh_device_host_view(md, grads) != NULL;
         t->accum[d].sum = td_alloc_zeroed(t->ctx, bytes);
         t->accum[d].scratch = in_place ? NULL : td_alloc_zeroed(t->ctx, bytes);
         if (!t->accum[d].sum || (!in_place && !t->accum[d].scratch))

@@ -160,9 +160,8 @@ static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool 
         return s;
     float *g = ac->scratch;
     if (!g)
-        g = md->ops->buffer_host_pointer(md->dev, grads);
-    else if ((s = md->ops->read(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK ||
-             (s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
+        g = td_mesh_device_host_view(md, grads);
+    else if ((s = td_mesh_device_read_wait(md, grads, 0, g, n * sizeof(float), timeout)) != TD_OK)
         return s;
     if (t->micro == 0) {
         memcpy(ac->sum, g, n * sizeof(float));
@@ -178,9 +177,7 @@ static td_status accumulate(td_trainer *t, uint32_t pos, td_buffer *grads, bool 
     td_ring_divide(g, n, t->options.accumulate_steps);
     if (!ac->scratch)
         return TD_OK; /* written in place */
-    if ((s = md->ops->write(md->dev, grads, 0, g, n * sizeof(float))) != TD_OK)
-        return s;
-    return td_mesh_device_submit_wait(md, timeout);
+    return td_mesh_device_write_wait(md, grads, 0, g, n * sizeof(float), timeout);
 }
 
 /* Across processes an owner stages only its own part of the new
@@ -193,13 +190,13 @@ static td_status take_gathered(td_trainer *t, uint32_t pos, td_buffer *params)
     const size_t n = t->param_elems, lo = n * pos / t->mesh->count, hi = n * (pos + 1) / t->mesh->count;
     if (hi == lo)
         return TD_OK;
-    const float *host = md->ops->buffer_host_pointer(md->dev, params);
+    const float *host = td_mesh_device_host_view(md, params);
     if (host) {
         memcpy(t->pending + lo, host + lo, (hi - lo) * sizeof(float));
         return TD_OK;
     }
-    td_status s = md->ops->read(md->dev, params, lo * sizeof(float), t->pending + lo, (hi - lo) * sizeof(float));
-    return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(t->ctx)) : s;
+    return td_mesh_device_read_wait(md, params, lo * sizeof(float), t->pending + lo, (hi - lo) * sizeof(float),
+                                    td_context_timeout_ms(t->ctx));
 }
 
 td_status td_trainer_update_hook(void *user, uint32_t pos)
