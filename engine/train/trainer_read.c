@@ -140,7 +140,7 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local)
 
 td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device)
 {
-    const uint32_t processes = td_ring_process_count(t->ring);
+    const uint32_t processes = t->processes;
     if (processes < 2)
         return TD_OK;
     for (uint32_t q = 0; q <= processes; q++) {
@@ -158,7 +158,7 @@ td_status td_trainer_gather_busy(td_trainer *t)
         t->global_busy[t->first_position + d] = (float)t->busy[d];
     td_status s = td_trainer_gather_global(t, t->global_busy, 1);
     for (uint32_t d = 0; d < t->global_n; d++)
-        t->busy_all[d] = td_ring_process_count(t->ring) > 1 ? (double)t->global_busy[d]
+        t->busy_all[d] = t->processes > 1 ? (double)t->global_busy[d]
                          : d < t->mesh->count                ? t->busy[d]
                                                              : 0.0;
     return s;
@@ -206,7 +206,7 @@ td_status td_trainer_process_rows(const td_trainer *t, uint64_t *first, uint64_t
     /* A split the last step found is the next step's. */
     const uint32_t *rows = t->rebalanced ? t->balance.candidate : t->balance.rows;
     return td_rows_of_process(t->ctx, "td_trainer_process_rows", t->balance.batch, rows, t->first_position,
-                              t->mesh->count, td_ring_process_count(t->ring), first, count);
+                              t->mesh->count, t->processes, first, count);
 }
 
 td_status td_trainer_device_speeds(const td_trainer *t, uint32_t capacity, double *speeds, uint32_t *n)
@@ -280,7 +280,7 @@ td_status td_trainer_replicas_identical(td_trainer *t, bool *identical)
     }
     /* Across processes: device 0's parameters hashed, the hashes compared. */
     td_procs *procs = td_procs_of(t->ctx);
-    if (s == TD_OK && td_ring_process_count(t->ring) > 1) {
+    if (s == TD_OK && t->processes > 1) {
         const uint32_t P = td_procs_count(procs);
         uint64_t *all = td_alloc(t->ctx, sizeof *all * P);
         if (!all)
@@ -413,13 +413,13 @@ void td_trainer_view_get(const td_trainer *t, td_trainer_view *out)
     out->micro_steps = t->micro_steps;
     out->allreduces = t->allreduces;
     out->accumulated = t->micro;
-    out->processes = td_ring_process_count(t->ring);
+    out->processes = t->processes;
     out->process = out->processes > 1 ? td_procs_rank(td_procs_of(t->ctx)) : 0;
 }
 
 td_status td_trainer_gather_opt_state(td_trainer *t)
 {
-    const uint32_t P = td_ring_process_count(t->ring);
+    const uint32_t P = t->processes;
     const size_t floats = (size_t)t->state_floats * t->param_elems;
     if (P < 2 || floats == 0 || !t->n_params)
         return TD_OK;
@@ -446,7 +446,7 @@ td_status td_trainer_gather_opt_state(td_trainer *t)
 
 float *td_trainer_opt_state_run(td_trainer *t, uint32_t slot, size_t at, bool staged, size_t *run)
 {
-    if (td_ring_process_count(t->ring) > 1) {
+    if (t->processes > 1) {
         if (!staged && t->gathered_state) { /* a save: the whole state, gathered */
             *run = t->param_elems - at;
             return t->gathered_state + (size_t)slot * t->param_elems + at;

@@ -217,7 +217,7 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
                                             clip_total, update_finalize, t);
     else
         s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
-    if (s == TD_OK && td_ring_process_count(t->ring) > 1)
+    if (s == TD_OK && t->processes > 1)
         s = take_gathered(t, pos, params);
     if (s == TD_OK && pos == 0)
         t->allreduces++;
