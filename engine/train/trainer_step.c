@@ -258,8 +258,6 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     t->lost_this_step = 0;
     rebound rebound = {0};
     uint64_t *old_rows = NULL; /* across processes, on a loss: each process's first row, then the batch */
-    if (t->processes > 1 && !(old_rows = td_alloc(t->ctx, sizeof *old_rows * (t->processes + 1))))
-        return TD_OOM(t->ctx, "the processes' rows", sizeof *old_rows * (t->processes + 1));
     for (;;) {
         s = step_once(t, n_bindings, bindings, loss);
         if (s == TD_OK) {
@@ -268,7 +266,12 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
             return s;
         }
         if (t->processes > 1) {
-            /* Where each process's rows of this batch are, before the split changes. */
+            /* Where each process's rows of this batch are, before the split
+             * changes (made only on a failure: a step allocates nothing). */
+            if (!old_rows && !(old_rows = td_alloc(t->ctx, sizeof *old_rows * (t->processes + 1)))) {
+                free_rebound(t, &rebound);
+                return TD_OOM(t->ctx, "the processes' rows", sizeof *old_rows * (t->processes + 1));
+            }
             td_status r = process_row_offsets(t, old_rows);
             const uint32_t before = t->devices_lost;
             if (r != TD_OK || (s = td_trainer_continue_across(t, s)) != TD_OK ||
