@@ -361,8 +361,43 @@ static void mesh_release(td_owned *self)
     for (uint32_t i = 0; i < mesh->count; i++)
         close_device(mesh, i);
     td_free(ctx, mesh->devices);
+    for (uint32_t g = 0; g < mesh->job_generation; g++)
+        td_free(ctx, mesh->job_kept[g]);
+    td_free(ctx, mesh->job_kept);
+    td_free(ctx, mesh->job_kept_count);
+    mesh->job_kept = NULL;
+    mesh->job_kept_count = NULL;
+    mesh->job_generation = 0;
     mesh->devices = NULL;
     mesh->count = 0;
+}
+
+td_status td_mesh_note_job_keep(td_mesh *mesh, const bool *kept, uint32_t count)
+{
+    td_context *ctx = mesh->ctx;
+    const uint32_t g = mesh->job_generation;
+    bool *copy = td_alloc(ctx, sizeof *copy * (count + 1));
+    bool **lists = td_alloc(ctx, sizeof *lists * (g + 1));
+    uint32_t *counts = td_alloc(ctx, sizeof *counts * (g + 1));
+    if (!copy || !lists || !counts) {
+        td_free(ctx, copy);
+        td_free(ctx, lists);
+        td_free(ctx, counts);
+        return TD_OOM(ctx, "the job's kept devices", sizeof *copy * count);
+    }
+    memcpy(copy, kept, sizeof *copy * count);
+    if (g) {
+        memcpy(lists, mesh->job_kept, sizeof *lists * g);
+        memcpy(counts, mesh->job_kept_count, sizeof *counts * g);
+    }
+    lists[g] = copy;
+    counts[g] = count;
+    td_free(ctx, mesh->job_kept);
+    td_free(ctx, mesh->job_kept_count);
+    mesh->job_kept = lists;
+    mesh->job_kept_count = counts;
+    mesh->job_generation = g + 1;
+    return TD_OK;
 }
 
 td_status td_mesh_replan(td_mesh *mesh)

@@ -63,6 +63,13 @@ struct td_mesh {
     /* Wakes every device waiting inside a collective with `status`: a job
      * past its time stops its waits before stalled devices are fenced. */
     void (*collectives_abort)(void *collectives, td_status status);
+    /* Across processes: which devices of the job (global positions, as the
+     * job's mesh was) the last re-plan kept, and how many re-plans so far.
+     * Whoever ran the agreement (a step, an evaluation) notes it here; the
+     * other objects on the mesh catch up from it when they plan again. */
+    bool **job_kept;           /* per re-plan, in order: kept[g] of the job as it was */
+    uint32_t *job_kept_count;  /* per re-plan: the job's devices then */
+    uint32_t job_generation;   /* re-plans so far */
 };
 
 /* Whether device `position` was lost (failed, or fenced off after a
@@ -92,6 +99,11 @@ td_status td_mesh_device_write_wait(td_mesh_device *md, td_buffer *buffer, size_
  * when a worker is still inside a job that timed out (it cannot be
  * dropped safely). */
 td_status td_mesh_drop_lost(td_mesh *mesh, uint32_t *dropped);
+
+/* Notes the job's kept devices of a re-plan across processes (appended,
+ * copied; job_generation counts up). An object that planned for
+ * generation k catches up by applying records k, k+1, ... in order. */
+td_status td_mesh_note_job_keep(td_mesh *mesh, const bool *kept, uint32_t count);
 
 /* Every object on the mesh lets go of its devices and plans again before
  * its next use, and the collectives are made again (learning the job's

@@ -90,6 +90,7 @@ struct td_trainer {
      * kept (1) or lost (0), weighted loss, weighted metrics...] */
     float *device_values;
     bool agreed_loss;     /* the last agreement found devices lost somewhere in the job */
+    uint32_t job_generation; /* the mesh's re-plans across processes this trainer has planned for */
     float *combined;      /* 1 + n_metrics: their combination, bitwise the same on every process */
     float *global_busy;   /* global_n: a measured step's busy seconds of every device, for the balancer */
     double *busy_all;     /* likewise, as the balancer takes them */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "td_across.h"
 #include "td_trainer_state.h"
 
 static int compare_ranges(const void *x, const void *y)
@@ -124,6 +125,26 @@ void td_trainer_before_shrink(td_owned *self)
     t->stale = true;
 }
 
+/* Across processes: the job's re-plans this trainer has not planned for
+ * yet (its own step's, or an evaluation's on the same mesh), applied in
+ * order: the split loses each one's lost devices. */
+static void catch_up_with_job(td_trainer *t)
+{
+    const td_mesh *mesh = t->mesh;
+    for (; t->job_generation < mesh->job_generation; t->job_generation++) {
+        const bool *kept = mesh->job_kept[t->job_generation];
+        const uint32_t count = mesh->job_kept_count[t->job_generation];
+        if (count != t->balance.n)
+            continue; /* not this trainer's job as it planned it: nothing to map (never across one mesh) */
+        uint32_t lost = 0;
+        for (uint32_t g = 0; g < count; g++)
+            lost += !kept[g];
+        td_balancer_shrink(&t->balance, kept);
+        t->devices_lost += lost;
+        t->global_n = count - lost;
+    }
+}
+
 /* After the mesh dropped devices: the program planned for the survivors,
  * the chunks and state split over them, the master parameters on every
  * device. */
@@ -133,6 +154,8 @@ td_status td_trainer_refresh(td_trainer *t)
         return TD_OK;
     /* One process: its survivors; across processes td_trainer_continue_across
      * set the job's survivors' count. */
+    if (t->processes > 1)
+        catch_up_with_job(t);
     const uint32_t global = t->processes > 1 ? t->global_n : t->mesh->count;
     td_status s = td_program_set_split(t->program, global, td_balancer_rows(&t->balance));
     if (s == TD_OK)
@@ -211,43 +234,14 @@ td_status td_trainer_continue_across(td_trainer *t, td_status failure)
     td_context *ctx = t->ctx;
     char cause[1024];
     td_error_copy(ctx, cause, sizeof cause);
-    /* Every process reads the same flags, so every process decides alike. */
-    uint32_t survivors = 0, lost_here = 0;
-    for (uint32_t q = 0; q < t->processes; q++) {
-        uint32_t first = 0, kept = 0;
-        const uint32_t n = td_ring_process_devices(t->ring, q, &first);
-        for (uint32_t d = first; d < first + n; d++)
-            kept += t->keep[d];
-        if (kept == 0)
-            return td_error_set(ctx, TD_ERR_DEVICE_LOST,
-                                "%s; process %u lost every device it had, and the job cannot go on without a process "
-                                "(resume from the last checkpoint with fewer processes)",
-                                cause, q);
-        survivors += kept;
-    }
-    for (uint32_t d = 0; d < t->mesh->count; d++)
-        lost_here += !t->keep[t->first_position + d];
-    const uint32_t before = t->global_n;
-    uint32_t dropped = 0;
-    /* A process that lost devices drops them; the others only plan again
-     * (the global mesh changed under them). Either way the mesh's ring goes
-     * and is made again, learning every process's device count anew. */
-    td_status s = lost_here ? td_mesh_drop_lost(t->mesh, &dropped) : td_mesh_replan(t->mesh);
-    if (s == TD_OK) {
-        td_balancer_shrink(&t->balance, t->keep);
-        t->global_n = survivors;
+    td_status s = td_across_continue(ctx, t->mesh, t->ring, t->keep, failure);
+    if (s == TD_OK)
         s = td_trainer_refresh(t);
-    }
-    if (s == TD_OK && t->global_n != survivors)
-        s = td_error_set(ctx, TD_ERR_STATE, "the processes count %u devices after the loss, expected %u", t->global_n,
-                         survivors);
-    if (s != TD_OK) {
+    if (s != TD_OK && s != failure) {
         char why[1024];
         td_error_copy(ctx, why, sizeof why);
         return td_error_set(ctx, s, "%s; continuing on the surviving devices of the job failed: %s", cause, why);
     }
-    t->devices_lost += before - survivors;
-    td_log(ctx, TD_LOG_WARN, "step %llu: %s; running it again on the job's %u devices left of %u",
-           (unsigned long long)t->micro_steps + 1, cause, survivors, before);
-    return TD_OK;
+    return s;
 }
+

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tandem/train.h"
+#include "td_across.h"
 #include "td_trainer_state.h"
 
 /* Calls that need the owners' chunks or the devices' parameters need the
@@ -76,8 +77,6 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local)
     const uint32_t values = 1 + t->n_metrics, per = values + 2;
     for (uint32_t d = 0; d < t->mesh->count; d++) {
         float *row = t->device_values + (size_t)(t->first_position + d) * per;
-        row[0] = (float)local;
-        row[1] = td_mesh_device_lost(t->mesh, d) ? 0.0f : 1.0f;
         const float w = local == TD_OK ? td_program_shard_weight(t->program, d) : 0.0f;
         for (uint32_t i = 0; i < values; i++)
             row[2 + i] = local == TD_OK ? w * td_program_output_host(t->program, i, d)[0] : 0.0f;
@@ -87,55 +86,13 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local)
             combine_rows(t, per);
         return local;
     }
-    td_context *ctx = t->ctx;
-    td_procs *procs = td_procs_of(ctx);
-    /* A process that did not answer in time broke the group here: there is
-     * nothing to agree on -- the others time out on it too -- and the job
-     * must end. */
-    if (local != TD_OK && td_procs_broken(procs))
-        return local;
-    if (local != TD_OK)
-        td_procs_signal_abort(procs, local); /* the others stop waiting for this process now */
-    for (uint32_t q = 0; q <= t->processes; q++) {
-        uint32_t first = t->global_n;
-        if (q < t->processes)
-            td_ring_process_devices(t->ring, q, &first);
-        t->process_offsets[q] = (size_t)first * per;
-    }
-    char cause[512];
-    td_error_copy(ctx, cause, sizeof cause);
-    td_status s = td_procs_agree_blocks(procs, t->device_values, t->process_offsets);
-    if (s != TD_OK)
-        return local != TD_OK ? td_error_set(ctx, local, "%s; and agreeing with the other processes failed", cause)
-                              : s;
-    int32_t failed = -1;
-    td_status failed_status = TD_OK;
-    t->agreed_loss = false;
-    for (uint32_t q = 0; q < t->processes; q++) {
-        uint32_t first = 0;
-        const uint32_t n = td_ring_process_devices(t->ring, q, &first);
-        for (uint32_t d = first; d < first + n; d++) {
-            const float *row = t->device_values + (size_t)d * per;
-            t->keep[d] = row[1] != 0.0f;
-            t->agreed_loss = t->agreed_loss || !t->keep[d];
-            if (row[0] != 0.0f && failed < 0) {
-                failed = (int32_t)q;
-                failed_status = (td_status)row[0];
-            }
-        }
-    }
-    if (failed < 0) {
+    bool any_lost = false;
+    td_status s = td_across_agree(t->ctx, t->mesh, t->ring, local, t->device_values, per, t->process_offsets, t->keep,
+                                  &any_lost);
+    t->agreed_loss = s != TD_OK && any_lost;
+    if (s == TD_OK)
         combine_rows(t, per);
-        return TD_OK;
-    }
-    /* Somebody failed: every process fails the step, and the exchanges it
-     * interrupted are let go of on every process at once. */
-    if ((s = td_procs_renew(procs)) != TD_OK)
-        return s;
-    if (local != TD_OK)
-        return td_error_set(ctx, local, "%s", cause);
-    return td_error_set(ctx, TD_ERR_ABORTED, "process %d of %u failed this step (%s)%s", failed, t->processes,
-                        td_status_name(failed_status), t->agreed_loss ? ": it lost a device" : "");
+    return s;
 }
 
 td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device)

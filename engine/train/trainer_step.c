@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "tandem/train.h"
+#include "td_across.h"
 #include "td_survivors.h"
 #include "td_trace.h"
 #include "td_trainer_state.h"
@@ -149,103 +150,14 @@ static td_status replan_trainer(void *trainer)
 
 /* Across processes, the batch a step runs again on after the job lost
  * devices: the survivors' split gives every process other rows, which
- * other processes may hold. So every sharded input's whole batch is
- * gathered between processes -- only on a loss -- and each process binds
- * its new rows; the caller's tensors are left alone. */
-typedef struct rebound {
-    td_binding *bindings;
-    td_tensor **tensors; /* the new rows' tensors, NULL where the caller's binding stands */
-    uint32_t n;
-} rebound;
-
-static void free_rebound(td_trainer *t, rebound *r)
-{
-    for (uint32_t i = 0; r->tensors && i < r->n; i++)
-        td_tensor_destroy(r->tensors[i]);
-    td_free(t->ctx, r->tensors);
-    td_free(t->ctx, r->bindings);
-    *r = (rebound){0};
-}
-
-/* offsets[q] = process q's first row of the batch under the split in
- * force, offsets[P] = the batch. */
-static td_status process_row_offsets(td_trainer *t, uint64_t *offsets)
-{
-    if (!t->balance.batch)
-        return td_error_set(t->ctx, TD_ERR_UNSUPPORTED,
-                            "td_trainer_step: the sharded inputs share no batch size, so the batch cannot be split "
-                            "again over the processes after a loss");
-    for (uint32_t q = 0; q < t->processes; q++) {
-        uint32_t first = 0;
-        td_ring_process_devices(t->ring, q, &first);
-        offsets[q] = 0;
-        for (uint32_t d = 0; d < first; d++)
-            offsets[q] += t->balance.rows[d];
-    }
-    offsets[t->processes] = t->balance.batch;
-    return TD_OK;
-}
-
+ * other processes may hold (td_across_rebind). */
 static td_status rebind_rows(td_trainer *t, uint32_t n, const td_binding *bindings, const uint64_t *old_rows,
-                             rebound *out)
+                             td_rebound *out)
 {
-    td_context *ctx = t->ctx;
-    const uint32_t me = td_procs_rank(td_procs_of(ctx)), P = t->processes;
     uint64_t first = 0, count = 0;
     td_status s = td_trainer_process_rows(t, &first, &count);
-    rebound next = {td_alloc_zeroed(ctx, sizeof *next.bindings * (n + 1)),
-                    td_alloc_zeroed(ctx, sizeof *next.tensors * (n + 1)), n};
-    size_t *offsets = td_alloc(ctx, sizeof *offsets * (P + 1));
-    if (s == TD_OK && (!next.bindings || !next.tensors || !offsets))
-        s = TD_OOM(ctx, "the batch bound again after a loss", sizeof *next.bindings * n);
-    for (uint32_t i = 0; i < n && s == TD_OK; i++) {
-        next.bindings[i] = bindings[i];
-        const td_node_def *nd = td_program_node(t->program, bindings[i].node);
-        if (!nd || nd->placement != TD_SHARDED)
-            continue;
-        uint32_t rank;
-        int64_t dims[TD_MAX_RANK];
-        size_t elems, unit;
-        td_dtype dtype;
-        void *mine, *fresh;
-        td_tensor_shape(bindings[i].value, &rank, dims);
-        td_tensor_count(bindings[i].value, &elems);
-        td_tensor_dtype(bindings[i].value, &dtype);
-        td_dtype_size(dtype, &unit);
-        td_tensor_data(bindings[i].value, &mine);
-        const uint64_t held = old_rows[me + 1] - old_rows[me];
-        if (rank == 0 || (uint64_t)dims[0] != held) {
-            s = td_error_set(ctx, TD_ERR_SHAPE_MISMATCH,
-                             "td_trainer_step: input '%s' has %lld rows, expected this process's %llu", nd->name,
-                             (long long)(rank ? dims[0] : 0), (unsigned long long)held);
-            break;
-        }
-        const size_t row_bytes = held ? elems * unit / held : 0;
-        char *whole = td_alloc(ctx, (size_t)old_rows[P] * row_bytes + 1);
-        if (!whole) {
-            s = TD_OOM(ctx, "a batch gathered after a loss", (size_t)old_rows[P] * row_bytes);
-            break;
-        }
-        memcpy(whole + old_rows[me] * row_bytes, mine, held * row_bytes);
-        for (uint32_t q = 0; q <= P; q++)
-            offsets[q] = (size_t)old_rows[q] * row_bytes;
-        s = td_procs_allgather_bytes(td_procs_of(ctx), whole, offsets);
-        dims[0] = (int64_t)count;
-        if (s == TD_OK && (s = td_tensor_create(ctx, dtype, rank, dims, &next.tensors[i])) == TD_OK) {
-            td_tensor_data(next.tensors[i], &fresh);
-            memcpy(fresh, whole + first * row_bytes, count * row_bytes);
-            next.bindings[i].value = next.tensors[i];
-        }
-        td_free(ctx, whole);
-    }
-    td_free(ctx, offsets);
-    free_rebound(t, out); /* the previous re-run's, if this is the second loss of the step */
-    if (s != TD_OK) {
-        free_rebound(t, &next);
-        return s;
-    }
-    *out = next;
-    return TD_OK;
+    return s == TD_OK ? td_across_rebind(t->ctx, t->program, t->processes, n, bindings, old_rows, first, count, out)
+                      : s;
 }
 
 td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *bindings, float *loss)
@@ -256,12 +168,12 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
     if (s != TD_OK)
         return s;
     t->lost_this_step = 0;
-    rebound rebound = {0};
+    td_rebound rebound = {0};
     uint64_t *old_rows = NULL; /* across processes, on a loss: each process's first row, then the batch */
     for (;;) {
         s = step_once(t, n_bindings, bindings, loss);
         if (s == TD_OK) {
-            free_rebound(t, &rebound);
+            td_rebound_free(t->ctx, &rebound);
             td_free(t->ctx, old_rows);
             return s;
         }
@@ -269,14 +181,20 @@ td_status td_trainer_step(td_trainer *t, uint32_t n_bindings, const td_binding *
             /* Where each process's rows of this batch are, before the split
              * changes (made only on a failure: a step allocates nothing). */
             if (!old_rows && !(old_rows = td_alloc(t->ctx, sizeof *old_rows * (t->processes + 1)))) {
-                free_rebound(t, &rebound);
+                td_rebound_free(t->ctx, &rebound);
                 return TD_OOM(t->ctx, "the processes' rows", sizeof *old_rows * (t->processes + 1));
             }
-            td_status r = process_row_offsets(t, old_rows);
+            td_status r = TD_OK;
+            if (!t->balance.batch)
+                r = td_error_set(t->ctx, TD_ERR_UNSUPPORTED,
+                                 "td_trainer_step: the sharded inputs share no batch size, so the batch cannot be "
+                                 "split again over the processes after a loss");
+            else
+                td_across_row_offsets(t->ring, t->balance.rows, t->balance.batch, old_rows);
             const uint32_t before = t->devices_lost;
             if (r != TD_OK || (s = td_trainer_continue_across(t, s)) != TD_OK ||
                 (s = rebind_rows(t, n_bindings, bindings, old_rows, &rebound)) != TD_OK) {
-                free_rebound(t, &rebound);
+                td_rebound_free(t->ctx, &rebound);
                 td_free(t->ctx, old_rows);
                 return r != TD_OK ? r : s;
             }
