@@ -244,13 +244,13 @@ static td_status evaluate(demo *d, const td_tensor *images, const td_tensor *lab
     td_status s = td_evaluator_load(d->eval, d->trainer);
     const size_t B = (size_t)d->o.batch;
     uint64_t first = 0, mine = 0;
-    if (s == TD_OK)
-        s = td_evaluator_process_rows(d->eval, &first, &mine);
     for (size_t start = 0; start < count && s == TD_OK; start += B) {
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             d->index[i] = (uint32_t)(start + i);
-        if ((s = fill_batch(d, images, labels, d->index, valid, first, mine)) != TD_OK)
+        /* Asked per batch: a loss across processes re-splits the job. */
+        if ((s = td_evaluator_process_rows(d->eval, &first, &mine)) != TD_OK ||
+            (s = fill_batch(d, images, labels, d->index, valid, first, mine)) != TD_OK)
             break;
         td_binding b[3] = {{d->x, d->batch.x}, {d->y, d->batch.y}, {d->mask, d->batch.mask}};
         s = td_evaluator_run(d->eval, 3, b);

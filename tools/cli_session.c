@@ -312,12 +312,8 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     if ((st = td_evaluator_create(s->g, s->mesh, s->mask, s->classifier ? 2 : 1, metrics, &s->evaluator)) != TD_OK)
         return fail(s, st, "creating the evaluator");
     /* The run's policy for its evaluations too: they share the mesh, and a
-     * device lost while evaluating is as lost as one lost in a step.
-     * Across processes only the step continues (the evaluator's runs have
-     * no agreement between processes yet): a loss while evaluating ends
-     * the job, after the epoch's checkpoint. */
-    if (s->processes < 2 &&
-        (st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
+     * device lost while evaluating is as lost as one lost in a step. */
+    if ((st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
         return fail(s, st, "--on-device-loss");
     return TD_CLI_EXIT_OK;
 }
@@ -365,13 +361,13 @@ td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, 
     const size_t B = (size_t)s->config.batch;
     uint64_t first = 0, mine = 0;
     td_status st = td_evaluator_load(s->evaluator, s->trainer);
-    if (st == TD_OK)
-        st = td_evaluator_process_rows(s->evaluator, &first, &mine);
     for (size_t start = 0; start < count && st == TD_OK; start += B) {
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             s->index[i] = (uint32_t)(start + i);
-        if ((st = fill_batch(s, split, s->index, valid, first, mine)) != TD_OK)
+        /* Asked per batch: a loss across processes re-splits the job. */
+        if ((st = td_evaluator_process_rows(s->evaluator, &first, &mine)) != TD_OK ||
+            (st = fill_batch(s, split, s->index, valid, first, mine)) != TD_OK)
             break;
         const td_binding b[3] = {{s->x, s->batch.x}, {s->y, s->batch.y}, {s->mask, s->batch.mask}};
         st = td_evaluator_run(s->evaluator, 3, b);

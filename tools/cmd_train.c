@@ -75,6 +75,8 @@ typedef struct train_run {
     char trace_path[4096];  /* this process's trace, across processes */
 } train_run;
 
+static uint32_t devices_now(train_run *r, uint32_t trainer_devices);
+
 /* td_trainer_on_step: keeps what the metrics lines need of each step. */
 static void on_step(void *user, const td_step_report *report)
 {
@@ -83,6 +85,8 @@ static void on_step(void *user, const td_step_report *report)
     r->n_timing = report->n_devices;
     memcpy(r->timing, report->timing, sizeof *r->timing * report->n_devices);
     memcpy(r->split, report->split, sizeof *r->split * report->n_devices);
+    if (r->s.process != 0)
+        return; /* across processes process 0 tells */
     if (report->rebalanced) {
         td_cli_progress_clear(&r->progress);
         fprintf(stderr, "tandem train: step %llu: measured the devices' speeds; the batch is split anew from the next "
@@ -91,7 +95,7 @@ static void on_step(void *user, const td_step_report *report)
     if (report->devices_lost) {
         td_cli_progress_clear(&r->progress); /* the live line, on a terminal */
         fprintf(stderr, "tandem train: step %llu: %u device(s) lost, continuing on %u\n",
-                (unsigned long long)report->micro_step, report->devices_lost, report->n_devices);
+                (unsigned long long)report->micro_step, report->devices_lost, devices_now(r, report->n_devices));
     }
 }
 
@@ -121,18 +125,29 @@ static void print_epoch_checkpoint(const train_run *r, bool saved)
         printf("checkpoint deferred: an accumulation round is open; it is written after the round\n");
 }
 
+/* The devices the run is on now: every process's, or the mesh's (or the
+ * trainer's count, when given, in one process). */
+static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
+{
+    uint32_t global = 0, first = 0;
+    if (r->s.processes > 1 && td_processes_mesh(r->s.mesh, &global, &first) == TD_OK)
+        return global;
+    if (trainer_devices == 0)
+        td_mesh_size(r->s.mesh, &trainer_devices);
+    return trainer_devices;
+}
+
 /* Evaluates on the test set, saying on stderr when the mesh lost devices
  * meanwhile (--on-device-loss continue: the evaluation went on without
  * them, and so does training). */
 static td_status evaluate_epoch(train_run *r, uint64_t epoch, epoch_result *last)
 {
     td_cli_session *s = &r->s;
-    uint32_t before = 0, after = 0;
-    td_mesh_size(s->mesh, &before);
+    const uint32_t before = devices_now(r, 0);
     td_status st = td_cli_session_evaluate(s, &s->test, s->test.count, &last->test_loss, &last->test_accuracy);
-    td_mesh_size(s->mesh, &after);
+    const uint32_t after = devices_now(r, 0);
     td_cli_progress_clear(&r->progress);
-    if (after < before)
+    if (after < before && s->process == 0)
         fprintf(stderr, "tandem train: evaluating epoch %llu: %u device(s) lost, continuing on %u\n",
                 (unsigned long long)epoch + 1, before - after, after);
     return st;
@@ -153,13 +168,7 @@ static void print_header(const train_run *r, td_cli_position start)
 }
 
 /* The devices the run ends on: the trainer's, or every process's. */
-static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
-{
-    uint32_t global = 0, first = 0;
-    if (r->s.processes > 1 && td_processes_mesh(r->s.mesh, &global, &first) == TD_OK)
-        return global;
-    return trainer_devices;
-}
+
 
 /* The split and the measured speeds of every device of the job (process
  * 0's devices first), for the final line. Collective across processes. */

@@ -213,6 +213,10 @@ td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_bindin
         return live;
     if (n_bindings && !bindings)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: bindings is NULL for %u bindings", fn, n_bindings);
+    /* The mesh dropped devices since the last run: plan for it first, so the
+     * bindings are checked against the plan that will run. */
+    if (p->stale && ((live = td_mesh_wait_quiet(p->mesh)) != TD_OK || (live = td_program_refresh(p)) != TD_OK))
+        return live;
     memset(p->bound, 0, sizeof *p->bound * p->plans[0].n_nodes);
     for (uint32_t i = 0; i < n_bindings; i++) {
         td_node n = bindings[i].node;

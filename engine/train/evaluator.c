@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "tandem/eval.h"
+#include "td_across.h"
 #include "td_balance.h"
 #include "td_procs.h"
 #include "td_ring.h"
@@ -48,6 +49,12 @@ struct td_evaluator {
     double *exchange; /* (1 + n_metrics) x processes: each batch's partial sums of every process */
     double *totals;   /* 1 + n_metrics: their sums over the processes */
     bool resplit;     /* the job's mesh changed: learn it and split again before the next use */
+    /* The agreement after each batch across processes (td_across.h). */
+    float *agree_rows;      /* 2 per device of the job */
+    size_t *agree_offsets;  /* processes + 1 */
+    bool *kept;             /* per device of the job */
+    uint64_t *old_rows;     /* processes + 1: each process's first row before a re-split */
+    td_rebound rebound;     /* a batch bound again after a loss, for the batch's run */
 };
 
 _Static_assert(offsetof(td_evaluator, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -66,6 +73,11 @@ static void evaluator_release(td_owned *self)
     }
     td_free(e->ctx, e->staging);
     td_free(e->ctx, e->exchange);
+    td_free(e->ctx, e->agree_rows);
+    td_free(e->ctx, e->agree_offsets);
+    td_free(e->ctx, e->kept);
+    td_free(e->ctx, e->old_rows);
+    td_rebound_free(e->ctx, &e->rebound);
     td_free(e->ctx, e->totals);
     td_free(e->ctx, e->sums);
     td_free(e->ctx, e->rows);
@@ -180,7 +192,11 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
     e->rows = td_alloc_zeroed(ctx, sizeof *e->rows * e->global_n);
     e->exchange = td_alloc_zeroed(ctx, sizeof *e->exchange * (n_metrics + 1) * e->processes);
     e->totals = td_alloc_zeroed(ctx, sizeof *e->totals * (n_metrics + 1));
-    if (!e->rows || !e->exchange || !e->totals)
+    e->agree_rows = td_alloc_zeroed(ctx, sizeof *e->agree_rows * 2 * ((size_t)e->global_n + 1));
+    e->agree_offsets = td_alloc_zeroed(ctx, sizeof *e->agree_offsets * ((size_t)e->processes + 1));
+    e->kept = td_alloc_zeroed(ctx, sizeof *e->kept * ((size_t)e->global_n + 1));
+    e->old_rows = td_alloc_zeroed(ctx, sizeof *e->old_rows * ((size_t)e->processes + 1));
+    if (!e->rows || !e->exchange || !e->totals || !e->agree_rows || !e->agree_offsets || !e->kept || !e->old_rows)
         s = TD_OOM(ctx, "an evaluator's split", sizeof *e->rows * e->global_n);
     else if (e->batch)
         td_balance_even(e->batch, e->global_n, e->rows);
@@ -226,10 +242,6 @@ td_status td_evaluator_set_on_device_loss(td_evaluator *e, td_on_device_loss pol
                             "td_evaluator_set_on_device_loss: policy %d, expected TD_ON_DEVICE_LOSS_FAIL (0) or "
                             "_CONTINUE (1)",
                             (int)policy);
-    if (policy == TD_ON_DEVICE_LOSS_CONTINUE && e->processes > 1)
-        return td_error_set(e->ctx, TD_ERR_UNSUPPORTED,
-                            "td_evaluator_set_on_device_loss: continue across %u processes is not built yet; use fail",
-                            e->processes);
     e->on_device_loss = policy;
     return TD_OK;
 }
@@ -312,12 +324,60 @@ static td_status replan_evaluator(void *evaluator)
     return td_program_refresh(e->program);
 }
 
+static td_status tally(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings);
+
+/* Across processes: the batch's run, agreed on by every process; after an
+ * agreed loss under continue, every process goes on with the job's
+ * survivors, binds its new rows (gathered between processes) and runs the
+ * batch again. *used: the bindings the successful run had. */
+static td_status run_across(td_evaluator *e, uint32_t n, const td_binding *bindings, const td_binding **used)
+{
+    td_context *ctx = e->ctx;
+    const td_binding *current = bindings;
+    for (;;) {
+        td_ring *ring = td_program_ring(e->program);
+        td_status s = run_batch(e, n, current);
+        bool any_lost = false;
+        if (s == TD_OK || !td_procs_broken(td_procs_of(ctx)))
+            s = td_across_agree(ctx, td_program_mesh(e->program), ring, s, e->agree_rows, 2, e->agree_offsets,
+                                e->kept, &any_lost);
+        if (s == TD_OK) {
+            *used = current;
+            return TD_OK;
+        }
+        if (e->on_device_loss != TD_ON_DEVICE_LOSS_CONTINUE || !any_lost)
+            return s;
+        if (!e->batch)
+            return td_error_set(ctx, TD_ERR_UNSUPPORTED, "td_evaluator_run: the sharded inputs share no batch size, so "
+                                                         "the batch cannot be split again after a loss");
+        td_across_row_offsets(ring, e->rows, e->batch, e->old_rows); /* before the split changes */
+        if ((s = td_across_continue(ctx, td_program_mesh(e->program), ring, e->kept, s)) != TD_OK)
+            return s;
+        /* The job's survivors' split, and the program planned for it now. */
+        uint64_t first = 0, count = 0;
+        if ((s = sync_mesh(e)) != TD_OK || (s = td_program_refresh(e->program)) != TD_OK ||
+            (s = td_evaluator_process_rows(e, &first, &count)) != TD_OK ||
+            (s = td_across_rebind(ctx, e->program, e->processes, n, current, e->old_rows, first, count, &e->rebound)) !=
+                TD_OK)
+            return s;
+        current = e->rebound.bindings;
+    }
+}
+
 td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings)
 {
     td_status s = check_evaluator(e, "td_evaluator_run");
     if (s != TD_OK)
         return s;
     e->batches++;
+    if (e->processes > 1) {
+        const td_binding *used = bindings;
+        s = run_across(e, n_bindings, bindings, &used);
+        if (s == TD_OK)
+            s = tally(e, n_bindings, used);
+        td_rebound_free(e->ctx, &e->rebound);
+        return s;
+    }
     /* A batch changes nothing on the devices, so one that failed for a
      * lost device runs again, whole, on the survivors. */
     while ((s = run_batch(e, n_bindings, bindings)) != TD_OK) {
@@ -329,6 +389,14 @@ td_status td_evaluator_run(td_evaluator *e, uint32_t n_bindings, const td_bindin
         if (s != TD_OK)
             return s;
     }
+    return tally(e, n_bindings, bindings);
+}
+
+/* Adds a successful batch's metrics to the tally: weighted by its valid
+ * examples (the bound mask's sum), over every process. */
+static td_status tally(td_evaluator *e, uint32_t n_bindings, const td_binding *bindings)
+{
+    td_status s;
     /* The run checked the bindings: the mask is bound, f32, of its shape. */
     const td_tensor *mask = NULL;
     for (uint32_t i = 0; i < n_bindings; i++)
@@ -380,7 +448,7 @@ td_status td_evaluator_process_rows(const td_evaluator *e, uint64_t *first, uint
     if ((s = sync_mesh((td_evaluator *)e)) != TD_OK) /* it learns the mesh once; the evaluator stays the same */
         return s;
     return td_rows_of_process(e->ctx, "td_evaluator_process_rows", e->batch, e->rows, e->first_position,
-                              td_program_device_count(e->program), e->processes, first, count);
+                              td_program_mesh(e->program)->count, e->processes, first, count);
 }
 
 td_status td_evaluator_result(const td_evaluator *e, uint32_t capacity, float *values, double *examples)

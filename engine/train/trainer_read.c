@@ -160,6 +160,10 @@ td_status td_trainer_process_rows(const td_trainer *t, uint64_t *first, uint64_t
         return s;
     if (!first || !count)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_process_rows: first or count is NULL");
+    /* After an evaluation on the mesh went on without lost devices, the
+     * trainer plans for the job's survivors first: its rows follow. */
+    if ((s = td_trainer_check_planned(t, "td_trainer_process_rows")) != TD_OK)
+        return s;
     /* A split the last step found is the next step's. */
     const uint32_t *rows = t->rebalanced ? t->balance.candidate : t->balance.rows;
     return td_rows_of_process(t->ctx, "td_trainer_process_rows", t->balance.batch, rows, t->first_position,

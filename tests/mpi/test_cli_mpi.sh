@@ -69,6 +69,19 @@ check "a device lost in process 1 = one process with the same loss ($(field lost
 check "a device lost in process 1 is handled at once, not at a timeout ($(field lost seconds) s)" \
   python3 -c 'import sys; sys.exit(float(sys.argv[1]) > 20)' "$(field lost seconds)"
 
+# The same while evaluating (run 12: after the 8 steps of epoch 1, in the
+# test set's batches): the evaluation goes on without the device on every
+# process, the epoch's checkpoint is there, and training goes on.
+run evallost "$mpirun" -np 1 "$tandem" "${lossy[@]}" --devices cpu:2 --checkpoint cke : \
+  -np 1 "$tandem" "${lossy[@]}" --devices "cpu:1,cpu:1@fail=12" --checkpoint cke
+run evallost1 "$tandem" "${lossy[@]}" --devices "cpu:3,cpu:1@fail=12"
+check "a device lost in process 1 while evaluating: the job goes on" [ "$(cat evallost.rc)" = 0 ]
+check "a device lost while evaluating: 1 lost, 3 at the end, 2 checkpoints" \
+  [ "$(field evallost devices_lost)/$(field evallost devices_at_end)/$(ls cke | grep -c safetensors)" = "1/3/2" ]
+check "a device lost while evaluating = one process with the same loss ($(field evallost test_loss) vs $(field evallost1 test_loss))" \
+  python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * max(1, abs(b)))' \
+  "$(field evallost test_loss)" "$(field evallost1 test_loss)"
+
 # A process that fails ends the job; the last checkpoint stays whole, and
 # fewer processes resume it: process 1's device fails while evaluating
 # epoch 1 (run 12: 8 steps, then the test set), after the epoch's checkpoint.
