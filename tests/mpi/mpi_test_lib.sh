@@ -2,19 +2,10 @@
 # environment (as root, loopback only, oversubscribed) and a work folder,
 # checks counted into a closing "N passed, N failed" line, runs bounded by
 # a timeout with their output kept, and fields of a JSON final line.
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_env.sh" # before the cd below: the path may be relative
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-mpi-test-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# meson sets MALLOC_PERTURB_ for every test; Open MPI 4.1's mpirun itself
-# then crashes (SIGSEGV) in its abort path now and then. The ranks -- our
-# code -- still get it, forwarded by Open MPI; mpirun runs without.
-if [ -n "${MALLOC_PERTURB_:-}" ]; then
-  export OMPI_MCA_mca_base_env_list="MALLOC_PERTURB_=$MALLOC_PERTURB_"
-  unset MALLOC_PERTURB_
-fi
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
 passed=0
 failed=0
 
