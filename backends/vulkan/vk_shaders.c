@@ -59,24 +59,13 @@ static const uint32_t pool_backward_spv[] =
 const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
 {
 #define TD_VK_SHADER(array) *bytes = sizeof(array); return array
+    /* Each kernel's shader is the SPIR-V compiled from kernels/vulkan/NAME.comp
+     * (the array NAME_spv above), by the one kernel list. */
     switch (kernel) {
-    case TD_KERNEL_FILL: TD_VK_SHADER(fill_spv);
-    case TD_KERNEL_COPY: TD_VK_SHADER(copy_spv);
-    case TD_KERNEL_ELEMENTWISE: TD_VK_SHADER(elementwise_spv);
-    case TD_KERNEL_REDUCE: TD_VK_SHADER(reduce_spv);
-    case TD_KERNEL_GEMM: TD_VK_SHADER(gemm_spv);
-    case TD_KERNEL_XENT_FORWARD: TD_VK_SHADER(xent_forward_spv);
-    case TD_KERNEL_XENT_BACKWARD: TD_VK_SHADER(xent_backward_spv);
-    case TD_KERNEL_SOFTMAX: TD_VK_SHADER(softmax_spv);
-    case TD_KERNEL_ARGMAX: TD_VK_SHADER(argmax_spv);
-    case TD_KERNEL_CAST: TD_VK_SHADER(cast_spv);
-    case TD_KERNEL_DROPOUT_MASK: TD_VK_SHADER(dropout_mask_spv);
-    case TD_KERNEL_GATHER_ROWS: TD_VK_SHADER(gather_rows_spv);
-    case TD_KERNEL_SCATTER_ADD_ROWS: TD_VK_SHADER(scatter_add_rows_spv);
-    case TD_KERNEL_IM2COL: TD_VK_SHADER(im2col_spv);
-    case TD_KERNEL_COL2IM: TD_VK_SHADER(col2im_spv);
-    case TD_KERNEL_POOL: TD_VK_SHADER(pool_spv);
-    case TD_KERNEL_POOL_BACKWARD: TD_VK_SHADER(pool_backward_spv);
+#define TD_VK_SHADER_CASE(ID, name) \
+    case TD_KERNEL_##ID: TD_VK_SHADER(name##_spv);
+        TD_KERNELS(TD_VK_SHADER_CASE)
+#undef TD_VK_SHADER_CASE
     default: *bytes = 0; return NULL;
     }
 #undef TD_VK_SHADER

@@ -5,23 +5,9 @@
 const char *td_kernel_name(int32_t kernel)
 {
     static const char *const names[TD_KERNEL_COUNT] = {
-        [TD_KERNEL_FILL] = "fill",
-        [TD_KERNEL_COPY] = "copy",
-        [TD_KERNEL_ELEMENTWISE] = "elementwise",
-        [TD_KERNEL_REDUCE] = "reduce",
-        [TD_KERNEL_GEMM] = "gemm",
-        [TD_KERNEL_XENT_FORWARD] = "xent_forward",
-        [TD_KERNEL_XENT_BACKWARD] = "xent_backward",
-        [TD_KERNEL_IM2COL] = "im2col",
-        [TD_KERNEL_COL2IM] = "col2im",
-        [TD_KERNEL_POOL] = "pool",
-        [TD_KERNEL_POOL_BACKWARD] = "pool_backward",
-        [TD_KERNEL_SOFTMAX] = "softmax",
-        [TD_KERNEL_ARGMAX] = "argmax",
-        [TD_KERNEL_CAST] = "cast",
-        [TD_KERNEL_DROPOUT_MASK] = "dropout_mask",
-        [TD_KERNEL_GATHER_ROWS] = "gather_rows",
-        [TD_KERNEL_SCATTER_ADD_ROWS] = "scatter_add_rows",
+#define TD_KERNEL_NAME_ENTRY(ID, name) [TD_KERNEL_##ID] = #name,
+        TD_KERNELS(TD_KERNEL_NAME_ENTRY)
+#undef TD_KERNEL_NAME_ENTRY
     };
     return kernel >= 0 && kernel < TD_KERNEL_COUNT ? names[kernel] : "unknown";
 }

@@ -31,24 +31,49 @@ typedef struct td_arg {
     uint64_t offset; /* in elements (4 bytes each), not bytes */
 } td_arg;
 
+/* Every kernel, once: X(ID, name). The enum (TD_KERNEL_ID), the names
+ * (td_kernel_name) and the Vulkan shader table (the SPIR-V of `name`) are
+ * made from this list, so a kernel is named in one place.
+ *   FILL              out[i] = alpha, i < n
+ *   COPY              out[i] = a[i], i < n
+ *   ELEMENTWISE       see td_ew_op
+ *   REDUCE            strided sum times alpha
+ *   GEMM              C = alpha op(A) op(B) + beta C
+ *   XENT_FORWARD      softmax cross-entropy, per row
+ *   XENT_BACKWARD     its gradient with respect to the logits
+ *   IM2COL            NHWC image -> convolution patches (td_conv_params)
+ *   COL2IM            its adjoint: patches summed back into the image
+ *   POOL              max / average pooling, NHWC (td_pool_params)
+ *   POOL_BACKWARD     its gradient with respect to the input
+ *   SOFTMAX           softmax / log-softmax per row (td_rows_params)
+ *   ARGMAX            index of the first maximum per row, as a float
+ *   CAST              u8 or i32 -> f32 (td_cast_params)
+ *   DROPOUT_MASK      counter-based keep mask (td_dropout_params)
+ *   GATHER_ROWS       out rows = table rows picked by i32 ids
+ *   SCATTER_ADD_ROWS  its adjoint: rows summed into the table, in id order */
+#define TD_KERNELS(X)                   \
+    X(FILL, fill)                       \
+    X(COPY, copy)                       \
+    X(ELEMENTWISE, elementwise)         \
+    X(REDUCE, reduce)                   \
+    X(GEMM, gemm)                       \
+    X(XENT_FORWARD, xent_forward)       \
+    X(XENT_BACKWARD, xent_backward)     \
+    X(IM2COL, im2col)                   \
+    X(COL2IM, col2im)                   \
+    X(POOL, pool)                       \
+    X(POOL_BACKWARD, pool_backward)     \
+    X(SOFTMAX, softmax)                 \
+    X(ARGMAX, argmax)                   \
+    X(CAST, cast)                       \
+    X(DROPOUT_MASK, dropout_mask)       \
+    X(GATHER_ROWS, gather_rows)         \
+    X(SCATTER_ADD_ROWS, scatter_add_rows)
+
 typedef enum td_kernel_id {
-    TD_KERNEL_FILL = 0,        /* out[i] = alpha, i < n */
-    TD_KERNEL_COPY,            /* out[i] = a[i], i < n */
-    TD_KERNEL_ELEMENTWISE,     /* see td_ew_op */
-    TD_KERNEL_REDUCE,          /* strided sum times alpha */
-    TD_KERNEL_GEMM,            /* C = alpha op(A) op(B) + beta C */
-    TD_KERNEL_XENT_FORWARD,    /* softmax cross-entropy, per row */
-    TD_KERNEL_XENT_BACKWARD,   /* its gradient with respect to the logits */
-    TD_KERNEL_IM2COL,          /* NHWC image -> convolution patches (td_conv_params) */
-    TD_KERNEL_COL2IM,          /* its adjoint: patches summed back into the image */
-    TD_KERNEL_POOL,            /* max / average pooling, NHWC (td_pool_params) */
-    TD_KERNEL_POOL_BACKWARD,   /* its gradient with respect to the input */
-    TD_KERNEL_SOFTMAX,         /* softmax / log-softmax per row (td_rows_params) */
-    TD_KERNEL_ARGMAX,          /* index of the first maximum per row, as a float */
-    TD_KERNEL_CAST,            /* u8 or i32 -> f32 (td_cast_params) */
-    TD_KERNEL_DROPOUT_MASK,    /* counter-based keep mask (td_dropout_params) */
-    TD_KERNEL_GATHER_ROWS,     /* out rows = table rows picked by i32 ids */
-    TD_KERNEL_SCATTER_ADD_ROWS,/* its adjoint: rows summed into the table, in id order */
+#define TD_KERNEL_ENUM_ENTRY(ID, name) TD_KERNEL_##ID,
+    TD_KERNELS(TD_KERNEL_ENUM_ENTRY)
+#undef TD_KERNEL_ENUM_ENTRY
     TD_KERNEL_COUNT
 } td_kernel_id;
 
