@@ -56,6 +56,8 @@ struct td_procs {
     MPI_Request *abort_sends; /* count */
     bool abort_sent;          /* this step's failure was told */
     int32_t peer_failed;      /* -1, or the process whose abort arrived */
+    double *sum_scratch;      /* td_processes_sum's every-process values */
+    size_t sum_capacity;
     td_status peer_status;
     char broken[512]; /* the failed exchange's message; "" while healthy */
     /* An exchange stopped for a failure of this step (a local device, a
@@ -299,13 +301,19 @@ td_status td_procs_allgather(td_procs *p, const void *mine, void *all, size_t by
     return s == TD_OK ? wait_requests(p, n, "an all-gather between processes", should_stop, user) : s;
 }
 
-/* Posts the all-gather of blocks of `unit`-byte elements. */
-static td_status post_gather(td_procs *p, void *x, size_t unit, const size_t *offsets, size_t *n)
+/* The largest of the processes' blocks [offsets[q], offsets[q+1]). */
+static size_t largest_block(const td_procs *p, const size_t *offsets)
 {
     size_t most = 0;
     for (uint32_t q = 0; q < p->count; q++)
         most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
-    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(most * unit) + 1);
+    return most;
+}
+
+/* Posts the all-gather of blocks of `unit`-byte elements. */
+static td_status post_gather(td_procs *p, void *x, size_t unit, const size_t *offsets, size_t *n)
+{
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(largest_block(p, offsets) * unit) + 1);
     char *base = x, *own = base + offsets[p->rank] * unit;
     const size_t own_bytes = (offsets[p->rank + 1] - offsets[p->rank]) * unit;
     for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
@@ -361,6 +369,20 @@ td_status td_procs_signal_abort(td_procs *p, td_status status)
     return TD_OK;
 }
 
+/* The abort channel's receive cancelled and its sends let go of (they
+ * complete in the background, or die with the old communicator). */
+static void drop_abort_channel(td_procs *p)
+{
+    if (p->abort_recv != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p->abort_recv);
+        MPI_Request_free(&p->abort_recv);
+    }
+    for (uint32_t q = 0; p->abort_sends && q < p->count; q++)
+        if (p->abort_sends[q] != MPI_REQUEST_NULL)
+            MPI_Request_free(&p->abort_sends[q]);
+    p->abort_sent = false;
+}
+
 static void post_abort_recv(td_procs *p)
 {
     p->peer_failed = -1;
@@ -376,14 +398,7 @@ td_status td_procs_renew(td_procs *p)
     if (p->broken[0])
         return td_error_set(p->ctx, TD_ERR_STATE, "process %u: the group broke (%s); end the job", p->rank,
                             p->broken);
-    if (p->abort_recv != MPI_REQUEST_NULL) {
-        MPI_Cancel(&p->abort_recv);
-        MPI_Request_free(&p->abort_recv);
-    }
-    for (uint32_t q = 0; q < p->count; q++)
-        if (p->abort_sends[q] != MPI_REQUEST_NULL)
-            MPI_Request_free(&p->abort_sends[q]);
-    p->abort_sent = false;
+    drop_abort_channel(p);
     MPI_Comm old = p->comm, renewed = MPI_COMM_NULL;
     MPI_Request dup;
     if (MPI_Comm_idup(old, &renewed, &dup) != MPI_SUCCESS)
@@ -412,10 +427,7 @@ td_status td_procs_allgather_blocks(td_procs *p, float *x, const size_t *offsets
 td_status td_procs_exchange_blocks(td_procs *p, const float *x, const size_t *offsets, float *recv,
                                    td_procs_stop_fn should_stop, void *user)
 {
-    size_t most = 0;
-    for (uint32_t q = 0; q < p->count; q++)
-        most = offsets[q + 1] - offsets[q] > most ? offsets[q + 1] - offsets[q] : most;
-    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(most * sizeof(float)) + 1);
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(largest_block(p, offsets) * sizeof(float)) + 1);
     size_t n = 0;
     const size_t own = offsets[p->rank + 1] - offsets[p->rank];
     if (own)
@@ -451,14 +463,9 @@ static void procs_release(td_owned *self)
 {
     td_procs *p = (td_procs *)self;
     td_context_set_processes(p->ctx, NULL, NULL);
-    if (p->abort_recv != MPI_REQUEST_NULL) {
-        MPI_Cancel(&p->abort_recv);
-        MPI_Request_free(&p->abort_recv);
-    }
-    for (uint32_t q = 0; p->abort_sends && q < p->count; q++)
-        if (p->abort_sends[q] != MPI_REQUEST_NULL)
-            MPI_Request_free(&p->abort_sends[q]);
+    drop_abort_channel(p);
     td_free(p->ctx, p->abort_sends);
+    td_free(p->ctx, p->sum_scratch);
     /* A broken group's communicator may still carry its sends, or (a join
      * that timed out) not exist yet: it is left as it is. */
     if (p->comm != MPI_COMM_NULL && !p->broken[0])
@@ -608,10 +615,19 @@ td_status td_processes_sum(td_context *ctx, double *values, uint32_t n)
     td_procs *p = td_procs_of(ctx);
     if (!p || p->count == 1 || n == 0)
         return TD_OK;
-    const size_t bytes = (size_t)n * sizeof *values;
-    double *all = td_alloc(ctx, bytes * p->count);
-    if (!all)
-        return TD_OOM(ctx, "td_processes_sum", bytes * p->count);
+    /* The group's scratch, grown once: a flag agreed every step (the CLI's
+     * stop) costs no allocation, and a late message of a failed exchange
+     * can only land in memory the group still owns. */
+    const size_t bytes = (size_t)n * sizeof *values, need = (size_t)n * p->count;
+    if (need > p->sum_capacity) {
+        double *grown = td_alloc(ctx, sizeof *grown * need);
+        if (!grown)
+            return TD_OOM(ctx, "td_processes_sum", sizeof *grown * need);
+        td_free(ctx, p->sum_scratch);
+        p->sum_scratch = grown;
+        p->sum_capacity = need;
+    }
+    double *all = p->sum_scratch;
     td_status s = td_procs_allgather(p, values, all, bytes, NULL, NULL);
     for (uint32_t i = 0; i < n && s == TD_OK; i++) {
         double sum = 0.0;
@@ -619,6 +635,5 @@ td_status td_processes_sum(td_context *ctx, double *values, uint32_t n)
             sum += all[(size_t)q * n + i];
         values[i] = sum;
     }
-    td_free(ctx, all);
     return s;
 }

@@ -403,23 +403,6 @@ static void deposit_slice(td_ring *ring, const ring_op *op, const float *work, u
         memcpy(ring->host + lo, work + lo, (hi - lo) * sizeof(float));
 }
 
-/* The end of an op between processes: the device's copy done, then every
- * local rank's DONE -- not just the successor's, since each rank read the
- * process's shared copy, which the next op overwrites. */
-static td_status finish_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, int direct)
-{
-    td_mesh_device *md = &ring->mesh->devices[r];
-    td_status s;
-    (void)op;
-    if (!direct && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(ring->mesh->ctx))) != TD_OK)
-        return fail(ring, r, s);
-    publish(&ring->ranks[r], base | UNIT_DONE);
-    for (uint32_t q = 0; q < ring->n; q++)
-        if (q != r && (s = wait_for(ring, r, q, base | UNIT_DONE)) != TD_OK)
-            return fail(ring, r, s);
-    return TD_OK;
-}
-
 static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -589,7 +572,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             if ((s = td_ring_allreduce_across(ring, r, op, base, gather, direct)) != TD_OK)
                 return fail(ring, r, s);
             phase_done(tr, track, "collective", "between processes", &mark, bytes_needed);
-            return finish_across(ring, r, op, base, direct);
+            return TD_OK;
         }
     } else if (!direct) {
         for (size_t k = 0; k < op->slices; k++) {

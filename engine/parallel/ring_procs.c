@@ -234,6 +234,26 @@ static td_status place_result(td_ring *ring, uint32_t r, const float *src, float
     return md->ops->write(md->dev, out, out_offset * sizeof(float), src, count * sizeof(float));
 }
 
+/* Before an op between processes reads a device's memory, the work
+ * enqueued before it must be done. */
+static td_status drain(td_ring *ring, uint32_t r)
+{
+    return td_mesh_device_submit_wait(&ring->mesh->devices[r], td_context_timeout_ms(ring->mesh->ctx));
+}
+
+/* The end of an op between processes: the device's copies done (when it
+ * was written through the backend), then every local rank's DONE -- not
+ * just the successor's, as in the ring: each rank read the process's
+ * shared copy, which the next op overwrites. */
+static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_device)
+{
+    td_status s = wrote_device ? drain(ring, r) : TD_OK;
+    if (s != TD_OK)
+        return s;
+    td_ring_publish(&ring->ranks[r], base | UNIT_DONE);
+    return wait_all_local(ring, r, base | UNIT_DONE);
+}
+
 td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
                                    int direct)
 {
@@ -314,7 +334,9 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_GATHERED))) != TD_OK) {
         return s;
     }
-    return place_result(ring, r, ring->host, direct ? gather : NULL, op->out, op->out_offset, count);
+    if ((s = place_result(ring, r, ring->host, direct ? gather : NULL, op->out, op->out_offset, count)) != TD_OK)
+        return s;
+    return finish(ring, r, base, !direct);
 }
 
 /* The rank's input, `count` floats, into the process's copy at `at`. */
@@ -332,35 +354,42 @@ static td_status fetch_input(td_ring *ring, uint32_t r, td_buffer *in, uint64_t 
     return s == TD_OK ? td_mesh_device_submit_wait(md, td_context_timeout_ms(ring->mesh->ctx)) : s;
 }
 
-/* Before an op between processes reads a device's memory, the work
- * enqueued before it must be done. */
-static td_status drain(td_ring *ring, uint32_t r)
+/* The start of an all_gather or a broadcast between processes: the ring
+ * still healthy, the process's copy big enough, the device's earlier work
+ * done before its memory is read. */
+static td_status begin_one_shot(td_ring *ring, uint32_t r, size_t elems)
 {
-    return td_mesh_device_submit_wait(&ring->mesh->devices[r], td_context_timeout_ms(ring->mesh->ctx));
+    td_status s;
+    if (atomic_load(&ring->abort_status) != TD_OK)
+        return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
+    if ((s = check_reserved(ring, r, elems)) != TD_OK || (s = drain(ring, r)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    return TD_OK;
 }
 
-/* The end of a one-shot op: the device's copies done, then every local
- * rank done with the process's copy before anyone's next op writes it. */
-static td_status finish(td_ring *ring, uint32_t r, uint64_t base)
+/* Their end, on every rank once the leader's exchange is done: the
+ * process's copy to the rank's output, then finish. */
+static td_status place_and_finish(td_ring *ring, uint32_t r, uint64_t base, td_buffer *out, uint64_t out_offset,
+                                  size_t count)
 {
-    td_status s = drain(ring, r);
-    if (s != TD_OK)
-        return s;
-    td_ring_publish(&ring->ranks[r], base | UNIT_DONE);
-    return wait_all_local(ring, r, base | UNIT_DONE);
+    td_mesh_device *md = &ring->mesh->devices[r];
+    float *host_out = md->ops->buffer_host_pointer(md->dev, out);
+    td_status s;
+    if ((s = place_result(ring, r, ring->host, host_out ? host_out + out_offset : NULL, out, out_offset, count)) !=
+            TD_OK ||
+        (s = finish(ring, r, base, true)) != TD_OK)
+        return td_ring_fail(ring, r, s);
+    return TD_OK;
 }
 
 td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count)
 {
     ring_rank *me = &ring->ranks[r];
-    td_mesh_device *md = &ring->mesh->devices[r];
     const size_t total = (size_t)ring->global_n * count;
-    td_status s;
-    if (atomic_load(&ring->abort_status) != TD_OK)
-        return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
-    if ((s = check_reserved(ring, r, total)) != TD_OK || (s = drain(ring, r)) != TD_OK)
-        return td_ring_fail(ring, r, s);
+    td_status s = begin_one_shot(ring, r, total);
+    if (s != TD_OK)
+        return s;
     const uint64_t base = (uint64_t)(++me->op) << 32;
     const size_t position = td_ring_global_position(ring, r);
     if ((s = fetch_input(ring, r, in, in_offset, count, ring->host + position * count)) != TD_OK)
@@ -377,24 +406,16 @@ td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, ui
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);
     }
-    float *host_out = md->ops->buffer_host_pointer(md->dev, out);
-    if ((s = place_result(ring, r, ring->host, host_out ? host_out + out_offset : NULL, out, out_offset, total)) !=
-            TD_OK ||
-        (s = finish(ring, r, base)) != TD_OK)
-        return td_ring_fail(ring, r, s);
-    return TD_OK;
+    return place_and_finish(ring, r, base, out, out_offset, total);
 }
 
 td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_buffer *in, uint64_t in_offset,
                                    td_buffer *out, uint64_t out_offset, size_t count)
 {
     ring_rank *me = &ring->ranks[r];
-    td_mesh_device *md = &ring->mesh->devices[r];
-    td_status s;
-    if (atomic_load(&ring->abort_status) != TD_OK)
-        return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed earlier in this step", r);
-    if ((s = check_reserved(ring, r, count)) != TD_OK || (s = drain(ring, r)) != TD_OK)
-        return td_ring_fail(ring, r, s);
+    td_status s = begin_one_shot(ring, r, count);
+    if (s != TD_OK)
+        return s;
     uint32_t root_proc = 0;
     while (root_proc + 1 < ring->n_procs && ring->device_offset[root_proc + 1] <= root)
         root_proc++;
@@ -414,12 +435,7 @@ td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);
     }
-    float *host_out = md->ops->buffer_host_pointer(md->dev, out);
-    if ((s = place_result(ring, r, ring->host, host_out ? host_out + out_offset : NULL, out, out_offset, count)) !=
-            TD_OK ||
-        (s = finish(ring, r, base)) != TD_OK)
-        return td_ring_fail(ring, r, s);
-    return TD_OK;
+    return place_and_finish(ring, r, base, out, out_offset, count);
 }
 
 td_status td_processes_mesh(td_mesh *mesh, uint32_t *global_size, uint32_t *first_position)

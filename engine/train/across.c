@@ -28,8 +28,9 @@ td_status td_across_agree(td_context *ctx, td_mesh *mesh, td_ring *ring, td_stat
             td_ring_process_devices(ring, q, &at);
         offsets[q] = (size_t)at * per;
     }
-    char cause[512];
-    td_error_copy(ctx, cause, sizeof cause);
+    char cause[512] = ""; /* this process's own failure, kept across the exchanges below */
+    if (local != TD_OK)
+        td_error_copy(ctx, cause, sizeof cause);
     td_status s = td_procs_agree_blocks(procs, rows, offsets);
     if (s != TD_OK)
         return local != TD_OK ? td_error_set(ctx, local, "%s; and agreeing with the other processes failed", cause)

@@ -79,7 +79,7 @@ struct td_trainer {
     float *report_metrics;          /* n_metrics, for the callback's report */
     td_step_timing *report_timing;  /* per device, likewise */
     td_balancer balance;  /* the batch split (options.balance) */
-    double *busy;         /* per device: a measured step's busy seconds */
+    double *busy;         /* per device of the job (global positions): a measured step's busy seconds */
     bool *keep;           /* per device: survives a mesh change (td_balancer_shrink) */
     bool rebalanced;      /* the last call found a faster split: the next call plans for it first */
     /* The global mesh (tandem/processes.h): every process's devices, and
@@ -92,8 +92,6 @@ struct td_trainer {
     bool agreed_loss;     /* the last agreement found devices lost somewhere in the job */
     uint32_t job_generation; /* the mesh's re-plans across processes this trainer has planned for */
     float *combined;      /* 1 + n_metrics: their combination, bitwise the same on every process */
-    float *global_busy;   /* global_n: a measured step's busy seconds of every device, for the balancer */
-    double *busy_all;     /* likewise, as the balancer takes them */
     size_t *process_offsets; /* processes + 1, for the gathers between processes */
     float *gathered_state;   /* state_floats x param_elems: every process's state, for a save (made on the first) */
 };
@@ -124,12 +122,10 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local);
  * the survivors and the trainer plans for them. TD_OK: run the step again;
  * otherwise `failure` or why continuing failed. */
 td_status td_trainer_continue_across(td_trainer *t, td_status failure);
-/* A measured step's busy seconds of every device of every process, in
- * t->busy_all (gathered between processes). */
+/* A measured step's busy seconds: this process's devices' into t->busy
+ * at their global positions, then every other process's (gathered, so
+ * every process's balancer finds the same split). Collective. */
 td_status td_trainer_gather_busy(td_trainer *t);
-/* rows (global_n x per_device floats) receives every other process's rows
- * of its devices; nothing to do in one process. Collective. */
-td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device);
 /* The staged copies -- the new parameters (pending) and every owner's new
  * optimizer state -- become current, and the current ones the next
  * step's scratch: a successful step's end, and a restore's. */

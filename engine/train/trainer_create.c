@@ -35,8 +35,6 @@ static void trainer_release(td_owned *self)
     td_free(t->ctx, t->report_timing);
     td_free(t->ctx, t->device_values);
     td_free(t->ctx, t->combined);
-    td_free(t->ctx, t->global_busy);
-    td_free(t->ctx, t->busy_all);
     td_free(t->ctx, t->process_offsets);
     td_free(t->ctx, t->gathered_state);
     td_free(t->ctx, t->busy);
@@ -70,12 +68,10 @@ static td_status plan_global_mesh(td_trainer *t, const td_trainer_options *opts)
     const size_t values = (size_t)t->global_n * (opts->n_metrics + 3);
     t->device_values = td_alloc_zeroed(ctx, sizeof *t->device_values * (values + 1));
     t->combined = td_alloc_zeroed(ctx, sizeof *t->combined * ((size_t)opts->n_metrics + 1));
-    t->global_busy = td_alloc_zeroed(ctx, sizeof *t->global_busy * t->global_n);
-    t->busy_all = td_alloc_zeroed(ctx, sizeof *t->busy_all * t->global_n);
+    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * t->global_n);
     t->process_offsets = td_alloc_zeroed(ctx, sizeof *t->process_offsets * ((size_t)td_ring_process_count(ring) + 1));
-    td_free(ctx, t->keep); /* per device of the whole job */
-    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * t->global_n);
-    if (!t->device_values || !t->combined || !t->global_busy || !t->busy_all || !t->process_offsets || !t->keep)
+    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * t->global_n); /* per device of the whole job */
+    if (!t->device_values || !t->combined || !t->busy || !t->process_offsets || !t->keep)
         return TD_OOM(ctx, "the trainer's per-device values", sizeof *t->device_values * values);
     return TD_OK;
 }
@@ -143,9 +139,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->params = td_alloc(ctx, sizeof *t->params * (n_params + 1));
     t->report_metrics = td_alloc_zeroed(ctx, sizeof *t->report_metrics * ((size_t)opts.n_metrics + 1));
     t->report_timing = td_alloc_zeroed(ctx, sizeof *t->report_timing * mesh->count);
-    t->busy = td_alloc_zeroed(ctx, sizeof *t->busy * mesh->count);
-    t->keep = td_alloc_zeroed(ctx, sizeof *t->keep * mesh->count);
-    s = t->params && t->report_metrics && t->report_timing && t->busy && t->keep
+    s = t->params && t->report_metrics && t->report_timing
             ? TD_OK
             : TD_OOM(ctx, "trainer parameters and reports", sizeof *t->params * n_params);
     if (s == TD_OK)

@@ -95,30 +95,19 @@ td_status td_trainer_agree_step(td_trainer *t, td_status local)
     return s;
 }
 
-td_status td_trainer_gather_global(td_trainer *t, float *rows, uint32_t per_device)
-{
-    const uint32_t processes = t->processes;
-    if (processes < 2)
-        return TD_OK;
-    for (uint32_t q = 0; q <= processes; q++) {
-        uint32_t first = t->global_n;
-        if (q < processes)
-            td_ring_process_devices(t->ring, q, &first);
-        t->process_offsets[q] = (size_t)first * per_device;
-    }
-    return td_procs_allgather_blocks(td_procs_of(t->ctx), rows, t->process_offsets, NULL, NULL);
-}
-
 td_status td_trainer_gather_busy(td_trainer *t)
 {
     for (uint32_t d = 0; d < t->mesh->count; d++)
-        t->global_busy[t->first_position + d] = (float)t->busy[d];
-    td_status s = td_trainer_gather_global(t, t->global_busy, 1);
-    for (uint32_t d = 0; d < t->global_n; d++)
-        t->busy_all[d] = t->processes > 1 ? (double)t->global_busy[d]
-                         : d < t->mesh->count                ? t->busy[d]
-                                                             : 0.0;
-    return s;
+        t->busy[t->first_position + d] = td_program_busy_seconds(t->program, d);
+    if (t->processes < 2)
+        return TD_OK;
+    for (uint32_t q = 0; q <= t->processes; q++) {
+        uint32_t first = t->global_n;
+        if (q < t->processes)
+            td_ring_process_devices(t->ring, q, &first);
+        t->process_offsets[q] = (size_t)first * sizeof *t->busy;
+    }
+    return td_procs_allgather_bytes(td_procs_of(t->ctx), t->busy, t->process_offsets);
 }
 
 void td_trainer_fill_metrics(const td_trainer *t, float *values)

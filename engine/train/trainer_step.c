@@ -132,11 +132,9 @@ static td_status step_once(td_trainer *t, uint32_t n_bindings, const td_binding 
     if (loss)
         *loss = mean_loss;
     if (measured) {
-        for (uint32_t d = 0; d < t->mesh->count; d++)
-            t->busy[d] = td_program_busy_seconds(t->program, d);
         /* Every process records the same times, so all find the same split. */
         if (td_trainer_gather_busy(t) == TD_OK)
-            t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy_all);
+            t->rebalanced = td_balancer_record(&t->balance, t->micro_steps - 1, t->busy);
     }
     if (t->on_step)
         report_step(t, mean_loss, (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9);

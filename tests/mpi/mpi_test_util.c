@@ -5,6 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void *counting_alloc(void *user, size_t bytes, size_t alignment)
+{
+    (*(uint64_t *)user)++;
+    return aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+static void counting_free(void *user, void *ptr)
+{
+    (void)user;
+    free(ptr);
+}
+
 td_context *mt_start(mt_run *run, int argc, char **argv)
 {
     (void)argc, (void)argv;
@@ -12,6 +24,7 @@ td_context *mt_start(mt_run *run, int argc, char **argv)
     td_context_options o;
     td_context_options_init(&o);
     o.timeout_ms = 20000;
+    o.allocator = (td_allocator){counting_alloc, counting_free, &run->allocations};
     td_context *ctx = NULL;
     if (td_context_create(&o, &ctx) != TD_OK) {
         fprintf(stderr, "td_context_create failed\n");

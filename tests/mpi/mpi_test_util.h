@@ -14,9 +14,11 @@
 typedef struct mt_run {
     uint32_t rank, count;
     uint32_t passed, failed;
+    uint64_t allocations; /* through the joined context's allocator, so far */
 } mt_run;
 
-/* A context (20 s timeout) that joined the job; ends the job on failure. */
+/* A context (20 s timeout, its allocations counted in run->allocations)
+ * that joined the job; ends the job on failure. */
 td_context *mt_start(mt_run *run, int argc, char **argv);
 /* This process's mesh from "N" (cpu:N for all), "N0/N1/..." (one count
  * per process) or whole specs per process ("cpu:1/cpu:1@slow=4"). */

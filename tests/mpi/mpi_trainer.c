@@ -76,6 +76,7 @@ static int32_t y_at(uint64_t step, uint64_t row)
 static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
                          float *losses, float *params, size_t *n_params);
 static bool continue_on_loss; /* the "loss" mode's trainers continue on the survivors */
+static td_context *joined_ctx; /* the job's context, whose allocations are counted */
 
 /* Auto balance across processes: the slowed device ends with the fewest
  * examples, and every process holds the same global split. */
@@ -175,6 +176,7 @@ static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const floa
     }
     td_trainer *t = NULL;
     MT_OK(run, ctx, td_trainer_create(m.g, mesh, m.loss, 4, m.params, &o, &t));
+    uint64_t allocations = 0;
     td_tensor *xt = NULL, *yt = NULL;
     float *xv = NULL;
     int32_t *yv = NULL;
@@ -200,8 +202,16 @@ static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const floa
             yv[r] = y_at(s, first + r);
         }
         td_binding b[2] = {{m.x, xt}, {m.y, yt}};
+        if (s == 2)
+            allocations = run->allocations;
         MT_OK(run, ctx, td_trainer_step(t, 2, b, &losses[s]));
     }
+    /* A steady-state step allocates nothing, across processes too (the
+     * exchanges, the agreement and the update reuse what the first steps
+     * made); only a step that lost a device may. */
+    if (ctx == joined_ctx && !continue_on_loss)
+        mt_check(run, run->allocations == allocations, "steps 3-%d allocated %llu times, expected none", STEPS,
+                 (unsigned long long)(run->allocations - allocations));
     size_t at = 0;
     for (int i = 0; i < 4; i++) {
         int64_t dims[4];
@@ -231,6 +241,7 @@ int main(int argc, char **argv)
 {
     mt_run run;
     td_context *ctx = mt_start(&run, argc, argv);
+    joined_ctx = ctx;
     const bool weighted = argc > 2 && strcmp(argv[2], "weights") == 0;
     td_mesh *mesh = mt_mesh(&run, ctx, argc > 1 ? argv[1] : "1");
     if (argc > 2 && strcmp(argv[2], "auto") == 0) {
