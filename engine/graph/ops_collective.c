@@ -39,3 +39,35 @@ const td_op_def td_op_pmean = {"pmean", TD_OPF_COLLECTIVE, infer_same, grad_redu
 /* Gradients through all_gather and broadcast are not built in. */
 const td_op_def td_op_all_gather = {"all_gather", TD_OPF_COLLECTIVE, infer_all_gather, NULL, NULL, NULL, NULL};
 const td_op_def td_op_broadcast = {"broadcast", TD_OPF_COLLECTIVE, infer_same, NULL, NULL, NULL, NULL};
+
+/* ---- builders ---- */
+
+static td_status collective(td_graph *g, td_op op, td_node a, uint32_t root, td_node *out, const char *fn)
+{
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(op, 1, a, 0, 0);
+    d.attr.broadcast.root = root; /* checked against the mesh size at compile time */
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_psum(td_graph *g, td_node a, td_node *out)
+{
+    return collective(g, TD_OP_PSUM, a, 0, out, "td_graph_psum");
+}
+
+td_status td_graph_pmean(td_graph *g, td_node a, td_node *out)
+{
+    return collective(g, TD_OP_PMEAN, a, 0, out, "td_graph_pmean");
+}
+
+td_status td_graph_all_gather(td_graph *g, td_node a, td_node *out)
+{
+    return collective(g, TD_OP_ALL_GATHER, a, 0, out, "td_graph_all_gather");
+}
+
+td_status td_graph_broadcast(td_graph *g, td_node a, uint32_t root, td_node *out)
+{
+    return collective(g, TD_OP_BROADCAST, a, root, out, "td_graph_broadcast");
+}

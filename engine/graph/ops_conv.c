@@ -296,3 +296,132 @@ const td_op_def td_op_conv2d_grad_input = {"conv2d_grad_input", 0, infer_grad_in
                                            extra_grad_input, emit_grad_input};
 const td_op_def td_op_pool = {"pool2d", 0, infer_pool, grad_pool, NULL, NULL, emit_pool};
 const td_op_def td_op_pool_grad = {"pool2d_grad", 0, infer_pool_grad, NULL, NULL, NULL, emit_pool_grad};
+
+/* ---- builders ---- */
+
+/* Pads of one spatial axis for SAME / VALID / EXPLICIT. */
+static void axis_pads(td_padding_kind kind, int64_t in, int64_t span, int64_t stride, const int64_t *explicit_pad,
+                      int64_t *before, int64_t *after)
+{
+    if (kind == TD_PADDING_EXPLICIT) {
+        *before = explicit_pad[0];
+        *after = explicit_pad[1];
+    } else if (kind == TD_PADDING_SAME) {
+        int64_t out = (in + stride - 1) / stride;
+        int64_t total = (out - 1) * stride + span - in;
+        total = total > 0 ? total : 0;
+        *before = total / 2;
+        *after = total - *before;
+    } else {
+        *before = *after = 0;
+    }
+}
+
+static td_status window_attrs(td_graph *g, const char *fn, td_node x, const int64_t window[2], const int64_t stride[2],
+                              const int64_t dilation[2], td_padding_kind padding, const int64_t pad[4],
+                              td_node_def *d)
+{
+    for (int i = 0; i < 2; i++) {
+        if (stride[i] < 1 || stride[i] > ((int64_t)1 << 30))
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: stride[%d] is %lld, expected 1 to 2^30", fn, i,
+                                (long long)stride[i]);
+        if (dilation[i] < 1 || dilation[i] > ((int64_t)1 << 30))
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: dilation[%d] is %lld, expected 1 to 2^30", fn,
+                                i, (long long)dilation[i]);
+        if (window[i] < 1 || window[i] > ((int64_t)1 << 30))
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: window[%d] is %lld, expected 1 to 2^30", fn, i,
+                                (long long)window[i]);
+    }
+    if (padding != TD_PADDING_SAME && padding != TD_PADDING_VALID && padding != TD_PADDING_EXPLICIT)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: padding %d is not a td_padding_kind", fn,
+                            (int)padding);
+    if (padding == TD_PADDING_EXPLICIT)
+        for (int i = 0; i < 4; i++)
+            if (pad[i] < 0 || pad[i] > ((int64_t)1 << 30))
+                return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: pad[%d] is %lld, expected 0 to 2^30", fn, i,
+                                    (long long)pad[i]);
+    const td_shape *xs = &g->nodes[x].shape;
+    if (xs->rank != 4)
+        return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "%s: x has rank %u, expected 4 (NHWC)", fn, xs->rank);
+    for (int i = 0; i < 2; i++) {
+        d->attr.conv.window[i] = window[i];
+        d->attr.conv.stride[i] = stride[i];
+        d->attr.conv.dilation[i] = dilation[i];
+        axis_pads(padding, xs->dims[1 + i], dilation[i] * (window[i] - 1) + 1, stride[i], pad + 2 * i,
+                  &d->attr.conv.pad[2 * i], &d->attr.conv.pad[2 * i + 1]);
+    }
+    return TD_OK;
+}
+
+td_status td_conv2d_options_init(td_conv2d_options *o)
+{
+    if (!o)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(o, 0, sizeof *o);
+    o->stride[0] = o->stride[1] = 1;
+    o->dilation[0] = o->dilation[1] = 1;
+    o->padding = TD_PADDING_SAME;
+    return TD_OK;
+}
+
+td_status td_graph_conv2d(td_graph *g, td_node x, td_node kernel, const td_conv2d_options *options, td_node *out)
+{
+    const char *fn = "td_graph_conv2d";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, x, fn, TD_F32)) != TD_OK || (s = td_graph_check_node(g, kernel, fn, TD_F32)) != TD_OK)
+        return s;
+    td_conv2d_options o;
+    td_conv2d_options_init(&o);
+    if (options)
+        o = *options;
+    const td_shape *ks = &g->nodes[kernel].shape;
+    if (ks->rank != 4)
+        return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "%s: kernel has rank %u, expected 4 (KH, KW, C, O)", fn,
+                            ks->rank);
+    td_node_def d = td_node_make(TD_OP_CONV2D, 2, x, kernel, 0);
+    int64_t window[2] = {ks->dims[0], ks->dims[1]};
+    if ((s = window_attrs(g, fn, x, window, o.stride, o.dilation, o.padding, o.pad, &d)) != TD_OK)
+        return s;
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_pool2d_options_init(td_pool2d_options *o)
+{
+    if (!o)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(o, 0, sizeof *o);
+    o->window[0] = o->window[1] = 2;
+    o->stride[0] = o->stride[1] = 2;
+    o->padding = TD_PADDING_VALID;
+    o->count_include_pad = true;
+    return TD_OK;
+}
+
+static td_status pool(td_graph *g, td_node x, const td_pool2d_options *options, int32_t mode, td_node *out,
+                      const char *fn)
+{
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, x, fn, TD_F32)) != TD_OK)
+        return s;
+    td_pool2d_options o;
+    td_pool2d_options_init(&o);
+    if (options)
+        o = *options;
+    td_node_def d = td_node_make(TD_OP_POOL, 1, x, 0, 0);
+    const int64_t one[2] = {1, 1};
+    if ((s = window_attrs(g, fn, x, o.window, o.stride, one, o.padding, o.pad, &d)) != TD_OK)
+        return s;
+    d.attr.conv.mode = mode;
+    d.attr.conv.count_include_pad = o.count_include_pad;
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_max_pool2d(td_graph *g, td_node x, const td_pool2d_options *options, td_node *out)
+{
+    return pool(g, x, options, TD_POOL_MAX, out, "td_graph_max_pool2d");
+}
+
+td_status td_graph_avg_pool2d(td_graph *g, td_node x, const td_pool2d_options *options, td_node *out)
+{
+    return pool(g, x, options, TD_POOL_AVG, out, "td_graph_avg_pool2d");
+}

@@ -152,3 +152,69 @@ static void emit(const td_emit_ctx *e, td_node id, td_kernel_call *c)
 }
 
 const td_op_def td_op_elementwise = {"elementwise", 0, infer, grad, NULL, NULL, emit};
+
+/* ---- builders ---- */
+
+static td_status elementwise(td_graph *g, int32_t ew_op, float alpha, td_node a, td_node b, td_node *out,
+                             const char *fn)
+{
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    if (td_ew_arity(ew_op) == 2 && (s = td_graph_check_node(g, b, fn, TD_F32)) != TD_OK)
+        return s;
+    return td_graph_emit_ew(g, ew_op, alpha, a, b, out);
+}
+
+#define TD_UNARY_BUILDER(fn_name, EW)                                    \
+    td_status fn_name(td_graph *g, td_node a, td_node *out)              \
+    {                                                                    \
+        return elementwise(g, TD_EW_##EW, 0.0f, a, a, out, #fn_name);    \
+    }
+#define TD_BINARY_BUILDER(fn_name, EW)                                          \
+    td_status fn_name(td_graph *g, td_node a, td_node b, td_node *out)          \
+    {                                                                           \
+        return elementwise(g, TD_EW_##EW, 1.0f, a, b, out, #fn_name);           \
+    }
+
+TD_BINARY_BUILDER(td_graph_add, ADD)
+TD_BINARY_BUILDER(td_graph_sub, SUB)
+TD_BINARY_BUILDER(td_graph_mul, MUL)
+TD_BINARY_BUILDER(td_graph_div, DIV)
+TD_BINARY_BUILDER(td_graph_maximum, MAXIMUM)
+TD_BINARY_BUILDER(td_graph_minimum, MINIMUM)
+TD_BINARY_BUILDER(td_graph_equal, EQUAL)
+TD_UNARY_BUILDER(td_graph_relu, RELU)
+TD_UNARY_BUILDER(td_graph_neg, NEG)
+TD_UNARY_BUILDER(td_graph_exp, EXP)
+TD_UNARY_BUILDER(td_graph_log, LOG)
+TD_UNARY_BUILDER(td_graph_sqrt, SQRT)
+TD_UNARY_BUILDER(td_graph_tanh, TANH)
+TD_UNARY_BUILDER(td_graph_sigmoid, SIGMOID)
+TD_UNARY_BUILDER(td_graph_silu, SILU)
+
+td_status td_graph_gelu(td_graph *g, td_node a, bool approximate, td_node *out)
+{
+    return elementwise(g, approximate ? TD_EW_GELU_TANH : TD_EW_GELU_ERF, 0.0f, a, a, out, "td_graph_gelu");
+}
+
+td_status td_graph_scale(td_graph *g, td_node a, float factor, td_node *out)
+{
+    if (g && !(factor == factor && factor - factor == 0.0f))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_scale: factor %g is not finite", (double)factor);
+    return elementwise(g, TD_EW_SCALE, factor, a, a, out, "td_graph_scale");
+}
+
+td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out)
+{
+    const char *fn = "td_graph_mse";
+    td_node diff, sq;
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, pred, fn, TD_F32)) != TD_OK || (s = td_graph_check_node(g, target, fn, TD_F32)) != TD_OK)
+        return s;
+    if ((s = td_graph_sub(g, pred, target, &diff)) != TD_OK)
+        return s;
+    if ((s = td_graph_mul(g, diff, diff, &sq)) != TD_OK)
+        return s;
+    return td_graph_mean(g, sq, 0, NULL, false, out);
+}

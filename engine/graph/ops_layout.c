@@ -87,3 +87,43 @@ static void emit_transpose(const td_emit_ctx *e, td_node id, td_kernel_call *c)
 
 const td_op_def td_op_reshape = {"reshape", TD_OPF_ALIAS, infer_reshape, grad_reshape, NULL, NULL, NULL};
 const td_op_def td_op_transpose = {"transpose", 0, infer_transpose, grad_transpose, NULL, NULL, emit_transpose};
+
+/* ---- builders ---- */
+
+td_status td_graph_transpose(td_graph *g, td_node a, uint32_t rank, const int32_t *perm, td_node *out)
+{
+    const char *fn = "td_graph_transpose";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    uint32_t r = g->nodes[a].shape.rank;
+    if (rank != r || (r && !perm))
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "%s: the permutation has %u entries (perm %s), expected the operand's rank %u", fn, rank,
+                            perm ? "given" : "NULL", r);
+    td_node_def d = td_node_make(TD_OP_TRANSPOSE, 1, a, 0, 0);
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < r; i++) {
+        if (perm[i] < 0 || perm[i] >= (int32_t)r || (seen & (1u << perm[i])))
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "%s: perm[%u] = %d, expected each of 0..%u exactly once", fn, i, perm[i], r - 1);
+        seen |= 1u << perm[i];
+        d.attr.transpose.perm[i] = perm[i];
+    }
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t *dims, td_node *out)
+{
+    td_status s = td_graph_check_out(g, out, "td_graph_reshape");
+    if (s != TD_OK || (s = td_graph_check_dims(g, rank, dims, "td_graph_reshape", 1)) != TD_OK)
+        return s;
+    if (a >= g->count)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_graph_reshape: node %u does not exist", a);
+    td_node_def d = td_node_make(TD_OP_RESHAPE, 1, a, 0, 0);
+    d.dtype = g->nodes[a].dtype;
+    d.attr.dims.rank = rank;
+    for (uint32_t i = 0; i < rank; i++)
+        d.attr.dims.dims[i] = dims[i];
+    return td_graph_append(g, &d, out);
+}

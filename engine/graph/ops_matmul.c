@@ -91,3 +91,15 @@ static void emit(const td_emit_ctx *e, td_node id, td_kernel_call *c)
 }
 
 const td_op_def td_op_matmul = {"matmul", 0, infer, grad, NULL, NULL, emit};
+
+/* ---- builders ---- */
+
+td_status td_graph_matmul(td_graph *g, td_node a, td_node b, td_node *out)
+{
+    const char *fn = "td_graph_matmul";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK || (s = td_graph_check_node(g, b, fn, TD_F32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(TD_OP_MATMUL, 2, a, b, 0);
+    return td_graph_append(g, &d, out);
+}

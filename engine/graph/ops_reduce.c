@@ -100,3 +100,86 @@ const td_op_def td_op_sum = {"sum", 0, infer_sum, grad_sum, NULL, NULL, emit_sum
  * (second derivatives) are not built in. */
 const td_op_def td_op_sum_to = {"sum_to", 0, infer_like, NULL, NULL, NULL, emit_sum_to};
 const td_op_def td_op_broadcast_to = {"broadcast_to", 0, infer_like, NULL, NULL, NULL, emit_broadcast_to};
+
+/* ---- builders ---- */
+
+static td_status reduce(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims, bool mean,
+                        td_node *out, const char *fn)
+{
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    uint32_t rank = g->nodes[a].shape.rank;
+    uint32_t mask = 0;
+    if (n_axes == 0) {
+        mask = (1u << rank) - 1;
+    } else {
+        if (!axes)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: axes is NULL for %u axes", fn, n_axes);
+        for (uint32_t i = 0; i < n_axes; i++) {
+            int32_t ax = axes[i] < 0 ? axes[i] + (int32_t)rank : axes[i];
+            if (ax < 0 || ax >= (int32_t)rank)
+                return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: axis %d is out of range for rank %u", fn,
+                                    axes[i], rank);
+            mask |= 1u << ax;
+        }
+    }
+    td_node_def d = td_node_make(TD_OP_SUM, 1, a, 0, 0);
+    d.attr.reduce.axes_mask = mask;
+    d.attr.reduce.keepdims = keepdims;
+    d.attr.reduce.mean = mean;
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_sum(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims, td_node *out)
+{
+    return reduce(g, a, n_axes, axes, keepdims, false, out, "td_graph_sum");
+}
+
+td_status td_graph_mean(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims, td_node *out)
+{
+    return reduce(g, a, n_axes, axes, keepdims, true, out, "td_graph_mean");
+}
+
+td_status td_graph_layer_norm(td_graph *g, td_node x, td_node scale, td_node bias, float epsilon, td_node *out)
+{
+    const char *fn = "td_graph_layer_norm";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, x, fn, TD_F32)) != TD_OK)
+        return s;
+    if (!(epsilon > 0.0f) || epsilon != epsilon || epsilon > 1.0f)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: epsilon %g, expected in (0, 1]", fn,
+                            (double)epsilon);
+    const td_shape *xs = &g->nodes[x].shape;
+    if (xs->rank == 0)
+        return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "%s: x is a scalar, expected rank >= 1 (normalises the last axis)",
+                            fn);
+    int64_t features = xs->dims[xs->rank - 1];
+    const td_node affine[2] = {scale, bias};
+    for (int i = 0; i < 2; i++) {
+        if (affine[i] == TD_NO_NODE)
+            continue;
+        if ((s = td_graph_check_node(g, affine[i], fn, TD_F32)) != TD_OK)
+            return s;
+        const td_shape *as = &g->nodes[affine[i]].shape;
+        if (as->rank != 1 || as->dims[0] != features)
+            return td_shape_mismatch(g, affine[i], i ? "layer_norm bias must be [features]" : "layer_norm scale must be [features]",
+                                     as, xs);
+    }
+    /* (x - mean) * rsqrt(var + eps) * scale + bias over the last axis, from
+     * existing ops: autodiff composes the gradient. */
+    const int32_t last = -1;
+    td_node mean, xc, sq, var, eps, ve, inv, y;
+    if ((s = td_graph_mean(g, x, 1, &last, true, &mean)) != TD_OK ||
+        (s = td_graph_sub(g, x, mean, &xc)) != TD_OK || (s = td_graph_mul(g, xc, xc, &sq)) != TD_OK ||
+        (s = td_graph_mean(g, sq, 1, &last, true, &var)) != TD_OK ||
+        (s = td_graph_constant(g, epsilon, &eps)) != TD_OK || (s = td_graph_add(g, var, eps, &ve)) != TD_OK ||
+        (s = td_graph_emit_ew(g, TD_EW_RSQRT, 0.0f, ve, ve, &inv)) != TD_OK || (s = td_graph_mul(g, xc, inv, &y)) != TD_OK)
+        return s;
+    if (scale != TD_NO_NODE && (s = td_graph_mul(g, y, scale, &y)) != TD_OK)
+        return s;
+    if (bias != TD_NO_NODE && (s = td_graph_add(g, y, bias, &y)) != TD_OK)
+        return s;
+    *out = y;
+    return TD_OK;
+}

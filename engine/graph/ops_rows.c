@@ -1,5 +1,7 @@
 /* Ops over the last axis (rows = everything before it): softmax,
  * log-softmax, argmax; and the data ops: cast to f32 and embedding lookup. */
+#include <stdio.h>
+
 #include "td_op.h"
 
 static int64_t cols_of(const td_shape *s)
@@ -158,3 +160,58 @@ const td_op_def td_op_cast = {"cast", 0, infer_same, NULL, NULL, NULL, emit_cast
 const td_op_def td_op_embedding = {"embedding", 0, infer_embedding, grad_embedding, NULL, NULL, emit_embedding};
 const td_op_def td_op_embedding_grad = {"embedding_grad", 0, infer_like_table, NULL, NULL, NULL,
                                         emit_embedding_grad};
+
+/* ---- builders ---- */
+
+static td_status rows_op(td_graph *g, td_op op, int32_t mode, td_node a, td_node *out, const char *fn)
+{
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(op, 1, a, 0, 0);
+    d.attr.rows_mode = mode;
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_softmax(td_graph *g, td_node a, td_node *out)
+{
+    return rows_op(g, TD_OP_SOFTMAX, 0, a, out, "td_graph_softmax");
+}
+
+td_status td_graph_log_softmax(td_graph *g, td_node a, td_node *out)
+{
+    return rows_op(g, TD_OP_SOFTMAX, 1, a, out, "td_graph_log_softmax");
+}
+
+td_status td_graph_argmax(td_graph *g, td_node a, td_node *out)
+{
+    return rows_op(g, TD_OP_ARGMAX, 0, a, out, "td_graph_argmax");
+}
+
+td_status td_graph_cast(td_graph *g, td_node a, td_node *out)
+{
+    const char *fn = "td_graph_cast";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK)
+        return s;
+    if (a >= g->count)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u does not exist (graph has %u nodes)", fn, a,
+                            g->count);
+    if (g->nodes[a].dtype != TD_U8 && g->nodes[a].dtype != TD_I32) {
+        char what[32];
+        snprintf(what, sizeof what, "node %u", a);
+        return td_dtype_error(g->ctx, fn, what, g->nodes[a].dtype, "u8 or i32");
+    }
+    td_node_def d = td_node_make(TD_OP_CAST, 1, a, 0, 0);
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_embedding(td_graph *g, td_node table, td_node ids, td_node *out)
+{
+    const char *fn = "td_graph_embedding";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, table, fn, TD_F32)) != TD_OK || (s = td_graph_check_node(g, ids, fn, TD_I32)) != TD_OK)
+        return s;
+    td_node_def d = td_node_make(TD_OP_EMBEDDING, 2, table, ids, 0);
+    return td_graph_append(g, &d, out);
+}

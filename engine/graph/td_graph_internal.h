@@ -143,6 +143,8 @@ bool td_shape_equal(const td_shape *a, const td_shape *b);
  * dtype `want`. Set the context error naming fn. */
 td_status td_graph_check_out(td_graph *g, td_node *out, const char *fn);
 td_status td_graph_check_node(td_graph *g, td_node n, const char *fn, td_dtype want);
+/* rank <= TD_MAX_RANK, dims given, each >= 0 (or -1 when allowed: reshape). */
+td_status td_graph_check_dims(td_graph *g, uint32_t rank, const int64_t *dims, const char *fn, int allow_minus_one);
 /* batch norm's momentum in [0, 1) and epsilon in (0, 1] (NaN and inf fail),
  * for the op and for the layer, which checks before adding parameters. */
 td_status td_batch_norm_check_options(td_graph *g, const char *fn, const td_batch_norm_options *o);

@@ -5,8 +5,8 @@
  * nodes, and how it lowers to kernel calls on a device — any number of
  * calls, with extra arena memory after its output when it needs some.
  * shape.c, autodiff.c and lower.c only walk the graph and ask the table.
- * Adding an op is: an enum value (td_graph_internal.h), an entry here in
- * op_table.c, its file, and a public builder. */
+ * Adding an op is: an enum value (td_graph_internal.h), an entry in
+ * op_table.c, and its file — the table entry and its public builder. */
 #ifndef TD_OP_H
 #define TD_OP_H
 
