@@ -107,8 +107,9 @@ int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], c
                      (long long)p->rows, (long long)p->cols);
             return -1;
         }
-        if (c->kernel == TD_KERNEL_SOFTMAX && p->mode != 0 && p->mode != 1) {
-            snprintf(why, why_size, "mode %d, expected 0 (softmax) or 1 (log-softmax)", (int)p->mode);
+        if (c->kernel == TD_KERNEL_SOFTMAX && (p->mode & ~(1 | TD_ROWS_CAUSAL)) != 0) {
+            snprintf(why, why_size, "mode %d, expected 0 (softmax) or 1 (log-softmax), plus %d when causal",
+                     (int)p->mode, TD_ROWS_CAUSAL);
             return -1;
         }
         need[TD_ROW_OUT] = c->kernel == TD_KERNEL_SOFTMAX ? n : p->rows;

@@ -198,12 +198,19 @@ typedef struct td_pool_params {
  *   propagates), e[c] = exp(a[c] - m), s = sum of e in column order from
  *   0.0f;  mode 0 (softmax): out[c] = e[c] * (1.0f / s);
  *          mode 1 (log-softmax): out[c] = (a[c] - m) - log(s).
+ *   With TD_ROWS_CAUSAL added to the mode, row r sees only its first
+ *   (r mod cols) + 1 columns (rows are square blocks of attention scores,
+ *   query position r mod cols): m and s run over those columns only, in
+ *   the same order, and every later column gets 0 (softmax) or -inf
+ *   (log-softmax), whatever a holds there.
  * ARGMAX: out [rows] (f32): the column index of the first maximum (a > m
  *   replaces; the first NaN wins over everything), as a float — exact for
  *   cols <= 2^24. */
+enum { TD_ROWS_CAUSAL = 2 };
+
 typedef struct td_rows_params {
     int64_t rows, cols;
-    int32_t mode; /* SOFTMAX: 0 softmax, 1 log-softmax */
+    int32_t mode; /* SOFTMAX: 0 softmax, 1 log-softmax, plus TD_ROWS_CAUSAL */
 } td_rows_params;
 
 /* CAST: out[i] = (float) value i of a, i < n, where a holds `from`:

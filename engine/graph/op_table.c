@@ -32,6 +32,9 @@ static const td_op_def *const table[TD_OP_COUNT] = {
     [TD_OP_EMBEDDING_GRAD] = &td_op_embedding_grad,
     [TD_OP_DROPOUT] = &td_op_dropout,
     [TD_OP_BY_MODE] = &td_op_by_mode,
+    [TD_OP_BATCH_MATMUL] = &td_op_batch_matmul,
+    [TD_OP_SLICE] = &td_op_slice,
+    [TD_OP_SLICE_GRAD] = &td_op_slice_grad,
 };
 
 const td_op_def *td_op_def_of(td_op op)

@@ -1,6 +1,7 @@
 /* Ops that move elements without computing: RESHAPE (no kernel: the node
- * aliases its input's memory) and TRANSPOSE (one strided elementwise copy,
- * a SCALE by 1, which is exact). */
+ * aliases its input's memory), TRANSPOSE (one strided elementwise copy,
+ * a SCALE by 1, which is exact) and SLICE along axis 0 (a contiguous
+ * block, so one COPY; its gradient places gy in zeros: FILL, COPY, FILL). */
 #include <string.h>
 
 #include "td_op.h"
@@ -85,8 +86,110 @@ static void emit_transpose(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     td_pad4(so->rank, so->dims, zero, dummy, c->p.ew.b_strides);
 }
 
+/* Axis 0 of the operand as this program sees it: slicing a sharded axis
+ * would take a different block on every device, which is not the slice of
+ * the global tensor, so it is refused (the global and per-device sizes of
+ * axis 0 differ exactly when it is sharded). */
+static td_status infer_slice(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out,
+                             uint32_t devices)
+{
+    (void)devices;
+    const td_node_def *n = &g->nodes[id];
+    const td_shape *a = in[0];
+    if (a->rank < 1)
+        return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "node %u: slice needs rank >= 1 (it slices axis 0)", id);
+    if (a->dims[0] != g->nodes[n->in[0]].shape.dims[0])
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "node %u: slice of axis 0, which is sharded over the devices (%lld of %lld rows here); "
+                            "expected an axis every device holds whole",
+                            id, (long long)a->dims[0], (long long)g->nodes[n->in[0]].shape.dims[0]);
+    int64_t start = n->attr.slice.start, size = n->attr.slice.size;
+    if (start > a->dims[0] || size > a->dims[0] - start) {
+        char buf[96];
+        td_shape_format(a, buf, sizeof buf);
+        return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH,
+                            "node %u: slice [%lld, %lld) of axis 0 does not fit the operand %s", id, (long long)start,
+                            (long long)(start + size), buf);
+    }
+    *out = *a;
+    out->dims[0] = size;
+    return TD_OK;
+}
+
+static uint64_t row_elems(const td_shape *s)
+{
+    uint64_t n = 1;
+    for (uint32_t i = 1; i < s->rank; i++)
+        n *= (uint64_t)s->dims[i];
+    return n;
+}
+
+static void emit_slice(const td_emit_ctx *e, td_node id, td_kernel_call *c)
+{
+    const td_node_def *nd = &e->g->nodes[id];
+    uint64_t row = row_elems(&e->plan->shapes[nd->in[0]]);
+    c->kernel = TD_KERNEL_COPY;
+    c->n = (int64_t)(row * (uint64_t)nd->attr.slice.size);
+    c->out = td_emit_arg(e, id);
+    c->a = td_emit_arg(e, nd->in[0]);
+    c->a.offset += row * (uint64_t)nd->attr.slice.start;
+}
+
+static td_status grad_slice(td_grad_ctx *c, td_node id, td_node gy)
+{
+    td_graph *g = td_grad_graph(c);
+    const td_node_def n = g->nodes[id];
+    td_node_def d = td_node_make(TD_OP_SLICE_GRAD, 2, gy, n.in[0], 0);
+    d.attr.slice = n.attr.slice;
+    td_node t;
+    td_status s = td_graph_append(g, &d, &t);
+    return s == TD_OK ? td_grad_add(c, n.in[0], t) : s;
+}
+
+/* (gy, like a): a's shape. The operand `like` is there for its shape only. */
+static td_status infer_slice_grad(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out,
+                                  uint32_t devices)
+{
+    (void)g, (void)id, (void)devices;
+    *out = *in[1];
+    return TD_OK;
+}
+
+static uint32_t n_calls_slice_grad(const td_graph *g, const td_plan *plan, td_node id)
+{
+    (void)g, (void)plan, (void)id;
+    return 3;
+}
+
+/* Zeros before the block, gy, zeros after: each element written once. */
+static void emit_slice_grad(const td_emit_ctx *e, td_node id, td_kernel_call *c)
+{
+    const td_node_def *nd = &e->g->nodes[id];
+    const td_shape *so = &e->plan->shapes[id];
+    uint64_t row = row_elems(so), start = (uint64_t)nd->attr.slice.start, size = (uint64_t)nd->attr.slice.size;
+    uint64_t total = row * (uint64_t)so->dims[0];
+    td_arg out = td_emit_arg(e, id);
+    c[0].kernel = TD_KERNEL_FILL;
+    c[0].out = out;
+    c[0].n = (int64_t)(row * start);
+    c[0].alpha = 0.0f;
+    c[1].kernel = TD_KERNEL_COPY;
+    c[1].out = out;
+    c[1].out.offset += row * start;
+    c[1].a = td_emit_arg(e, nd->in[0]);
+    c[1].n = (int64_t)(row * size);
+    c[2].kernel = TD_KERNEL_FILL;
+    c[2].out = out;
+    c[2].out.offset += row * (start + size);
+    c[2].n = (int64_t)(total - row * (start + size));
+    c[2].alpha = 0.0f;
+}
+
 const td_op_def td_op_reshape = {"reshape", TD_OPF_ALIAS, infer_reshape, grad_reshape, NULL, NULL, NULL};
 const td_op_def td_op_transpose = {"transpose", 0, infer_transpose, grad_transpose, NULL, NULL, emit_transpose};
+const td_op_def td_op_slice = {"slice", 0, infer_slice, grad_slice, NULL, NULL, emit_slice};
+const td_op_def td_op_slice_grad = {"slice_grad", 0, infer_slice_grad, NULL, n_calls_slice_grad, NULL,
+                                    emit_slice_grad};
 
 /* ---- builders ---- */
 
@@ -125,5 +228,20 @@ td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t 
     d.attr.dims.rank = rank;
     for (uint32_t i = 0; i < rank; i++)
         d.attr.dims.dims[i] = dims[i];
+    return td_graph_append(g, &d, out);
+}
+
+td_status td_graph_slice(td_graph *g, td_node a, int64_t start, int64_t size, td_node *out)
+{
+    const char *fn = "td_graph_slice";
+    td_status s = td_graph_check_out(g, out, fn);
+    if (s != TD_OK || (s = td_graph_check_node(g, a, fn, TD_F32)) != TD_OK)
+        return s;
+    if (start < 0 || size < 0)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: start %lld and size %lld, expected both >= 0", fn,
+                            (long long)start, (long long)size);
+    td_node_def d = td_node_make(TD_OP_SLICE, 1, a, 0, 0);
+    d.attr.slice.start = start;
+    d.attr.slice.size = size;
     return td_graph_append(g, &d, out);
 }

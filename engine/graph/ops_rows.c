@@ -1,5 +1,5 @@
 /* Ops over the last axis (rows = everything before it): softmax,
- * log-softmax, argmax; and the data ops: cast to f32 and embedding lookup. */
+ * log-softmax, causal softmax (attention), argmax; and the data ops: cast to f32 and embedding lookup. */
 #include <stdio.h>
 
 #include "td_op.h"
@@ -27,6 +27,17 @@ static td_status infer_same(const td_graph *g, td_node id, const td_shape *const
     return TD_OK;
 }
 
+/* Causal: square blocks of scores [..., T, T], row = query position. */
+static td_status infer_softmax(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out,
+                               uint32_t devices)
+{
+    const td_shape *a = in[0];
+    if ((g->nodes[id].attr.rows_mode & TD_ROWS_CAUSAL) &&
+        (a->rank < 2 || a->dims[a->rank - 1] != a->dims[a->rank - 2]))
+        return td_shape_mismatch(g, id, "causal_softmax expects scores [..., T, T] (queries x keys)", a, a);
+    return infer_same(g, id, in, out, devices);
+}
+
 static void emit_softmax(const td_emit_ctx *e, td_node id, td_kernel_call *c)
 {
     const td_node_def *n = &e->g->nodes[id];
@@ -45,7 +56,7 @@ static td_status grad_softmax(td_grad_ctx *c, td_node id, td_node gy)
     int32_t last = -1;
     td_node t, s, u;
     td_status st;
-    if (n.attr.rows_mode == 0) {
+    if ((n.attr.rows_mode & 1) == 0) { /* causal too: y is 0 where masked, so is dx */
         if ((st = td_graph_emit_ew(g, TD_EW_MUL, 1.0f, gy, id, &t)) != TD_OK ||
             (st = td_graph_sum(g, t, 1, &last, true, &s)) != TD_OK ||
             (st = td_graph_emit_ew(g, TD_EW_SUB, 1.0f, gy, s, &u)) != TD_OK ||
@@ -152,7 +163,7 @@ static void emit_embedding_grad(const td_emit_ctx *e, td_node id, td_kernel_call
     c->p.gather = gather_params(&e->plan->shapes[id], &e->plan->shapes[n->in[1]]);
 }
 
-const td_op_def td_op_softmax = {"softmax", 0, infer_same, grad_softmax, NULL, NULL, emit_softmax};
+const td_op_def td_op_softmax = {"softmax", 0, infer_softmax, grad_softmax, NULL, NULL, emit_softmax};
 /* argmax and cast are flat: no gradient flows through them (they are
  * never on a path to a parameter with integer or index outputs). */
 const td_op_def td_op_argmax = {"argmax", 0, infer_argmax, NULL, NULL, NULL, emit_argmax};
@@ -181,6 +192,11 @@ td_status td_graph_softmax(td_graph *g, td_node a, td_node *out)
 td_status td_graph_log_softmax(td_graph *g, td_node a, td_node *out)
 {
     return rows_op(g, TD_OP_SOFTMAX, 1, a, out, "td_graph_log_softmax");
+}
+
+td_status td_graph_causal_softmax(td_graph *g, td_node scores, td_node *out)
+{
+    return rows_op(g, TD_OP_SOFTMAX, TD_ROWS_CAUSAL, scores, out, "td_graph_causal_softmax");
 }
 
 td_status td_graph_argmax(td_graph *g, td_node a, td_node *out)

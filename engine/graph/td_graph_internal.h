@@ -42,6 +42,9 @@ typedef enum td_op {
     TD_OP_EMBEDDING_GRAD,     /* (gy, ids, like table) -> [V, D] */
     TD_OP_DROPOUT,            /* x * keep mask of (seed, step, example) in training; x in evaluation */
     TD_OP_BY_MODE,            /* (training value, evaluation value): the one the program's mode picks */
+    TD_OP_BATCH_MATMUL,       /* a [..., M, K] x b [..., K, N], one GEMM per batch entry */
+    TD_OP_SLICE,              /* a block of axis 0: one copy */
+    TD_OP_SLICE_GRAD,         /* (gy, like a): gy placed in zeros */
     TD_OP_COUNT
 } td_op;
 
@@ -59,7 +62,8 @@ typedef union td_node_attr {
     struct { uint32_t axes_mask; bool keepdims, mean; } reduce; /* SUM, BROADCAST_TO (axes of `like`) */
     struct { int32_t perm[TD_MAX_RANK]; } transpose;
     struct { uint32_t root; } broadcast;
-    int32_t rows_mode;                     /* SOFTMAX */
+    int32_t rows_mode;                     /* SOFTMAX: td_rows_params.mode */
+    struct { int64_t start, size; } slice; /* SLICE, SLICE_GRAD: rows of axis 0 */
     struct {                     /* CONV2D(+grads), POOL(+grad) */
         int64_t window[2];       /* POOL: kh, kw (CONV2D: from the kernel) */
         int64_t stride[2], dilation[2];

@@ -84,9 +84,9 @@ void td_emit_reduce(td_kernel_call *c, uint32_t rank, const int64_t *dims, const
 /* The entries, one per ops_*.c file. */
 extern const td_op_def td_op_input, td_op_param, td_op_constant, td_op_axis_index, td_op_shard_weight;
 extern const td_op_def td_op_elementwise;
-extern const td_op_def td_op_matmul;
+extern const td_op_def td_op_matmul, td_op_batch_matmul;
 extern const td_op_def td_op_sum, td_op_sum_to, td_op_broadcast_to;
-extern const td_op_def td_op_reshape, td_op_transpose;
+extern const td_op_def td_op_reshape, td_op_transpose, td_op_slice, td_op_slice_grad;
 extern const td_op_def td_op_xent, td_op_xent_grad;
 extern const td_op_def td_op_psum, td_op_pmean, td_op_all_gather, td_op_broadcast;
 extern const td_op_def td_op_conv2d, td_op_conv2d_grad_kernel, td_op_conv2d_grad_input, td_op_pool,

@@ -137,6 +137,16 @@ TD_API td_status td_graph_constant(td_graph *g, float value, td_node *out);
 
 /* a [.., M, K] x b [K, N] -> [.., M, N]. a may have leading batch dims; b is 2-D. */
 TD_API td_status td_graph_matmul(td_graph *g, td_node a, td_node b, td_node *out);
+/* a [.., M, K] x b^T with b [N, K] -> [.., M, N]: hidden states times an
+ * embedding table, as a tied language-model head, without a transposed
+ * copy of the table. */
+TD_API td_status td_graph_matmul_transposed(td_graph *g, td_node a, td_node b, td_node *out);
+/* One product per batch entry: a [..., M, K] x b [..., K, N] -> [..., M, N],
+ * both of the same rank >= 2 with equal leading dims (attention's Q K^T and
+ * A V, batch = examples x heads). transpose_a / transpose_b swap the last
+ * two axes of a / b first (Q K^T: b = K [..., T, d], transpose_b). */
+TD_API td_status td_graph_batch_matmul(td_graph *g, td_node a, td_node b, bool transpose_a, bool transpose_b,
+                                       td_node *out);
 
 /* Elementwise with broadcasting. */
 TD_API td_status td_graph_add(td_graph *g, td_node a, td_node b, td_node *out);
@@ -169,6 +179,10 @@ TD_API td_status td_graph_gelu(td_graph *g, td_node a, bool approximate, td_node
  * elsewhere (no gradient): mean(equal(argmax(logits), cast(labels))) is the
  * accuracy as a graph node. */
 TD_API td_status td_graph_softmax(td_graph *g, td_node a, td_node *out);
+/* Softmax of attention scores [..., T, T] (queries x keys) under a causal
+ * mask: query i attends to keys 0..i only; the later entries are exactly 0
+ * and get no gradient (GPT's masked attention, without a -inf fill pass). */
+TD_API td_status td_graph_causal_softmax(td_graph *g, td_node scores, td_node *out);
 TD_API td_status td_graph_log_softmax(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_argmax(td_graph *g, td_node a, td_node *out);
 TD_API td_status td_graph_equal(td_graph *g, td_node a, td_node b, td_node *out);
@@ -250,6 +264,12 @@ TD_API td_status td_graph_sum(td_graph *g, td_node a, uint32_t n_axes, const int
 TD_API td_status td_graph_mean(td_graph *g, td_node a, uint32_t n_axes, const int32_t *axes, bool keepdims,
                                td_node *out);
 
+/* Elements start .. start + size - 1 along axis 0: [size, ...], a copy of
+ * one contiguous block (a third of a fused QKV projection, the first T
+ * rows of a position table). Axis 0 must not be sharded (a slice of the
+ * batch would differ per device): TD_ERR_INVALID_ARGUMENT naming it at
+ * compile time. */
+TD_API td_status td_graph_slice(td_graph *g, td_node a, int64_t start, int64_t size, td_node *out);
 /* Same elements, new shape; one dim may be -1 (inferred). */
 TD_API td_status td_graph_reshape(td_graph *g, td_node a, uint32_t rank, const int64_t *dims, td_node *out);
 

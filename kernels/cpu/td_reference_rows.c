@@ -15,24 +15,30 @@
 
 void td_reference_softmax(float *out, const float *a, const td_rows_params *p)
 {
+    const int causal = (p->mode & TD_ROWS_CAUSAL) != 0;
     for (int64_t r = 0; r < p->rows; r++) {
         const float *row = a + r * p->cols;
         float *orow = out + r * p->cols;
+        int64_t seen = causal ? r % p->cols + 1 : p->cols;
         float m = -INFINITY;
-        for (int64_t c = 0; c < p->cols; c++)
+        for (int64_t c = 0; c < seen; c++)
             m = row[c] > m ? row[c] : m;
         float s = 0.0f;
-        for (int64_t c = 0; c < p->cols; c++)
+        for (int64_t c = 0; c < seen; c++)
             s += expf(row[c] - m);
-        if (p->mode == 0) {
+        if ((p->mode & 1) == 0) {
             /* exp again rather than a stored copy: out may be a itself. */
             float inv = 1.0f / s;
-            for (int64_t c = 0; c < p->cols; c++)
+            for (int64_t c = 0; c < seen; c++)
                 orow[c] = expf(row[c] - m) * inv;
+            for (int64_t c = seen; c < p->cols; c++)
+                orow[c] = 0.0f;
         } else {
             float ls = logf(s);
-            for (int64_t c = 0; c < p->cols; c++)
+            for (int64_t c = 0; c < seen; c++)
                 orow[c] = (row[c] - m) - ls;
+            for (int64_t c = seen; c < p->cols; c++)
+                orow[c] = -INFINITY;
         }
     }
 }

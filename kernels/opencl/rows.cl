@@ -15,20 +15,25 @@ __kernel void td_softmax(__global float *out, ulong out_off, __global const floa
         return;
     __global const float *row = a + a_off + r * cols;
     __global float *orow = out + out_off + r * cols;
+    long seen = (mode & 2) ? r % cols + 1 : cols; /* TD_ROWS_CAUSAL */
     float m = -INFINITY;
-    for (long c = 0; c < cols; c++)
+    for (long c = 0; c < seen; c++)
         m = row[c] > m ? row[c] : m;
     float s = 0.0f;
-    for (long c = 0; c < cols; c++)
+    for (long c = 0; c < seen; c++)
         s += exp(row[c] - m);
-    if (mode == 0) {
+    if ((mode & 1) == 0) {
         float inv = 1.0f / s;
-        for (long c = 0; c < cols; c++)
+        for (long c = 0; c < seen; c++)
             orow[c] = exp(row[c] - m) * inv;
+        for (long c = seen; c < cols; c++)
+            orow[c] = 0.0f;
     } else {
         float ls = log(s);
-        for (long c = 0; c < cols; c++)
+        for (long c = 0; c < seen; c++)
             orow[c] = (row[c] - m) - ls;
+        for (long c = seen; c < cols; c++)
+            orow[c] = -INFINITY;
     }
 }
 

@@ -14,6 +14,7 @@
  * bounded by 1) is ~1e-4; the tolerance is 10x above both. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,6 +204,57 @@ Test(grad, matmul_rank4_a_and_vector_like_b)
     td_node a = param("a", 4, ad, 0, 1), b = param("b", 2, bd, 0, 1), y;
     TEST_OK(fx.ctx, td_graph_matmul(fx.g, a, b, &y));
     check_gradients(weighted_sum(y), "matmul [2,1,2,3]x[3,1]");
+}
+
+Test(grad, matmul_transposed_b_as_a_tied_head)
+{
+    int64_t ad[3] = {2, 3, 4}, bd[2] = {5, 4};
+    td_node a = param("a", 3, ad, 0, 1), b = param("b", 2, bd, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_matmul_transposed(fx.g, a, b, &y));
+    check_gradients(weighted_sum(y), "matmul [2,3,4]x[5,4]^T");
+}
+
+/* Every combination of transposes, rank 3 and 4: each flag's gradient rule
+ * is its own product. */
+static void check_batch_matmul(bool ta, bool tb, uint32_t rank)
+{
+    int64_t ad[4] = {2, 2, 3, 4}, bd[4] = {2, 2, 4, 5};
+    int64_t *la = ad + (4 - rank), *lb = bd + (4 - rank);
+    if (ta) { int64_t t = ad[2]; ad[2] = ad[3]; ad[3] = t; }
+    if (tb) { int64_t t = bd[2]; bd[2] = bd[3]; bd[3] = t; }
+    td_node a = param("a", rank, la, 0, 1), b = param("b", rank, lb, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_batch_matmul(fx.g, a, b, ta, tb, &y));
+    char what[64];
+    snprintf(what, sizeof what, "batch_matmul rank %u, transpose a %d b %d", rank, ta, tb);
+    check_gradients(weighted_sum(y), what);
+}
+
+Test(grad, batch_matmul_plain) { check_batch_matmul(false, false, 3); }
+Test(grad, batch_matmul_transpose_b) { check_batch_matmul(false, true, 4); }
+Test(grad, batch_matmul_transpose_a) { check_batch_matmul(true, false, 4); }
+Test(grad, batch_matmul_transpose_both) { check_batch_matmul(true, true, 3); }
+
+Test(grad, slice_of_axis_0)
+{
+    int64_t ad[3] = {5, 2, 3};
+    td_node a = param("a", 3, ad, 0, 1), y;
+    TEST_OK(fx.ctx, td_graph_slice(fx.g, a, 1, 3, &y));
+    check_gradients(weighted_sum(y), "slice [1, 4) of [5,2,3]");
+}
+
+Test(grad, slices_of_one_operand_sum_their_gradients)
+{
+    /* q, k and v of a fused projection: the three slices' gradients land in
+     * their own blocks of the operand's gradient, the block in no slice
+     * gets 0. */
+    int64_t ad[2] = {7, 3};
+    td_node a = param("a", 2, ad, 0, 1), q, k, v, qk, y;
+    TEST_OK(fx.ctx, td_graph_slice(fx.g, a, 0, 2, &q));
+    TEST_OK(fx.ctx, td_graph_slice(fx.g, a, 2, 2, &k));
+    TEST_OK(fx.ctx, td_graph_slice(fx.g, a, 4, 2, &v));
+    TEST_OK(fx.ctx, td_graph_mul(fx.g, q, k, &qk));
+    TEST_OK(fx.ctx, td_graph_mul(fx.g, qk, v, &y));
+    check_gradients(weighted_sum(y), "q*k*v of three slices");
 }
 
 /* ---- add / sub / mul with broadcasting ---- */
@@ -576,10 +628,52 @@ Test(grad_devices, mlp_on_test_devices)
     teardown();
 }
 
+Test(grad_devices, causal_attention_on_test_devices)
+{
+    /* One head-split causal self-attention with a tied output head: fused
+     * QKV, slices, per-head batched products (GEMMs at offsets on every
+     * backend), causal softmax, the transposed matmul. */
+    fixture_open(test_devices_spec("cpu:2"), true);
+    const int64_t B = 2, T = 4, H = 2, hd = 3, D = H * hd, V = 5;
+    int64_t xd[3] = {B, T, D}, wd[2] = {D, 3 * D}, ed[2] = {V, D};
+    td_tensor *x = test_tensor(fx.ctx, TD_F32, 3, xd);
+    test_fill_uniform(&fx.rng, test_f32(x), (size_t)(B * T * D), -1.0f, 1.0f);
+    td_node nx = input_tensor("x", x, TD_F32);
+    td_node w = param("w_qkv", 2, wd, 0, 1), emb = param("emb", 2, ed, 0, 1);
+    td_node qkv, split, heads, part[3], scores, scaled, att, mixed, back, merged, logits;
+    const int64_t sd[4] = {B * T, 3, H, hd}, hd4[4] = {H, B, T, hd}, md[3] = {B, T, D};
+    const int32_t to_heads[4] = {1, 2, 0, 3}, from_heads[4] = {1, 2, 0, 3};
+    TEST_OK(fx.ctx, td_graph_matmul(fx.g, nx, w, &qkv));
+    TEST_OK(fx.ctx, td_graph_reshape(fx.g, qkv, 4, sd, &split));
+    TEST_OK(fx.ctx, td_graph_transpose(fx.g, split, 4, to_heads, &heads)); /* [3, H, B*T, hd] */
+    for (int i = 0; i < 3; i++) {
+        td_node one;
+        TEST_OK(fx.ctx, td_graph_slice(fx.g, heads, i, 1, &one));
+        TEST_OK(fx.ctx, td_graph_reshape(fx.g, one, 4, hd4, &part[i]));
+    }
+    TEST_OK(fx.ctx, td_graph_batch_matmul(fx.g, part[0], part[1], false, true, &scores));
+    TEST_OK(fx.ctx, td_graph_scale(fx.g, scores, 0.5f, &scaled));
+    TEST_OK(fx.ctx, td_graph_causal_softmax(fx.g, scaled, &att));
+    TEST_OK(fx.ctx, td_graph_batch_matmul(fx.g, att, part[2], false, false, &mixed)); /* [H, B, T, hd] */
+    TEST_OK(fx.ctx, td_graph_transpose(fx.g, mixed, 4, from_heads, &back));         /* [B, T, H, hd] */
+    TEST_OK(fx.ctx, td_graph_reshape(fx.g, back, 3, md, &merged));
+    TEST_OK(fx.ctx, td_graph_matmul_transposed(fx.g, merged, emb, &logits));
+    check_gradients(weighted_sum(logits), "causal attention on test devices");
+    teardown();
+}
+
 /* ---- last-axis ops, embedding, convolution, pooling ---- */
 
 Test(grad, softmax_last_axis) { check_unary(td_graph_softmax, "softmax", 0, 2, false); }
 Test(grad, log_softmax_last_axis) { check_unary(td_graph_log_softmax, "log_softmax", 0, 2, false); }
+
+Test(grad, causal_softmax_of_attention_scores)
+{
+    int64_t ad[3] = {2, 4, 4};
+    td_node a = param("a", 3, ad, 0, 2), y;
+    TEST_OK(fx.ctx, td_graph_causal_softmax(fx.g, a, &y));
+    check_gradients(weighted_sum(y), "causal softmax [2,4,4]");
+}
 
 Test(grad, embedding_table_with_repeated_ids)
 {

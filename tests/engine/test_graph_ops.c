@@ -323,3 +323,124 @@ Test(graph_ops, layer_norm_layer_normalises_each_row)
         td_tensor_destroy(out);
     }
 }
+
+/* ---- the transformer's ops: values against host loops ---- */
+
+Test(graph_ops, batch_matmul_multiplies_each_batch_entry_with_every_transpose)
+{
+    /* a [2, 3, 2, 4] (or its last two axes swapped), b likewise [.., 4, 3]:
+     * every (ta, tb) against a host triple loop, on cpu:2. */
+    for (int flags = 0; flags < 4; flags++) {
+        bool ta = flags & 1, tb = flags & 2;
+        td_graph *gg;
+        TEST_OK(ctx, td_graph_create(ctx, &gg));
+        const int64_t M = 2, K = 4, N = 3, batches = 6;
+        int64_t ad[4] = {2, 3, ta ? K : M, ta ? M : K}, bd[4] = {2, 3, tb ? N : K, tb ? K : N};
+        td_node a, b, y;
+        TEST_OK(ctx, td_graph_input(gg, "a", TD_F32, 4, ad, TD_REPLICATED, &a));
+        TEST_OK(ctx, td_graph_input(gg, "b", TD_F32, 4, bd, TD_REPLICATED, &b));
+        TEST_OK(ctx, td_graph_batch_matmul(gg, a, b, ta, tb, &y));
+        td_tensor *av = test_tensor(ctx, TD_F32, 4, ad), *bv = test_tensor(ctx, TD_F32, 4, bd);
+        for (int i = 0; i < batches * M * K; i++) {
+            test_f32(av)[i] = (float)((i * 7) % 11) - 5.0f;
+            test_f32(bv)[i < batches * K * N ? i : 0] = (float)((i * 5) % 13) - 6.0f;
+        }
+        td_mesh *mesh = test_mesh(ctx, "cpu:2");
+        td_program *p = test_compile(ctx, gg, mesh, 1, &y);
+        td_binding bind[2] = {{a, av}, {b, bv}};
+        TEST_OK(ctx, td_program_run(p, 2, bind));
+        td_tensor *out = test_read_output(ctx, p, 0, 1);
+        for (int64_t e = 0; e < batches; e++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    float want = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        float x = test_f32(av)[e * M * K + (ta ? k * M + m : m * K + k)];
+                        float z = test_f32(bv)[e * K * N + (tb ? n * K + k : k * N + n)];
+                        want += x * z; /* small integers: exact in any order */
+                    }
+                    float got = test_f32(out)[(e * M + m) * N + n];
+                    cr_assert_eq(got, want, "ta %d tb %d batch %lld [%lld, %lld]: %g, expected %g", ta, tb,
+                                 (long long)e, (long long)m, (long long)n, (double)got, (double)want);
+                }
+        td_tensor_destroy(out);
+        td_tensor_destroy(av);
+        td_tensor_destroy(bv);
+        td_program_destroy(p);
+        td_graph_destroy(gg);
+    }
+}
+
+Test(graph_ops, causal_softmax_sees_only_earlier_keys)
+{
+    /* [2, 3, 3] scores: row i of each block is the softmax of its first
+     * i + 1 entries, and exactly 0 after them even where the scores are
+     * huge or NaN (they are never read). */
+    const int64_t dims[3] = {2, 3, 3};
+    td_node s, y;
+    TEST_OK(ctx, td_graph_input(g, "scores", TD_F32, 3, dims, TD_SHARDED, &s));
+    TEST_OK(ctx, td_graph_causal_softmax(g, s, &y));
+    td_tensor *sv = test_tensor(ctx, TD_F32, 3, dims);
+    for (int i = 0; i < 18; i++)
+        test_f32(sv)[i] = (float)(i % 5) * 0.5f - 1.0f;
+    test_f32(sv)[1] = NAN;    /* block 0, row 0, key 1: masked */
+    test_f32(sv)[11] = 1e30f; /* block 1, row 0, key 2: masked */
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_program *p = test_compile(ctx, g, mesh, 1, &y);
+    td_binding b = {s, sv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t d = 0; d < 2; d++) {
+        td_tensor *out = test_read_output(ctx, p, 0, d);
+        const float *row0 = test_f32(sv) + d * 9;
+        for (int i = 0; i < 3; i++) {
+            double m = -INFINITY, sum = 0.0;
+            for (int j = 0; j <= i; j++)
+                m = fmax(m, row0[i * 3 + j]);
+            for (int j = 0; j <= i; j++)
+                sum += exp(row0[i * 3 + j] - m);
+            for (int j = 0; j < 3; j++) {
+                float got = test_f32(out)[i * 3 + j];
+                if (j > i)
+                    cr_assert_eq(got, 0.0f, "device %u row %d key %d is masked: %g, expected 0", d, i, j, (double)got);
+                else
+                    cr_assert(test_close(got, exp(row0[i * 3 + j] - m) / sum, 1e-6, 1e-7),
+                              "device %u row %d key %d: %g", d, i, j, (double)got);
+            }
+        }
+        td_tensor_destroy(out);
+    }
+    td_tensor_destroy(sv);
+}
+
+Test(graph_ops, transformer_ops_refuse_bad_shapes_with_the_values)
+{
+    const int64_t d3[3] = {2, 3, 4}, d2[2] = {4, 5}, d34[3] = {2, 4, 3}, sq[3] = {2, 3, 4};
+    td_node a, b, c, y, x;
+    TEST_OK(ctx, td_graph_param(g, "a", 3, d3, &a));
+    TEST_OK(ctx, td_graph_param(g, "b", 2, d2, &b));
+    TEST_OK(ctx, td_graph_param(g, "c", 3, d34, &c));
+    /* ranks differ; inner dims differ (b not transposed); scores not square */
+    cr_assert_eq(td_graph_batch_matmul(g, a, b, false, false, &y), TD_ERR_SHAPE_MISMATCH);
+    cr_assert_eq(td_graph_batch_matmul(g, a, c, false, true, &y), TD_ERR_SHAPE_MISMATCH);
+    cr_assert(strstr(td_last_error(ctx), "inner dimensions"), "%s", td_last_error(ctx));
+    TEST_OK(ctx, td_graph_batch_matmul(g, a, c, false, false, &y));
+    cr_assert_eq(td_graph_matmul_transposed(g, a, b, &y), TD_ERR_SHAPE_MISMATCH);
+    TEST_OK(ctx, td_graph_param(g, "scores", 3, sq, &x));
+    cr_assert_eq(td_graph_causal_softmax(g, x, &y), TD_ERR_SHAPE_MISMATCH);
+    cr_assert(strstr(td_last_error(ctx), "[..., T, T]"), "%s", td_last_error(ctx));
+    cr_assert_eq(td_graph_slice(g, a, 1, 2, &y), TD_ERR_SHAPE_MISMATCH);
+    cr_assert(strstr(td_last_error(ctx), "[1, 3)"), "%s", td_last_error(ctx));
+    cr_assert_eq(td_graph_slice(g, a, -1, 1, &y), TD_ERR_INVALID_ARGUMENT);
+}
+
+Test(graph_ops, a_slice_of_the_sharded_batch_is_refused_when_compiled)
+{
+    const int64_t dims[2] = {4, 3};
+    td_node x, y;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, dims, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_slice(g, x, 0, 1, &y)); /* whole on one device: fine globally */
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_program *p = NULL;
+    cr_assert_eq(td_pmap_compile(g, mesh, 1, &y, &p), TD_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(td_last_error(ctx), "sharded"), "%s", td_last_error(ctx));
+}
