@@ -64,6 +64,50 @@ TD_API td_status td_model_classification(td_graph *g, const char *name, td_node 
  * "linreg/bias" [1], predictions [B, 1]; parameters start at zero. */
 TD_API td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions);
 
+/* ---- the GPT of seed 002 ---- */
+
+typedef struct td_gpt_options {
+    uint64_t seed;   /* initial parameters and dropout masks */
+    int64_t vocab;   /* token ids 0..vocab-1: 256 for bytes, 50257 for GPT-2's tokens */
+    int64_t context; /* rows of the position table: the longest sequence */
+    int64_t layers;
+    int64_t heads;   /* must divide width */
+    int64_t width;   /* the residual stream's features (GPT-2: n_embd) */
+    /* Rate of the dropouts GPT-2 places: after the embeddings, on the
+     * attention weights, and on each block's two residual branches. 0 =
+     * none (the programs then hold no dropout node). */
+    float dropout;
+} td_gpt_options;
+
+/* seed 0, vocab 256 (bytes), context 64, 4 layers, 4 heads, width 128, no
+ * dropout: nanoGPT's character model on a CPU. */
+TD_API td_status td_gpt_options_init(td_gpt_options *options);
+
+/* GPT-2 (Radford et al. 2019, as Hugging Face's GPT2LMHeadModel): tokens
+ * i32 [B, T] (1 <= T <= context) -> logits [B, T, vocab]. Token and learned
+ * position embeddings, `layers` pre-LayerNorm blocks of causal multi-head
+ * self-attention (one fused QKV projection, an output projection) and a 4x
+ * GELU(tanh) MLP, each with its residual, a final LayerNorm, and a head
+ * tied to the token table. Parameters are named as Hugging Face's GPT-2
+ * keys without "transformer.", every matrix [in, out] (x @ W, the layout of
+ * GPT-2's Conv1D): "wte.weight" [vocab, width], "wpe.weight" [context,
+ * width], "h.<l>.ln_1.weight" / ".bias", "h.<l>.attn.c_attn.weight" [width,
+ * 3 width] (columns q | k | v, heads contiguous in each) and ".bias",
+ * "h.<l>.attn.c_proj.*", "h.<l>.ln_2.*", "h.<l>.mlp.c_fc.weight" [width,
+ * 4 width], "h.<l>.mlp.c_proj.*", "ln_f.weight" / ".bias". GPT-2's
+ * initialization: weights and embeddings normal(0, 0.02), the two residual
+ * projections of each block normal(0, 0.02 / sqrt(2 layers)), biases 0,
+ * LayerNorm scales 1. options NULL: the defaults. */
+TD_API td_status td_model_gpt(td_graph *g, td_node tokens, const td_gpt_options *options, td_node *logits);
+
+/* The language-model loss: tokens and targets i32 [B, T] (targets[b, t] =
+ * the token after tokens[b, t]), mask f32 [B] (1 = a real sequence, 0 =
+ * padding): the mean cross-entropy over every token of the valid
+ * sequences of the global batch (td_graph_masked_mean), a scalar. Builds
+ * td_model_gpt. */
+TD_API td_status td_model_gpt_loss(td_graph *g, td_node tokens, td_node targets, td_node mask,
+                                   const td_gpt_options *options, td_node *loss);
+
 #ifdef __cplusplus
 }
 #endif
