@@ -96,6 +96,11 @@ const td_plan *td_program_plan(const td_program *p)
     return &p->plans[0];
 }
 
+const td_plan *td_program_plan_of(const td_program *p, uint32_t position)
+{
+    return &p->plans[p->plan_of[position]];
+}
+
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which)
 {
     return p->devs[position].buffers[which];

@@ -32,6 +32,8 @@ td_status td_program_write_all_params(td_program *p, const float *params);
  * (plan->size[TD_BUF_PARAMS] floats), as written to every device at compile. */
 const float *td_program_initial_params(const td_program *p);
 const td_plan *td_program_plan(const td_program *p);
+/* The plan device `position` runs (an uneven split has one per row count). */
+const td_plan *td_program_plan_of(const td_program *p, uint32_t position);
 td_buffer *td_program_buffer(const td_program *p, uint32_t position, int which);
 /* The mesh's ring the program runs its collectives on: the trainer's fused
  * all-reduce uses the same one. */

@@ -3,6 +3,7 @@
  * speeds -- and the restore path that writes a checkpoint's values back;
  * with the checks every call on a trainer starts with. All of it reads or
  * swaps what a step left; none of it runs a step. */
+#include <stddef.h>
 #include <string.h>
 
 #include "tandem/train.h"
@@ -259,6 +260,38 @@ td_status td_trainer_memory(const td_trainer *t, uint32_t device, size_t *state_
                             device, t->mesh->count);
     const trainer_owner *ow = &t->owners[device];
     *state_bytes = 2 * (size_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
+    return TD_OK;
+}
+
+td_status td_trainer_memory_report(const td_trainer *t, uint32_t device, td_memory_report *report)
+{
+    const char *fn = "td_trainer_memory_report";
+    td_status live = td_trainer_check(t, fn);
+    if (live != TD_OK)
+        return live;
+    if (!report)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: report is NULL", fn);
+    size_t size = report->struct_size ? report->struct_size : sizeof *report;
+    if (size < offsetof(td_memory_report, parameters) + sizeof(uint64_t) || size > sizeof *report)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: struct_size %zu, expected %zu or a smaller earlier size",
+                            fn, size, sizeof *report);
+    if ((live = td_trainer_check_planned(t, fn)) != TD_OK)
+        return live;
+    if (device >= t->mesh->count)
+        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: device %u is not in the mesh (%u devices)", fn, device,
+                            t->mesh->count);
+    const td_plan *plan = td_program_plan_of(t->program, device);
+    const trainer_owner *ow = &t->owners[device];
+    td_memory_report r = {0};
+    r.struct_size = size;
+    r.parameters = plan->size[TD_BUF_PARAMS] * sizeof(float);
+    r.gradients = plan->size[TD_BUF_GRADS] * sizeof(float);
+    r.activations = plan->size[TD_BUF_ARENA] * sizeof(float);
+    r.step_words = plan->size[TD_BUF_STEP] * sizeof(uint32_t);
+    r.optimizer_state = 2 * (uint64_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
+    if (t->accum)
+        r.accumulators = (uint64_t)t->param_elems * sizeof(float) * (t->accum[device].scratch ? 2 : 1);
+    memcpy(report, &r, size);
     return TD_OK;
 }
 

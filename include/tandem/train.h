@@ -191,6 +191,29 @@ TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identi
  * and the step's pending copy) so that a failed step changes nothing. */
 TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, size_t *state_bytes);
 
+/* What one device of a trainer holds, in bytes (seed 002's accounting).
+ * The first four are device memory, the last host memory kept for it. */
+typedef struct td_memory_report {
+    size_t struct_size;   /* sizeof(td_memory_report); 0 = current */
+    uint64_t parameters;  /* every parameter (and state) of the graph, replicated */
+    uint64_t gradients;   /* the gradient bucket, one slot per parameter element */
+    /* The arena at its peak: inputs, activations kept for the backward
+     * pass and the backward pass's temporaries, placed by liveness (so this
+     * is the peak, not the sum). It grows with the device's rows and, for a
+     * transformer, with T^2 for the attention weights. */
+    uint64_t activations;
+    uint64_t step_words;  /* the step buffer (dropout's counters) */
+    /* Host: the optimizer state of the parameter chunk the device's ring
+     * rank owns (about a 1/N share; current and staged copies), and its
+     * gradient accumulators (accumulate_steps > 1). */
+    uint64_t optimizer_state;
+    uint64_t accumulators;
+} td_memory_report;
+
+/* *report = mesh device `device`'s memory (above); report->struct_size
+ * as the caller's sizeof. The same errors as td_trainer_memory. */
+TD_API td_status td_trainer_memory_report(const td_trainer *trainer, uint32_t device, td_memory_report *report);
+
 /* *timing = mesh device `device`'s split of the last td_trainer_step (see
  * td_step_timing and options.timing_waits). TD_ERR_STATE when the last call
  * failed or none ran; TD_ERR_INVALID_ARGUMENT for a device outside the

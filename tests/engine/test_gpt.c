@@ -446,3 +446,69 @@ Test(gpt, bad_options_and_token_shapes_are_refused_by_name)
               (long long)dims[0], (long long)dims[1], (long long)dims[2]);
     td_context_destroy(ctx);
 }
+
+/* ---- memory ---- */
+
+static td_memory_report memory_of(const char *spec, int64_t B, int64_t seq, uint32_t device)
+{
+    td_context *ctx = test_context(0);
+    td_mesh *mesh = test_mesh(ctx, spec);
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    const int64_t td[2] = {B, seq};
+    td_node tokens, targets, mask, loss;
+    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
+    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
+    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
+    td_gpt_options o;
+    TEST_OK(ctx, td_gpt_options_init(&o));
+    o.vocab = 64;
+    o.context = 64;
+    o.layers = 2;
+    o.width = 32;
+    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
+    td_node params[64];
+    uint32_t n;
+    TEST_OK(ctx, td_graph_params(g, 64, params, &n));
+    td_trainer_options to;
+    TEST_OK(ctx, td_trainer_options_init(&to));
+    to.optimizer = TD_OPTIMIZER_ADAMW;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    td_memory_report r = {.struct_size = sizeof r};
+    TEST_OK(ctx, td_trainer_memory_report(t, device, &r));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "device 7", td_trainer_memory_report(t, 7, &r));
+    td_trainer_destroy(t);
+    td_context_destroy(ctx);
+    return r;
+}
+
+Test(gpt, memory_report_follows_the_per_device_batch_and_the_context)
+{
+    /* 2 layers, width 32, vocab 64, context 64: 2*12*32*32 + 2*13*32 +
+     * 64*32 (wte) + 64*32 (wpe) + 2*32 (ln_f) parameters. */
+    const uint64_t param_elems = 2 * (12 * 32 * 32 + 13 * 32) + 2 * 64 * 32 + 2 * 32;
+    td_memory_report one2 = memory_of("cpu:1", 2, 32, 0), one4 = memory_of("cpu:1", 4, 32, 0);
+    td_memory_report one8 = memory_of("cpu:1", 8, 32, 0), two8 = memory_of("cpu:2", 8, 32, 1);
+    cr_assert_eq(one2.parameters, 4 * param_elems, "parameters %llu bytes, expected %llu",
+                 (unsigned long long)one2.parameters, (unsigned long long)(4 * param_elems));
+    cr_assert_eq(one2.gradients, one2.parameters);
+    /* AdamW keeps m and v, twice (current and staged): one device owns all,
+     * two devices about half each. */
+    cr_assert_eq(one2.optimizer_state, 4 * one2.parameters);
+    cr_assert_leq(two8.optimizer_state, 2 * one2.parameters + 64);
+    cr_assert_eq(one2.accumulators, 0);
+    /* Activations: the same per-device batch, the same arena; linear in it. */
+    cr_assert_eq(two8.activations, one4.activations, "cpu:2 at batch 8 holds %llu bytes, cpu:1 at batch 4 %llu",
+                 (unsigned long long)two8.activations, (unsigned long long)one4.activations);
+    double d1 = (double)one4.activations - (double)one2.activations;
+    double d2 = (double)one8.activations - (double)one4.activations;
+    cr_assert_gt(d1, 0.0);
+    cr_assert(fabs(d2 - 2.0 * d1) <= 0.05 * d2, "activations at batch 2, 4, 8: %llu, %llu, %llu: not linear",
+              (unsigned long long)one2.activations, (unsigned long long)one4.activations,
+              (unsigned long long)one8.activations);
+    /* Doubling T more than doubles them: the attention weights are T^2. */
+    td_memory_report t64 = memory_of("cpu:1", 4, 64, 0);
+    cr_assert_gt((double)t64.activations, 2.0 * (double)one4.activations, "T 32: %llu bytes, T 64: %llu",
+                 (unsigned long long)one4.activations, (unsigned long long)t64.activations);
+}
