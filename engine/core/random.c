@@ -68,6 +68,17 @@ uint32_t td_random_below(td_random_stream *s, uint32_t bound)
     return r % bound;
 }
 
+uint64_t td_random_below_u64(td_random_stream *s, uint64_t bound)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t r;
+    do {
+        uint64_t high = td_random_u32(s);
+        r = high << 32 | td_random_u32(s);
+    } while (r >= limit);
+    return r % bound;
+}
+
 float td_random_normal(td_random_stream *s)
 {
     /* u1 in (0, 1]: log(0) never happens. */

@@ -41,6 +41,11 @@ float td_random_uniform(td_random_stream *s);
  * rejection on the top of the 32-bit range. */
 uint32_t td_random_below(td_random_stream *s, uint32_t bound);
 
+/* The same for a 64-bit bound (bound > 0): each candidate is two words, the
+ * first the high half, rejected at or above the largest multiple of bound
+ * below 2^64. For positions in data larger than 2^32 elements. */
+uint64_t td_random_below_u64(td_random_stream *s, uint64_t bound);
+
 /* Standard normal by Box-Muller on two uniforms, in double precision and
  * then rounded, so host results are the same with any libm rounding of
  * the float functions. */
