@@ -17,7 +17,7 @@
  *
  * usage: gpt_memory [--layers L] [--heads H] [--width D] [--vocab V]
  *        [--context C] [--seq T[,T...]] [--batches b[,b...]]
- *        [--devices N[,N...]] [--budget-mib M] [--json] */
+ *        [--devices N[,N...]] [--budget-mib M] [--recompute] [--json] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +120,9 @@ int main(int argc, char **argv)
         int used = 1;
         if (!strcmp(a, "--json")) {
             o.json = 1;
+            used = 0;
+        } else if (!strcmp(a, "--recompute")) {
+            o.gpt.recompute = true;
             used = 0;
         } else if (!v) {
             used = -1;

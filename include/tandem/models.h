@@ -77,6 +77,11 @@ typedef struct td_gpt_options {
      * attention weights, and on each block's two residual branches. 0 =
      * none (the programs then hold no dropout node). */
     float dropout;
+    /* Keep only each block's input for the backward pass and compute the
+     * block again there (td_graph_recompute): activation memory of about
+     * one block instead of all of them, for a second forward pass. The
+     * same values and gradients. */
+    bool recompute;
 } td_gpt_options;
 
 /* seed 0, vocab 256 (bytes), context 64, 4 layers, 4 heads, width 128, no
