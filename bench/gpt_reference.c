@@ -8,7 +8,7 @@
  *     initialization drawn by tandem) and DIR/tokens.bin (int32 magic
  *     20241124, B, T, then B*T inputs and B*T targets, uniform ids);
  *   gpt_reference --model FILE --tokens FILE --devices SPEC [--steps N
- *                 --lr X --weight-decay W]
+ *                 --lr X --weight-decay W --recompute 0|1]
  *     trains N AdamW steps (betas 0.9 / 0.999, eps 1e-8, as llm.c) on that
  *     one batch and prints, like the llm.c driver,
  *       step <i> loss <loss before the update> ms <step time>
@@ -150,6 +150,7 @@ static int train(const options *o)
     td_gpt_options go;
     td_gpt_options_init(&go);
     go.vocab = c.vocab, go.context = c.context, go.layers = c.layers, go.heads = c.heads, go.width = c.width;
+    go.recompute = o->gpt.recompute;
     if (s == TD_OK) s = td_mesh_create(ctx, o->devices, &mesh);
     if (s == TD_OK) s = td_graph_create(ctx, &g);
     if (s == TD_OK) s = td_graph_input(g, "tokens", TD_I32, 2, dims, TD_SHARDED, &tok);
@@ -245,6 +246,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--steps")) o.steps = atoi(v);
         else if (!strcmp(a, "--lr")) o.lr = (float)atof(v);
         else if (!strcmp(a, "--weight-decay")) o.weight_decay = (float)atof(v);
+        else if (!strcmp(a, "--recompute")) o.gpt.recompute = atoi(v) != 0;
         else {
             fprintf(stderr, "gpt_reference: unknown flag %s (see bench/gpt_reference.c)\n", a);
             return 2;
