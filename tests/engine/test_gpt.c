@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine_test_util.h"
 #include "tandem/models.h"
@@ -608,4 +609,71 @@ Test(gpt, recompute_regions_are_checked)
     TEST_OK(ctx, td_graph_recompute(g, 0, 1));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "already in recompute region 1", td_graph_recompute(g, 1, 1));
     td_context_destroy(ctx);
+}
+
+/* ---- steady state ---- */
+
+/* Text batches from a byte file through td_text_batch into the same host
+ * tensors, dropout and recomputation on, an uneven split (5 sequences over
+ * 3 devices): after a warm-up step, steps allocate nothing. */
+static void check_no_allocation(const char *spec, bool skip_when_unavailable)
+{
+    char path[] = "/tmp/tandem_gpt_textXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 400; i++)
+        fprintf(f, "the %d quick brown foxes jump over %d lazy dogs.\n", i, 2 * i);
+    fclose(f);
+    test_alloc_counter counter;
+    td_context *ctx = test_counting_context(&counter, 30000);
+    td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
+    td_text *text = NULL;
+    TEST_OK(ctx, td_text_open(ctx, path, NULL, &text));
+    const int64_t B = 5, seq = 8, td[2] = {B, seq};
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node tokens, targets, mask, loss;
+    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
+    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
+    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
+    td_gpt_options o;
+    TEST_OK(ctx, td_gpt_options_init(&o));
+    o.layers = 2, o.heads = 2, o.width = 16, o.context = 16, o.dropout = 0.1f, o.recompute = true;
+    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
+    td_node params[64];
+    uint32_t n;
+    TEST_OK(ctx, td_graph_params(g, 64, params, &n));
+    td_trainer_options to;
+    TEST_OK(ctx, td_trainer_options_init(&to));
+    to.optimizer = TD_OPTIMIZER_ADAMW;
+    to.learning_rate = 1e-3f;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
+    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
+    TEST_OK(ctx, td_batch_mask(ctx, mk, (size_t)B));
+    td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
+    float l;
+    TEST_OK(ctx, td_text_batch(text, 1, 0, (size_t)B, (size_t)seq, tok, tgt));
+    TEST_OK(ctx, td_trainer_step(t, 3, b, &l)); /* warm-up */
+    size_t before = counter.allocs;
+    for (uint64_t step = 1; step <= 10; step++) {
+        TEST_OK(ctx, td_text_batch(text, 1, step, (size_t)B, (size_t)seq, tok, tgt));
+        TEST_OK(ctx, td_trainer_step(t, 3, b, &l));
+    }
+    cr_expect_eq(counter.allocs, before, "%s: %zu host allocations in 10 steady-state GPT steps", spec,
+                 counter.allocs - before);
+    bool identical = false;
+    TEST_OK(ctx, td_trainer_replicas_identical(t, &identical));
+    cr_assert(identical, "%s: replicas differ", spec);
+    td_context_destroy(ctx);
+    unlink(path);
+}
+
+Test(gpt, no_allocation_in_a_steady_state_step) { check_no_allocation("cpu:3", false); }
+
+Test(gpt_devices, no_allocation_in_a_steady_state_step_on_test_devices, .timeout = 300)
+{
+    check_no_allocation(test_devices_spec("cpu:2"), true);
 }
