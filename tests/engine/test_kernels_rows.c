@@ -424,14 +424,14 @@ Test(row_kernels, bad_calls_are_invalid_arguments)
     ops->segment_destroy(dev, seg);
 
     td_kernel_call bad_params[] = {
-        {.kernel = TD_KERNEL_SOFTMAX, .out = at0, .a = at0, .p.rows = {2, 5, 2}},
+        {.kernel = TD_KERNEL_SOFTMAX, .out = at0, .a = at0, .p.rows = {2, 5, 4}}, /* 2 is causal */
         {.kernel = TD_KERNEL_ARGMAX, .out = at0, .a = at0, .p.rows = {-1, 5, 0}},
         {.kernel = TD_KERNEL_CAST, .out = at0, .a = at0, .p.cast = {4, 7}},
         {.kernel = TD_KERNEL_DROPOUT_MASK, .out = at0, .b = at0, .p.dropout = {INT64_MAX, 3, 0, 0, 1, 1.0f}},
         {.kernel = TD_KERNEL_GATHER_ROWS, .out = at0, .a = at0, .b = at0, .p.gather = {1, -2, 1}},
         {.kernel = TD_KERNEL_SCATTER_ADD_ROWS, .out = {NULL, 0}, .a = at0, .b = at0, .p.gather = {1, 2, 1}},
     };
-    const char *mentions[] = {"mode 2", "rows -1", "from 7", "rows 9223372036854775807", "vocab -2", "no buffer"};
+    const char *mentions[] = {"mode 4", "rows -1", "from 7", "rows 9223372036854775807", "vocab -2", "no buffer"};
     for (size_t i = 0; i < sizeof bad_params / sizeof bad_params[0]; i++)
         TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, mentions[i], ops->segment_create(dev, &bad_params[i], 1, &seg));
     ops->buffer_destroy(dev, buf);
