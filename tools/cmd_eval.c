@@ -10,13 +10,16 @@
 #include "td_cli_session.h"
 
 static const char usage_text[] =
-    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data DIR] [--batch N]\n"
+    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data PATH] [--batch N] [--eval-batches N]\n"
     "Evaluates the newest valid checkpoint in DIR on the test set (Fashion-MNIST t10k, or the generated\n"
-    "test set the run used). Prints a line and a final JSON line. Exit codes: 0, 1 failed, 2 bad command line.";
+    "test set the run used); a gpt checkpoint (DIR, or one file) on the validation windows of its text,\n"
+    "with bits per byte for byte text. Prints a line and a final JSON line. Exit codes: 0, 1 failed, 2 bad\n"
+    "command line.";
 
 int td_cli_eval(int argc, char **argv)
 {
     td_cli_config c = {.devices = "cpu:4", .data = NULL, .batch = 0};
+    int64_t eval_batches = -1;
     const td_cli_flag flags[] = {
         {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "DIR", "the run's checkpoint directory"},
         {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
@@ -24,6 +27,8 @@ int td_cli_eval(int argc, char **argv)
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
          "global batch, a multiple of the device count (default: the run's)"},
+        {"--eval-batches", TD_CLI_INT, &eval_batches, 0, 1e12, 0, NULL, 0, "N",
+         "gpt: validation batches to evaluate; 0: every window (default 0)"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -36,6 +41,16 @@ int td_cli_eval(int argc, char **argv)
         return TD_CLI_EXIT_USAGE;
     if (!c.checkpoint) {
         fprintf(stderr, "tandem eval: --checkpoint DIR is required (see tandem eval --help)\n");
+        return TD_CLI_EXIT_USAGE;
+    }
+    /* A gpt checkpoint has a config of its own (cmd_eval_text.c). */
+    char model[16];
+    if (td_cli_checkpoint_model(c.checkpoint, model, sizeof model) && strcmp(model, "gpt") == 0)
+        return td_cli_eval_text(c.checkpoint, c.devices, (set & TD_CLI_SET_DATA) ? c.data : NULL,
+                                (set & TD_CLI_SET_BATCH) ? c.batch : 0, eval_batches > 0 ? eval_batches : 0);
+    if (eval_batches >= 0) {
+        fprintf(stderr, "tandem eval: --eval-batches is for gpt checkpoints; '%s' holds a %s model\n", c.checkpoint,
+                td_cli_checkpoint_model(c.checkpoint, model, sizeof model) ? model : "non-gpt");
         return TD_CLI_EXIT_USAGE;
     }
     td_cli_saved_config saved;
