@@ -360,11 +360,17 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     }
     for (size_t i = 0; i < count; i++) {
         int32_t k = calls[i].kernel;
-        if (k == TD_KERNEL_IM2COL || k == TD_KERNEL_COL2IM || k == TD_KERNEL_POOL || k == TD_KERNEL_POOL_BACKWARD) {
-            td_status st = check_conv_call(dev, i, &calls[i]);
-            if (st != TD_OK)
-                return st;
-        }
+        td_status st = TD_OK;
+        if (k == TD_KERNEL_IM2COL || k == TD_KERNEL_COL2IM || k == TD_KERNEL_POOL || k == TD_KERNEL_POOL_BACKWARD)
+            st = check_conv_call(dev, i, &calls[i]);
+        /* FILL and COPY take their count from the caller as it is, as the
+         * row kernels do; the GPU backends refuse the same calls. */
+        if (k == TD_KERNEL_FILL || k == TD_KERNEL_COPY)
+            st = check_elems(dev, i, &calls[i], "out", &calls[i].out, calls[i].n);
+        if (st == TD_OK && k == TD_KERNEL_COPY)
+            st = check_elems(dev, i, &calls[i], "a", &calls[i].a, calls[i].n);
+        if (st != TD_OK)
+            return st;
     }
     td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));

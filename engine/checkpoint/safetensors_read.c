@@ -30,6 +30,7 @@
 struct td_st_file {
     td_context *ctx;
     char *path;
+    td_st_open_mode mode;
     int fd;
     uint64_t size;       /* the whole file */
     uint64_t data_start; /* 8 + the header length */
@@ -48,7 +49,7 @@ static td_status corrupt(const td_st_file *f, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return td_error_set(f->ctx, TD_ERR_CORRUPT_DATA, "checkpoint %s: %s", f->path, what);
+    return td_error_set(f->ctx, TD_ERR_CORRUPT_DATA, "%s %s: %s", f->mode.kind, f->path, what);
 }
 
 /* Reads exactly `bytes` at `offset`; TD_ERR_IO naming the file otherwise. */
@@ -60,7 +61,7 @@ static td_status read_at(const td_st_file *f, uint64_t offset, void *out, size_t
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
-            return td_error_set(f->ctx, TD_ERR_IO, "checkpoint %s: reading %s at byte %llu: %s", f->path, what,
+            return td_error_set(f->ctx, TD_ERR_IO, "%s %s: reading %s at byte %llu: %s", f->mode.kind, f->path, what,
                                 (unsigned long long)offset,
                                 got < 0 ? strerror(errno) : "the file ended early (it changed after it was opened?)");
         p += got;
@@ -116,6 +117,26 @@ static td_status parse_shape(td_st_file *f, const char *name, json_t *shape, td_
     return TD_OK;
 }
 
+/* safetensors' dtypes whose elements are whole bytes. */
+static const struct {
+    const char *name;
+    uint32_t bytes;
+} known_dtypes[] = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2},
+    {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8},
+};
+
+/* The element size of the entry's dtype, or 0 when the mode refuses it. */
+static uint32_t dtype_bytes(const td_st_file *f, const char *dtype)
+{
+    if (!f->mode.any_dtype)
+        return strcmp(dtype, "F32") == 0 ? 4 : 0;
+    for (size_t i = 0; i < sizeof known_dtypes / sizeof known_dtypes[0]; i++)
+        if (strcmp(dtype, known_dtypes[i].name) == 0)
+            return known_dtypes[i].bytes;
+    return 0;
+}
+
 static td_status parse_entry(td_st_file *f, const char *name, json_t *value, td_st_entry *e)
 {
     e->name = name;
@@ -124,9 +145,13 @@ static td_status parse_entry(td_st_file *f, const char *name, json_t *value, td_
     json_t *dtype = json_object_get(value, "dtype");
     if (!json_is_string(dtype))
         return corrupt(f, "tensor '%s': \"dtype\" is missing or not a string", name);
-    if (strcmp(json_string_value(dtype), "F32") != 0)
+    e->dtype = json_string_value(dtype);
+    e->element_bytes = dtype_bytes(f, e->dtype);
+    if (e->element_bytes == 0 && !f->mode.any_dtype)
         return corrupt(f, "tensor '%s': dtype '%s', expected F32 (tandem checkpoints hold f32 tensors)", name,
-                       json_string_value(dtype));
+                       e->dtype);
+    if (e->element_bytes == 0)
+        return corrupt(f, "tensor '%s': dtype '%.40s' is not a safetensors dtype of whole bytes", name, e->dtype);
     uint64_t count = 0;
     td_status s = parse_shape(f, name, json_object_get(value, "shape"), e, &count);
     if (s != TD_OK)
@@ -142,12 +167,13 @@ static td_status parse_entry(td_st_file *f, const char *name, json_t *value, td_
         return corrupt(f, "tensor '%s': data_offsets [%llu, %llu] run past the data area's %llu bytes (truncated file?)",
                        name, (unsigned long long)e->begin, (unsigned long long)e->end,
                        (unsigned long long)f->data_size);
-    if (e->end - e->begin != 4 * count) {
+    if (e->end - e->begin != e->element_bytes * count) {
         char dims[128];
         format_dims(e, dims, sizeof dims);
-        return corrupt(f, "tensor '%s': data_offsets [%llu, %llu] span %llu bytes, its shape %s of F32 needs %llu", name,
+        return corrupt(f, "tensor '%s': data_offsets [%llu, %llu] span %llu bytes, its shape %s of %s needs %llu", name,
                        (unsigned long long)e->begin, (unsigned long long)e->end,
-                       (unsigned long long)(e->end - e->begin), dims, (unsigned long long)(4 * count));
+                       (unsigned long long)(e->end - e->begin), dims, e->dtype,
+                       (unsigned long long)(e->element_bytes * count));
     }
     return TD_OK;
 }
@@ -226,9 +252,9 @@ static td_status open_checked(td_st_file *f)
 {
     struct stat st;
     if (fstat(f->fd, &st) != 0)
-        return td_error_set(f->ctx, TD_ERR_IO, "checkpoint %s: %s", f->path, strerror(errno));
+        return td_error_set(f->ctx, TD_ERR_IO, "%s %s: %s", f->mode.kind, f->path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return td_error_set(f->ctx, TD_ERR_IO, "checkpoint %s: not a regular file", f->path);
+        return td_error_set(f->ctx, TD_ERR_IO, "%s %s: not a regular file", f->mode.kind, f->path);
     f->size = (uint64_t)st.st_size;
     if (f->size < 8)
         return corrupt(f, "the file has %llu bytes, too few for the 8-byte header length", (unsigned long long)f->size);
@@ -259,7 +285,7 @@ static td_status open_checked(td_st_file *f)
     return s;
 }
 
-td_status td_st_open(td_context *ctx, const char *path, td_st_file **out)
+td_status td_st_open_as(td_context *ctx, const char *path, const td_st_open_mode *mode, td_st_file **out)
 {
     *out = NULL;
     td_st_file *f = td_alloc_zeroed(ctx, sizeof *f);
@@ -273,15 +299,22 @@ td_status td_st_open(td_context *ctx, const char *path, td_st_file **out)
     memcpy(copy, path, path_len + 1);
     f->ctx = ctx;
     f->path = copy;
+    f->mode = *mode;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     td_status s = f->fd >= 0 ? open_checked(f)
-                             : td_error_set(ctx, TD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+                             : td_error_set(ctx, TD_ERR_IO, "%s %s: cannot open: %s", mode->kind, path, strerror(errno));
     if (s != TD_OK) {
         td_st_close(f);
         return s;
     }
     *out = f;
     return TD_OK;
+}
+
+td_status td_st_open(td_context *ctx, const char *path, td_st_file **out)
+{
+    const td_st_open_mode checkpoint = {.kind = "checkpoint", .any_dtype = false};
+    return td_st_open_as(ctx, path, &checkpoint, out);
 }
 
 void td_st_close(td_st_file *f)
@@ -324,7 +357,17 @@ const char *td_st_metadata(const td_st_file *f, const char *key)
 
 td_status td_st_read(const td_st_file *f, const td_st_entry *e, uint64_t first, uint64_t count, float *out)
 {
+    if (strcmp(e->dtype, "F32") != 0)
+        return td_error_set(f->ctx, TD_ERR_INVALID_ARGUMENT, "%s %s: tensor '%s' is %s, read as F32", f->mode.kind,
+                            f->path, e->name, e->dtype);
     char what[160];
     snprintf(what, sizeof what, "tensor '%s'", e->name);
     return read_at(f, f->data_start + e->begin + 4 * first, out, (size_t)(4 * count), what);
+}
+
+td_status td_st_read_bytes(const td_st_file *f, const td_st_entry *e, uint64_t first, size_t bytes, void *out)
+{
+    char what[160];
+    snprintf(what, sizeof what, "tensor '%s'", e->name);
+    return read_at(f, f->data_start + e->begin + first, out, bytes, what);
 }

@@ -14,7 +14,23 @@ struct td_grad_ctx {
     td_node *grads;
     uint8_t *has;
     uint8_t *needs;
+    /* Recomputation: clone_of[forward id] is the node's copy made for the
+     * backward pass (or the id itself), and origin[id - count] the forward
+     * node a copy stands for (or UINT32_MAX), so gradient rules that name
+     * a copy's inputs reach the forward graph's bookkeeping. */
+    td_node *clone_of;
+    td_node *origin;
+    uint32_t origin_capacity;
 };
+
+/* The forward node a gradient rule's node stands for. */
+static td_node forward_id(const td_grad_ctx *c, td_node node)
+{
+    if (node < c->count)
+        return node;
+    uint32_t k = node - c->count;
+    return k < c->origin_capacity && c->origin[k] != UINT32_MAX ? c->origin[k] : node;
+}
 
 td_graph *td_grad_graph(td_grad_ctx *c)
 {
@@ -23,11 +39,13 @@ td_graph *td_grad_graph(td_grad_ctx *c)
 
 bool td_grad_needs(const td_grad_ctx *c, td_node node)
 {
+    node = forward_id(c, node);
     return node < c->count && c->needs[node];
 }
 
 td_status td_grad_add(td_grad_ctx *c, td_node target, td_node contribution)
 {
+    target = forward_id(c, target);
     if (!td_grad_needs(c, target))
         return TD_OK;
     td_graph *g = c->g;
@@ -58,6 +76,78 @@ static td_status zero_gradient(td_graph *g, td_node param, td_node *out)
     return td_graph_append(g, &d, out);
 }
 
+/* Copies recompute region `region`, whose last node is `last`, at the end
+ * of the graph: each node with its inputs inside the region redirected to
+ * their copies. Sources (parameters, inputs, constants) are not copied:
+ * they are state, not activations. */
+static td_status clone_region(td_grad_ctx *c, uint32_t region, td_node last)
+{
+    td_graph *g = c->g;
+    td_node first = last;
+    while (first > 0 && g->nodes[first - 1].recompute == region)
+        first--;
+    for (td_node id = first; id <= last; id++) {
+        td_node_def d = g->nodes[id];
+        if (td_op_def_of(d.op)->flags & TD_OPF_SOURCE)
+            continue;
+        for (uint32_t k = 0; k < d.n_in; k++)
+            d.in[k] = c->clone_of[d.in[k]];
+        d.recompute = 0;
+        td_node copy;
+        td_status s = td_graph_append(g, &d, &copy);
+        if (s != TD_OK)
+            return s;
+        uint32_t k = copy - c->count;
+        if (k >= c->origin_capacity) {
+            uint32_t cap = c->origin_capacity ? 2 * c->origin_capacity : 256;
+            while (cap <= k)
+                cap *= 2;
+            td_node *grown = td_alloc(g->ctx, sizeof *grown * cap);
+            if (!grown)
+                return TD_OOM(g->ctx, "recomputation bookkeeping", sizeof *grown * cap);
+            for (uint32_t i = 0; i < cap; i++)
+                grown[i] = i < c->origin_capacity ? c->origin[i] : UINT32_MAX;
+            td_free(g->ctx, c->origin);
+            c->origin = grown;
+            c->origin_capacity = cap;
+        }
+        c->origin[k] = id;
+        c->clone_of[id] = copy;
+    }
+    return TD_OK;
+}
+
+td_status td_graph_recompute(td_graph *g, td_node first, td_node last)
+{
+    static const char fn[] = "td_graph_recompute";
+    if (!g)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_owned_check_live(&g->owned, fn);
+    if (s != TD_OK)
+        return s;
+    if (first > last || last >= g->count)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "%s: nodes %u..%u, expected first <= last < %u (the graph's nodes)", fn, first, last,
+                            g->count);
+    if (g->has_grad)
+        return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "%s: the graph already has its gradient; mark regions before td_graph_value_and_grad", fn);
+    for (td_node id = first; id <= last; id++) {
+        const td_node_def *n = &g->nodes[id];
+        if (n->recompute)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: node %u is already in recompute region %u", fn,
+                                id, n->recompute);
+        if (td_op_def_of(n->op)->flags & TD_OPF_COLLECTIVE)
+            return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT,
+                                "%s: node %u (%s) is a collective; a recomputed region holds none", fn, id,
+                                td_op_def_of(n->op)->name);
+    }
+    uint32_t region = ++g->n_recompute;
+    for (td_node id = first; id <= last; id++)
+        g->nodes[id].recompute = region;
+    return TD_OK;
+}
+
 td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const td_node *params, td_node *grads_out)
 {
     static const char fn[] = "td_graph_value_and_grad";
@@ -85,15 +175,18 @@ td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const t
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: params[%u] (node %u) is not a parameter", fn, i,
                                 params[i]);
 
-    td_grad_ctx c = {g, g->count, NULL, NULL, NULL};
+    td_grad_ctx c = {g, g->count, NULL, NULL, NULL, NULL, NULL, 0};
     c.grads = td_alloc_zeroed(ctx, sizeof *c.grads * c.count);
     c.has = td_alloc_zeroed(ctx, c.count);
     c.needs = td_alloc_zeroed(ctx, c.count);
+    c.clone_of = td_alloc(ctx, sizeof *c.clone_of * c.count);
     td_status s = TD_OK;
-    if (!c.grads || !c.has || !c.needs) {
+    if (!c.grads || !c.has || !c.needs || !c.clone_of) {
         s = TD_OOM(ctx, "autodiff bookkeeping", sizeof *c.grads * c.count);
         goto done;
     }
+    for (uint32_t id = 0; id < c.count; id++)
+        c.clone_of[id] = id;
     for (uint32_t i = 0; i < n; i++)
         c.needs[params[i]] = 1;
     for (uint32_t id = 0; id < c.count; id++)
@@ -115,11 +208,18 @@ td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const t
         if (!c.has[id] || !c.needs[id])
             continue;
         const td_op_def *op = td_op_def_of(g->nodes[id].op);
+        /* The first node of a recomputed region the walk reaches is its
+         * last: copy the region now, right before its gradients, and let
+         * the rules read the copies. */
+        uint32_t region = g->nodes[id].recompute;
+        if (region && c.clone_of[id] == (td_node)id && !(op->flags & TD_OPF_SOURCE) &&
+            (s = clone_region(&c, region, (td_node)id)) != TD_OK)
+            break;
         if (!op->grad)
             s = td_error_set(ctx, TD_ERR_UNSUPPORTED, "%s: node %lld (%s) is not differentiable", fn, (long long)id,
                              op->name);
         else
-            s = op->grad(&c, (td_node)id, c.grads[id]);
+            s = op->grad(&c, c.clone_of[id], c.grads[id]);
     }
     for (uint32_t i = 0; i < n && s == TD_OK; i++) {
         if (c.has[params[i]])
@@ -133,5 +233,7 @@ done:
     td_free(ctx, c.grads);
     td_free(ctx, c.has);
     td_free(ctx, c.needs);
+    td_free(ctx, c.clone_of);
+    td_free(ctx, c.origin);
     return s;
 }

@@ -90,6 +90,10 @@ typedef struct td_node_def {
     char name[64];          /* INPUT, PARAM: unique among them, 1 to 63 bytes */
     td_initializer init;    /* PARAM: its first values (zeros unless given) */
     bool is_state;          /* PARAM: non-trained state (td_graph_state), updated by td_graph_state_update */
+    /* Nonzero: the node belongs to recompute region number `recompute`
+     * (td_graph_recompute): the backward pass computes it again rather
+     * than keeping it. Regions are contiguous runs of node ids. */
+    uint32_t recompute;
 } td_node_def;
 
 /* A state update: after a training step, `state` takes the mean over the
@@ -104,6 +108,7 @@ struct td_graph {
     td_node_def *nodes;
     uint32_t count, capacity;
     bool has_grad;
+    uint32_t n_recompute; /* regions marked so far (td_graph_recompute) */
     td_state_update *updates;
     uint32_t n_updates, updates_capacity;
 };

@@ -237,8 +237,12 @@ td_status td_model_gpt(td_graph *g, td_node tokens, const td_gpt_options *option
     if ((s = td_graph_add(g, tok, pos, &x)) != TD_OK ||
         (s = td_graph_dropout(g, x, o.dropout, o.seed, &x)) != TD_OK)
         return s;
-    for (int64_t l = 0; l < o.layers && s == TD_OK; l++)
+    for (int64_t l = 0; l < o.layers && s == TD_OK; l++) {
+        td_node first = g->count;
         s = block(&b, l, x, &x);
+        if (s == TD_OK && o.recompute)
+            s = td_graph_recompute(g, first, g->count - 1);
+    }
     if (s == TD_OK)
         s = layer_norm(&b, "ln_f", x, &x);
     /* The head is the token table itself (tied): logits = x wte^T. */

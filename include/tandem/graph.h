@@ -333,6 +333,18 @@ TD_API td_status td_graph_shard_weight(td_graph *g, td_node *out);
 TD_API td_status td_graph_value_and_grad(td_graph *g, td_node loss, uint32_t n, const td_node *params,
                                          td_node *grads);
 
+/* Activation recomputation (jax.checkpoint, flax's nn.remat): the nodes
+ * first..last (a block, built in between: every node made after first up
+ * to last) are not kept for the backward pass; td_graph_value_and_grad
+ * builds them again, from the values they take from outside the range,
+ * right before the block's gradient, so only the block's inputs (and
+ * parameters) stay alive between the forward and the backward pass, at the
+ * cost of a second forward pass of the block. Dropout in the range draws
+ * the same masks again. The same values and gradients, to the bit. Call
+ * before td_graph_value_and_grad; ranges may not overlap, and may not hold
+ * collectives (TD_ERR_INVALID_ARGUMENT naming the node). */
+TD_API td_status td_graph_recompute(td_graph *g, td_node first, td_node last);
+
 /* The node's global shape. */
 TD_API td_status td_graph_shape(const td_graph *g, td_node node, uint32_t *rank, int64_t *dims);
 

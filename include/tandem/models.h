@@ -1,7 +1,9 @@
 /* tandem — the built-in models: the seed tutorials' networks as library
  * code, so the demos, `tandem train` and an application build the very
  * same graph. Each model only composes public layers (tandem/layers.h);
- * parameter names are flax's ("conv1/kernel", "dense/bias", ...). */
+ * parameter names are flax's ("conv1/kernel", "dense/bias", ...). GPT-2's
+ * weights are read from and written to llm.c's and Hugging Face's files
+ * below (engine/checkpoint). */
 #ifndef TANDEM_MODELS_H
 #define TANDEM_MODELS_H
 
@@ -77,6 +79,11 @@ typedef struct td_gpt_options {
      * attention weights, and on each block's two residual branches. 0 =
      * none (the programs then hold no dropout node). */
     float dropout;
+    /* Keep only each block's input for the backward pass and compute the
+     * block again there (td_graph_recompute): activation memory of about
+     * one block instead of all of them, for a second forward pass. The
+     * same values and gradients. */
+    bool recompute;
 } td_gpt_options;
 
 /* seed 0, vocab 256 (bytes), context 64, 4 layers, 4 heads, width 128, no
@@ -107,6 +114,111 @@ TD_API td_status td_model_gpt(td_graph *g, td_node tokens, const td_gpt_options 
  * td_model_gpt. */
 TD_API td_status td_model_gpt_loss(td_graph *g, td_node tokens, td_node targets, td_node mask,
                                    const td_gpt_options *options, td_node *loss);
+
+/* ---- GPT-2 weights in and out ----
+ *
+ * A GPT-2's parameters, named as Hugging Face's GPT2Model names them (its
+ * keys without the "transformer." prefix), every matrix stored [in, out]
+ * (y = x @ W: Hugging Face's Conv1D layout). With V = vocab, T = context,
+ * D = width and L = layers, in this order:
+ *   wte.weight [V, D] (token embeddings; the output head is tied to them),
+ *   wpe.weight [T, D] (position embeddings),
+ *   for each layer l = 0 .. L-1, under "h.<l>.":
+ *     ln_1.weight [D], ln_1.bias [D],
+ *     attn.c_attn.weight [D, 3D], attn.c_attn.bias [3D],
+ *     attn.c_proj.weight [D, D], attn.c_proj.bias [D],
+ *     ln_2.weight [D], ln_2.bias [D],
+ *     mlp.c_fc.weight [D, 4D], mlp.c_fc.bias [4D],
+ *     mlp.c_proj.weight [4D, D], mlp.c_proj.bias [D],
+ *   ln_f.weight [D], ln_f.bias [D]
+ * -- 4 + 12 L tensors. c_attn's 3D columns are [q | k | v], D each, and
+ * head h owns columns h*D/H .. (h+1)*D/H - 1 of each (H = heads). */
+
+/* A GPT-2's sizes. */
+typedef struct td_gpt_config {
+    int64_t vocab;        /* V: token ids 0 .. V-1 */
+    /* llm.c's padded vocabulary Vp >= V: the rows its wte has (V .. Vp-1
+     * unused), so its logits are Vp wide. Read from an llm.c file; 0 when
+     * the file does not say (safetensors). For td_gpt_weights_write_llmc,
+     * 0 means llm.c's own rule: V rounded up to a multiple of 128. */
+    int64_t padded_vocab;
+    int64_t context;      /* T: positions, the longest sequence */
+    int64_t layers;       /* L */
+    int64_t heads;        /* H, dividing width */
+    int64_t width;        /* D, the model's channels */
+} td_gpt_config;
+
+/* GPT-2 parameters read from a file: the config and one f32 host tensor
+ * per parameter, in the order above. Owned by its context (released by
+ * td_gpt_weights_destroy or td_context_destroy, with the tensors). */
+typedef struct td_gpt_weights td_gpt_weights;
+
+/* Reads GPT-2 weights from `path`, telling the format by its first bytes:
+ *   - llm.c's checkpoint (gpt2_124M.bin; int32 magic 20240326): a
+ *     256-int32 header (version, T, V, L, H, D, Vp), then the f32 values
+ *     in llm.c's order with matrices [out, in]. Version 3 (float32) only:
+ *     version 5 (bfloat16) and others are TD_ERR_UNSUPPORTED naming it.
+ *     Matrices are transposed to [in, out]; wte's padding rows V .. Vp-1
+ *     are dropped; padded_vocab is the header's Vp.
+ *   - safetensors (Hugging Face's model.safetensors, or a tandem
+ *     checkpoint of a GPT-2): the tensors above by name, each possibly
+ *     prefixed "transformer." (dropped), F32, F16 or BF16 (widened to f32
+ *     exactly; another dtype is TD_ERR_UNSUPPORTED naming it). V, T, D
+ *     and L come from the shapes; padded_vocab is 0. Heads are not in
+ *     the tensors: they are "n_head" of the config.json beside the file
+ *     (Hugging Face's), else of the file's metadata (a decimal string: a
+ *     tandem checkpoint saved with that caller pair), else D / 64 (what
+ *     every released GPT-2 size has). config.json's n_embd, n_layer,
+ *     n_positions and vocab_size, when present, must agree with the
+ *     shapes. Ignored: Hugging Face's
+ *     causal-mask buffers h.<l>.attn.bias and h.<l>.attn.masked_bias,
+ *     names holding '/' (a tandem checkpoint's optimizer state,
+ *     "opt/<slot>/<name>") and lm_head.weight, which must equal
+ *     wte.weight (an untied head is TD_ERR_UNSUPPORTED). Any other tensor
+ *     is TD_ERR_CORRUPT_DATA naming it. Needs a build with checkpoints
+ *     (Jansson); otherwise TD_ERR_UNSUPPORTED.
+ * A directory is read as its model.safetensors. Every shape is checked
+ * against the config; a bad magic, a header or size that does not add up
+ * (a truncated or oversized file), heads not dividing the width, a
+ * missing or misshapen tensor are TD_ERR_CORRUPT_DATA naming the file,
+ * the tensor, the shape found and the one expected; TD_ERR_IO when the
+ * file cannot be read. Each tensor is read straight into its own host
+ * tensor (no second copy of the file). On failure *out is NULL and
+ * nothing stays allocated. */
+TD_API td_status td_gpt_weights_read(td_context *ctx, const char *path, td_gpt_weights **out);
+
+TD_API void td_gpt_weights_destroy(td_gpt_weights *weights);
+
+/* The sizes read (see td_gpt_config). */
+TD_API td_status td_gpt_weights_config(const td_gpt_weights *weights, td_gpt_config *config);
+
+/* The number of tensors, 4 + 12 * layers. */
+TD_API td_status td_gpt_weights_count(const td_gpt_weights *weights, uint32_t *count);
+
+/* Tensor `index` (0 .. count-1, the order above): its name and value,
+ * both valid until the weights are destroyed; the tensor is the weights'
+ * (read it, do not destroy it). Either out-pointer may be NULL. */
+TD_API td_status td_gpt_weights_get(const td_gpt_weights *weights, uint32_t index, const char **name,
+                                    const td_tensor **value);
+
+/* The tensor called `name` ("h.0.ln_1.weight"; no "transformer." prefix):
+ * TD_ERR_INVALID_ARGUMENT naming it when there is none (*value NULL). */
+TD_API td_status td_gpt_weights_find(const td_gpt_weights *weights, const char *name, const td_tensor **value);
+
+/* Writes llm.c's version 3 checkpoint (float32, padded vocabulary: what
+ * llm.c's train_gpt2.c reads) of a GPT-2 of `config` to `path`, from the
+ * n tensors values[i] named names[i]: exactly the 4 + 12 L tensors above,
+ * in any order, f32, each of its shape for config -- a missing, unknown,
+ * repeated or misshapen one is TD_ERR_INVALID_ARGUMENT naming it. The
+ * header gets config's sizes (each 1 .. 2^31-1, heads dividing width,
+ * padded_vocab 0 or >= vocab: 0 takes llm.c's multiple of 128); matrices
+ * are written [out, in], wte's rows V .. Vp-1 as zeros. The file is
+ * replaced atomically, as td_checkpoint_save replaces one (a temporary
+ * file beside it, fsync, rename; only a regular file or nothing at
+ * `path`); TD_ERR_IO naming the path when writing fails, leaving nothing
+ * behind. Needs no Jansson. */
+TD_API td_status td_gpt_weights_write_llmc(td_context *ctx, const char *path, const td_gpt_config *config, uint32_t n,
+                                           const char *const *names, const td_tensor *const *values);
 
 #ifdef __cplusplus
 }

@@ -512,3 +512,100 @@ Test(gpt, memory_report_follows_the_per_device_batch_and_the_context)
     cr_assert_gt((double)t64.activations, 2.0 * (double)one4.activations, "T 32: %llu bytes, T 64: %llu",
                  (unsigned long long)one4.activations, (unsigned long long)t64.activations);
 }
+
+/* ---- recomputation ---- */
+
+/* Loss and every gradient, and the arena, with or without recompute, on
+ * cpu:2 with dropout on (the recomputed blocks must draw the same masks). */
+static void loss_and_grads(bool recompute, float **values, size_t *n_values, uint64_t *arena_bytes)
+{
+    td_context *ctx = test_context(0);
+    const int64_t B = 4;
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    const int64_t td[2] = {B, T};
+    td_node tokens, targets, mask, loss;
+    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
+    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
+    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
+    td_gpt_options o = tiny_options();
+    o.dropout = 0.25f;
+    o.recompute = recompute;
+    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
+    td_node params[MAX_PARAMS];
+    uint32_t n;
+    TEST_OK(ctx, td_graph_params(g, MAX_PARAMS, params, &n));
+    td_trainer_options to;
+    TEST_OK(ctx, td_trainer_options_init(&to));
+    to.learning_rate = 0.1f;
+    td_trainer *t;
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
+    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
+    fill_tokens(tok, 11);
+    fill_tokens(tgt, 12);
+    for (int i = 0; i < B; i++)
+        test_f32(mk)[i] = 1.0f;
+    td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
+    float losses[3];
+    for (int step = 0; step < 3; step++)
+        TEST_OK(ctx, td_trainer_step(t, 3, b, &losses[step]));
+    td_memory_report r = {.struct_size = sizeof r};
+    TEST_OK(ctx, td_trainer_memory_report(t, 0, &r));
+    *arena_bytes = r.activations;
+    *n_values = 3;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t rank;
+        int64_t dims[TD_MAX_RANK];
+        TEST_OK(ctx, td_graph_shape(g, params[i], &rank, dims));
+        td_tensor *v = test_tensor(ctx, TD_F32, rank, dims);
+        TEST_OK(ctx, td_trainer_read_param(t, params[i], 1, v));
+        *values = realloc(*values, (*n_values + test_count(v)) * sizeof(float));
+        memcpy(*values + *n_values, test_f32(v), test_count(v) * sizeof(float));
+        *n_values += test_count(v);
+        td_tensor_destroy(v);
+    }
+    memcpy(*values, losses, sizeof losses);
+    td_tensor_destroy(tok);
+    td_tensor_destroy(tgt);
+    td_tensor_destroy(mk);
+    td_trainer_destroy(t);
+    td_context_destroy(ctx);
+}
+
+Test(gpt, recomputed_blocks_train_to_the_same_bits_in_less_memory)
+{
+    float *kept = NULL, *again = NULL;
+    size_t n_kept, n_again;
+    uint64_t arena_kept, arena_again;
+    loss_and_grads(false, &kept, &n_kept, &arena_kept);
+    loss_and_grads(true, &again, &n_again, &arena_again);
+    cr_assert_eq(n_kept, n_again);
+    for (size_t i = 0; i < n_kept; i++)
+        cr_assert_eq(memcmp(&kept[i], &again[i], sizeof(float)), 0,
+                     "value %zu (losses first, then the parameters after 3 steps): %.9g kept, %.9g recomputed", i,
+                     (double)kept[i], (double)again[i]);
+    cr_assert_lt(arena_again, arena_kept, "the arena holds %llu bytes recomputing, %llu keeping every activation",
+                 (unsigned long long)arena_again, (unsigned long long)arena_kept);
+    free(kept);
+    free(again);
+}
+
+Test(gpt, recompute_regions_are_checked)
+{
+    td_context *ctx = test_context(0);
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    const int64_t d[1] = {4};
+    td_node x, y, z, s;
+    TEST_OK(ctx, td_graph_param(g, "x", 1, d, &x));
+    TEST_OK(ctx, td_graph_tanh(g, x, &y));
+    TEST_OK(ctx, td_graph_psum(g, y, &s));
+    TEST_OK(ctx, td_graph_tanh(g, s, &z));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "expected first <= last", td_graph_recompute(g, 3, 1));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "collective", td_graph_recompute(g, 1, 3));
+    TEST_OK(ctx, td_graph_recompute(g, 0, 1));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "already in recompute region 1", td_graph_recompute(g, 1, 1));
+    td_context_destroy(ctx);
+}

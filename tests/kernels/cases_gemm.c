@@ -1,0 +1,100 @@
+/* GEMM: awkward shapes, every transpose, beta 0 (C holds NaN, which must
+ * not reach the result) and 1, padded leading dimensions whose padding
+ * must keep its bits. Sums may run in any order: normalised MSE. */
+#include "td_conformance.h"
+
+#include <math.h>
+
+#include "td_call_extents.h"
+#include "td_case_inputs.h"
+
+typedef enum gemm_layout {
+    ONE_BUFFER,    /* A at 5, then B, then C, in one buffer */
+    THREE_BUFFERS, /* A at 0, B at 3, C at 1, each in its own buffer */
+} gemm_layout;
+
+enum { ALL_TRANSPOSES = 0xf, NN = 1 << 0 };
+
+typedef struct gemm_row {
+    int64_t m, n, k;
+    gemm_layout layout;
+    int64_t pad_a, pad_b, pad_c; /* leading dimensions past a row's length */
+    float alpha;
+    uint32_t transposes; /* bit 2 * trans_a + trans_b */
+} gemm_row;
+
+#define ONE(m, n, k) {m, n, k, ONE_BUFFER, 1, 2, 3, 1.25f, ALL_TRANSPOSES}
+
+static const gemm_row rows[] = {
+    ONE(1, 1, 1), ONE(7, 1, 33), ONE(1, 130, 7), ONE(33, 7, 130), ONE(130, 33, 1), ONE(33, 130, 7),
+    ONE(64, 64, 64), ONE(7, 33, 130), ONE(130, 7, 33),
+    ONE(5, 6, 0), /* k = 0: C = beta C */
+    ONE(0, 7, 5), ONE(4, 0, 3), /* nothing to compute */
+    {520, 260, 300, ONE_BUFFER, 1, 2, 3, 1.25f, NN}, /* big enough for a library's tiled path */
+    {10, 12, 9, THREE_BUFFERS, 0, 0, 0, 1.0f, ALL_TRANSPOSES},
+};
+
+/* Every m, n, k from this list, each transpose, in three buffers. */
+static const int64_t grid_sizes[] = {1, 7, 33, 130};
+
+static void nan_in_c(const td_conformance_case *c, float *const *buffers)
+{
+    if (c->calls[0].p.gemm.beta != 0.0f)
+        return;
+    td_arg_extent ext[TD_ROW_SLOTS];
+    td_call_extents(&c->calls[0], ext);
+    float *cm = td_case_arg(c, buffers, 0, TD_ROW_OUT);
+    for (int64_t i = 0; i < ext[TD_ROW_OUT].end; i += 2)
+        cm[i] = NAN;
+}
+
+static void add_case(td_case_list *list, const gemm_row *row, int transpose, int beta)
+{
+    td_gemm_params p = {.trans_a = transpose >> 1, .trans_b = transpose & 1, .m = row->m, .n = row->n, .k = row->k,
+                        .alpha = row->alpha, .beta = (float)beta};
+    p.lda = (p.trans_a ? p.m : p.k) + row->pad_a;
+    p.ldb = (p.trans_b ? p.k : p.n) + row->pad_b;
+    p.ldc = p.n + row->pad_c;
+    /* A row-major matrix needs a leading dimension of at least 1. */
+    if (p.lda == 0)
+        p.lda = 1;
+    if (p.ldb == 0)
+        p.ldb = 1;
+    if (p.ldc == 0)
+        p.ldc = 1;
+    td_case_args at = {.a = {0, 0}, .b = {1, 3}, .out = {2, 1}};
+    if (row->layout == ONE_BUFFER) {
+        uint64_t a_size = (uint64_t)((p.trans_a ? p.k : p.m) * p.lda);
+        uint64_t b_size = (uint64_t)((p.trans_b ? p.n : p.k) * p.ldb);
+        at = (td_case_args){.a = {0, 5}, .b = {0, 5 + a_size}, .out = {0, 5 + a_size + b_size}};
+    }
+    td_conformance_case *c =
+        td_case_add(list, "gemm %lldx%lldx%lld %c%c beta %d, alpha %g, pads %lld/%lld/%lld, %s", (long long)p.m,
+                    (long long)p.n, (long long)p.k, p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', beta,
+                    (double)row->alpha, (long long)row->pad_a, (long long)row->pad_b, (long long)row->pad_c,
+                    row->layout == ONE_BUFFER ? "one buffer" : "three buffers");
+    td_case_call(c, (td_kernel_call){.kernel = TD_KERNEL_GEMM, .p.gemm = p}, at, TD_COMPARE_NMSE);
+    c->inputs = nan_in_c;
+}
+
+static void add_transposes_and_betas(td_case_list *list, const gemm_row *row)
+{
+    for (int t = 0; t < 4; t++)
+        for (int beta = 0; beta < 2; beta++)
+            if (row->transposes & (1u << t))
+                add_case(list, row, t, beta);
+}
+
+void td_cases_gemm(td_case_list *list)
+{
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        add_transposes_and_betas(list, &rows[i]);
+    enum { SIZES = sizeof grid_sizes / sizeof grid_sizes[0] };
+    for (int mi = 0; mi < SIZES; mi++)
+        for (int ni = 0; ni < SIZES; ni++)
+            for (int ki = 0; ki < SIZES; ki++) {
+                gemm_row row = {grid_sizes[mi], grid_sizes[ni], grid_sizes[ki], THREE_BUFFERS, 3, 3, 1, 0.75f,
+                                ALL_TRANSPOSES};
+                add_transposes_and_betas(list, &row);
+            }
+}
