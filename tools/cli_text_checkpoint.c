@@ -1,8 +1,10 @@
 /* The GPT's checkpoint metadata (see td_cli_text.h): the model (layers,
- * heads, width, context, vocab), the data, the run's options and the step
- * -- all a later command needs to rebuild the same graph and, since a
- * training batch is a pure function of (seed, step), to go on exactly
- * where the run stopped. Values are strings, as safetensors wants; floats
+ * heads, width, context, vocab; heads also as "n_head", where
+ * td_gpt_weights_read looks for them, so the file serves as --init), the
+ * training windows' length (sequence), the data, the run's options and
+ * the step -- all a later command needs to rebuild the same graph and,
+ * since a training batch is a pure function of (seed, step), to go on
+ * exactly where the run stopped. Values are strings, as safetensors wants; floats
  * are written with 9 significant digits, which read back to the same
  * float. */
 #include <string.h>
@@ -10,7 +12,7 @@
 #include "td_cli_checkpoint.h"
 #include "td_cli_text.h"
 
-#define KEY_COUNT 16
+#define KEY_COUNT 18
 
 /* What a checkpoint may hold: the flags' own ranges, so a file edited by
  * hand cannot ask for a model the command line would refuse. */
@@ -27,7 +29,7 @@ td_status td_cli_text_checkpoint_write(td_cli_text_session *s, const char *dir, 
 {
     const td_cli_text_config *c = &s->config;
     char seed[24], lr[32], wd[32], dropout[32], batch[24], steps[24], at[24], layers[24], heads[24], width[24],
-        context[24], vocab[24];
+        context[24], sequence[24], vocab[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     snprintf(lr, sizeof lr, "%.9g", (double)c->lr);
     snprintf(wd, sizeof wd, "%.9g", (double)c->weight_decay);
@@ -39,12 +41,14 @@ td_status td_cli_text_checkpoint_write(td_cli_text_session *s, const char *dir, 
     snprintf(heads, sizeof heads, "%lld", (long long)c->heads);
     snprintf(width, sizeof width, "%lld", (long long)c->width);
     snprintf(context, sizeof context, "%lld", (long long)c->context);
+    snprintf(sequence, sizeof sequence, "%lld", (long long)c->sequence);
     snprintf(vocab, sizeof vocab, "%lld", (long long)c->vocab);
     const td_checkpoint_entry entries[KEY_COUNT] = {
         {"model", "gpt"},        {"data", c->data},     {"optimizer", c->optimizer}, {"schedule", c->schedule},
         {"seed", seed},          {"lr", lr},            {"weight_decay", wd},        {"dropout", dropout},
         {"batch", batch},        {"steps", steps},      {"step", at},                {"layers", layers},
         {"heads", heads},        {"width", width},      {"context", context},        {"vocab", vocab},
+        {"sequence", sequence},  {"n_head", heads},
     };
     td_checkpoint_options o;
     td_checkpoint_options_init(&o);
@@ -108,6 +112,13 @@ int td_cli_text_checkpoint_config(const char *command, const td_checkpoint *ck, 
         !read_range(command, ck, "context", 1, MAX_CONTEXT, &c->context) ||
         !read_range(command, ck, "vocab", 1, MAX_VOCAB, &c->vocab))
         return TD_CLI_EXIT_FAILURE;
+    /* The windows' length, when shorter than the model's positions (a
+     * run from --init); absent: the positions. */
+    const char *sequence = NULL;
+    c->sequence = c->context;
+    if (td_checkpoint_metadata(ck, "sequence", &sequence) == TD_OK && sequence &&
+        !read_range(command, ck, "sequence", 1, c->context, &c->sequence))
+        return TD_CLI_EXIT_FAILURE;
     if (c->width % c->heads != 0) {
         fprintf(stderr, "tandem %s: checkpoint '%s': width %lld is not a multiple of heads %lld\n", command, path,
                 (long long)c->width, (long long)c->heads);
@@ -168,7 +179,7 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
                differs_int(command, must_match, TD_CLI_TEXT_SET_LAYERS, "--layers", c->layers, saved.layers) ||
                differs_int(command, must_match, TD_CLI_TEXT_SET_HEADS, "--heads", c->heads, saved.heads) ||
                differs_int(command, must_match, TD_CLI_TEXT_SET_WIDTH, "--width", c->width, saved.width) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_CONTEXT, "--context", c->context, saved.context) ||
+               differs_int(command, must_match, TD_CLI_TEXT_SET_CONTEXT, "--context", c->sequence, saved.sequence) ||
                differs_int(command, must_match, TD_CLI_TEXT_SET_BATCH, "--batch", c->batch, saved.batch) ||
                differs(command, must_match, TD_CLI_TEXT_SET_DROPOUT, "--dropout", a, b);
     snprintf(a, sizeof a, "%llu", (unsigned long long)c->seed);
@@ -188,12 +199,17 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     c->metrics = given.metrics;
     c->trace = given.trace;
     c->on_device_loss = given.on_device_loss;
+    c->given = given.given;
+    c->recompute = given.recompute;
+    c->init = NULL; /* the checkpoint holds the parameters */
     if (keep & TD_CLI_TEXT_SET_DATA)
         c->data = given.data;
     if (keep & TD_CLI_TEXT_SET_STEPS)
         c->steps = given.steps;
     if (keep & TD_CLI_TEXT_SET_BATCH)
         c->batch = given.batch;
+    if (keep & TD_CLI_TEXT_SET_CONTEXT)
+        c->sequence = given.sequence;
     if (keep & TD_CLI_TEXT_SET_LR)
         c->lr = given.lr;
     if (keep & TD_CLI_TEXT_SET_SCHEDULE)

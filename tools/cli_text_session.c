@@ -24,6 +24,7 @@ void td_cli_text_config_defaults(td_cli_text_config *c)
     c->heads = 4;
     c->width = 128;
     c->context = 64;
+    c->sequence = 64;
     c->batch = 12;
     c->steps = 2000;
     c->eval_every = 250;
@@ -70,36 +71,76 @@ static int open_text(td_cli_text_session *s)
         return fail(s, st, "--data");
     td_text_info(s->text, &s->summary);
     if (c->vocab && (int64_t)s->summary.vocab_size != c->vocab) {
-        fprintf(stderr,
-                "tandem %s: --data '%s' holds %s (vocabulary %u), but the checkpoint's model has a vocabulary of "
-                "%lld\n",
+        fprintf(stderr, "tandem %s: --data '%s' holds %s (vocabulary %u), but the model of %s has a vocabulary of %lld\n",
                 s->command, c->data, s->summary.bytes ? "bytes" : "GPT-2 tokens", s->summary.vocab_size,
-                (long long)c->vocab);
+                c->init ? c->init : "the checkpoint", (long long)c->vocab);
         return TD_CLI_EXIT_USAGE;
     }
     s->config.vocab = s->summary.vocab_size;
-    if (s->summary.train_tokens < (size_t)c->context + 1) {
+    if (s->summary.train_tokens < (size_t)c->sequence + 1) {
         fprintf(stderr,
                 "tandem %s: --data '%s' has %zu training tokens; a window of --context %lld needs at least %lld\n",
-                s->command, c->data, s->summary.train_tokens, (long long)c->context, (long long)c->context + 1);
+                s->command, c->data, s->summary.train_tokens, (long long)c->sequence, (long long)c->sequence + 1);
         return TD_CLI_EXIT_USAGE;
     }
-    td_text_val_windows(s->text, (size_t)c->context, &s->val_windows);
+    td_text_val_windows(s->text, (size_t)c->sequence, &s->val_windows);
+    return TD_CLI_EXIT_OK;
+}
+
+void td_cli_text_gpt_options(const td_cli_text_config *c, td_gpt_options *o)
+{
+    td_gpt_options_init(o);
+    o->seed = c->seed;
+    o->vocab = c->vocab;
+    o->context = c->context;
+    o->layers = c->layers;
+    o->heads = c->heads;
+    o->width = c->width;
+    o->dropout = c->dropout;
+    o->recompute = c->recompute;
+}
+
+/* A size from the file against the flag that could have said otherwise. */
+static bool agrees(const char *command, const td_cli_text_config *c, unsigned bit, const char *flag, int64_t given,
+                   int64_t from_file)
+{
+    if (!(c->given & bit) || given == from_file)
+        return true;
+    fprintf(stderr, "tandem %s: %s %lld differs from --init '%s', whose model has %lld (leave the flag out)\n", command,
+            flag, (long long)given, c->init, (long long)from_file);
+    return false;
+}
+
+int td_cli_text_config_from_weights(const char *command, const td_gpt_weights *w, td_cli_text_config *c)
+{
+    td_gpt_config g;
+    td_gpt_weights_config(w, &g);
+    if (!agrees(command, c, TD_CLI_TEXT_SET_LAYERS, "--layers", c->layers, g.layers) ||
+        !agrees(command, c, TD_CLI_TEXT_SET_HEADS, "--heads", c->heads, g.heads) ||
+        !agrees(command, c, TD_CLI_TEXT_SET_WIDTH, "--width", c->width, g.width))
+        return TD_CLI_EXIT_USAGE;
+    c->vocab = g.vocab;
+    c->context = g.context;
+    c->layers = g.layers;
+    c->heads = g.heads;
+    c->width = g.width;
+    /* The training windows may be shorter than the model's positions: a
+     * GPT-2's 1024 are a lot to train on a CPU. */
+    if (!(c->given & TD_CLI_TEXT_SET_CONTEXT))
+        c->sequence = g.context;
+    else if (c->sequence > g.context) {
+        fprintf(stderr, "tandem %s: --context %lld is longer than the %lld positions of --init '%s'\n", command,
+                (long long)c->sequence, (long long)g.context, c->init);
+        return TD_CLI_EXIT_USAGE;
+    }
     return TD_CLI_EXIT_OK;
 }
 
 static td_status build_graph(td_cli_text_session *s)
 {
     const td_cli_text_config *c = &s->config;
-    td_gpt_options_init(&s->gpt);
-    s->gpt.seed = c->seed;
-    s->gpt.vocab = c->vocab;
-    s->gpt.context = c->context;
-    s->gpt.layers = c->layers;
-    s->gpt.heads = c->heads;
-    s->gpt.width = c->width;
-    s->gpt.dropout = c->dropout;
-    const int64_t bt[2] = {c->batch, c->context}, b[1] = {c->batch};
+    td_cli_text_gpt_options(c, &s->gpt);
+    const int64_t bt[2] = {c->batch, c->sequence}, b[1] = {c->batch};
     td_status st = td_graph_create(s->ctx, &s->g);
     if (st == TD_OK)
         st = td_graph_input(s->g, "tokens", TD_I32, 2, bt, TD_SHARDED, &s->tokens);
@@ -137,7 +178,7 @@ static td_status count_parameters(td_cli_text_session *s)
 
 static td_status host_tensors(td_cli_text_session *s)
 {
-    const int64_t bt[2] = {s->config.batch, s->config.context}, b[1] = {s->config.batch};
+    const int64_t bt[2] = {s->config.batch, s->config.sequence}, b[1] = {s->config.batch};
     td_status st = td_tensor_create(s->ctx, TD_I32, 2, bt, &s->inputs);
     if (st == TD_OK)
         st = td_tensor_create(s->ctx, TD_I32, 2, bt, &s->outputs);
@@ -148,6 +189,33 @@ static td_status host_tensors(td_cli_text_session *s)
     if (st == TD_OK)
         st = td_batch_mask(s->ctx, s->ones, (size_t)s->config.batch);
     return st;
+}
+
+/* --init: every parameter of the model by name from the weights (the
+ * same 4 + 12 L names: td_gpt_weights_read checked them and their shapes
+ * against the sizes the model was built with). */
+static int start_from(td_cli_text_session *s, const td_gpt_weights *w)
+{
+    uint32_t n = 0;
+    td_gpt_weights_count(w, &n);
+    if (n != s->n_params) {
+        fprintf(stderr, "tandem %s: --init '%s' holds %u tensors, the model has %u parameters\n", s->command,
+                s->config.init, n, s->n_params);
+        return TD_CLI_EXIT_FAILURE;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        const td_tensor *value = NULL;
+        td_node node;
+        td_status st = td_gpt_weights_get(w, i, &name, &value);
+        if (st == TD_OK)
+            st = td_graph_find(s->g, name, &node);
+        if (st == TD_OK)
+            st = td_trainer_set_param(s->trainer, node, value);
+        if (st != TD_OK)
+            return fail(s, st, "--init: setting the parameters");
+    }
+    return TD_CLI_EXIT_OK;
 }
 
 int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_text_config *config)
@@ -169,6 +237,19 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
     if (rc != 0)
         return rc == 2 ? TD_CLI_EXIT_USAGE : TD_CLI_EXIT_FAILURE;
     td_cli_set_process(s->process, s->processes);
+    td_gpt_weights *init = NULL;
+    if (config->init) {
+        if ((st = td_gpt_weights_read(s->ctx, config->init, &init)) != TD_OK)
+            return fail(s, st, "--init");
+        if ((rc = td_cli_text_config_from_weights(command, init, &s->config)) != TD_CLI_EXIT_OK)
+            return rc;
+    }
+    if (s->config.sequence > s->config.context) {
+        fprintf(stderr, "tandem %s: --context %lld is longer than the model's %lld positions\n", command,
+                (long long)s->config.sequence, (long long)s->config.context);
+        return TD_CLI_EXIT_USAGE;
+    }
+    config = &s->config; /* with the sizes of --init */
     if ((rc = open_text(s)) != TD_CLI_EXIT_OK)
         return rc;
     if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
@@ -196,10 +277,9 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
     if ((st = td_trainer_create(s->g, s->mesh, s->loss, s->n_params, s->params, &s->trainer_options, &s->trainer)) !=
         TD_OK)
         return fail(s, st, "creating the trainer");
-    /* TODO(--init FILE): GPT-2 weights (llm.c's .bin or Hugging Face
-     * safetensors, td_gpt_weights_read on branch `weights`) as the starting
-     * point: the config from the file, then each parameter by name with
-     * td_trainer_set_param. Not yet in main; see README. */
+    if (init && (rc = start_from(s, init)) != TD_CLI_EXIT_OK)
+        return rc;
+    td_gpt_weights_destroy(init); /* on a failure above, the context's destroy frees it */
     if ((st = td_evaluator_create(s->g, s->mesh, s->mask, 1, &s->loss, &s->evaluator)) != TD_OK)
         return fail(s, st, "creating the evaluator");
     if ((st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
@@ -226,7 +306,7 @@ void td_cli_text_close(td_cli_text_session *s)
 static td_status bind_rows(td_cli_text_session *s, const td_tensor *mask, uint64_t first, uint64_t count,
                            td_binding b[3])
 {
-    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.context;
+    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.sequence;
     b[0].node = s->tokens;
     b[1].node = s->targets;
     b[2].node = s->mask;
@@ -259,7 +339,7 @@ static td_status bind_rows(td_cli_text_session *s, const td_tensor *mask, uint64
 
 td_status td_cli_text_step(td_cli_text_session *s, uint64_t step, float *loss)
 {
-    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.context;
+    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.sequence;
     uint64_t first = 0, count = 0;
     td_binding b[3];
     td_status st = td_text_batch(s->text, s->config.seed, step, B, T, s->inputs, s->outputs);
@@ -275,7 +355,7 @@ td_status td_cli_text_step(td_cli_text_session *s, uint64_t step, float *loss)
 
 td_status td_cli_text_evaluate(td_cli_text_session *s, int64_t max_batches, double *loss, size_t *windows)
 {
-    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.context;
+    const size_t B = (size_t)s->config.batch, T = (size_t)s->config.sequence;
     size_t batches = (s->val_windows + B - 1) / B;
     if (max_batches > 0 && (size_t)max_batches < batches)
         batches = (size_t)max_batches;

@@ -1,12 +1,14 @@
-/* `tandem sample`: text from a GPT that `tandem train --model gpt` wrote.
+/* `tandem sample`: text from a GPT that `tandem train --model gpt` wrote,
+ * or from GPT-2 weights (--init).
  *
  * The checkpoint's metadata gives the model (layers, heads, width,
  * context, vocabulary) and its optimizer; a trainer of that optimizer on a
  * one-token graph of the model takes the restore (the checkpoint API
  * restores trainers, and one token keeps its memory at the parameters and
- * their optimizer state), then hands each parameter by name to an
- * evaluation program compiled for the window the generation needs, and is
- * released. Each next token: the last T tokens, left-aligned and padded
+ * their optimizer state), then hands each parameter to an evaluation
+ * program compiled for the window the generation needs, and is released.
+ * GPT-2 weights (td_gpt_weights_read) carry their sizes and go to the
+ * program by name. Each next token: the last T tokens, left-aligned and padded
  * with 0 -- causal attention keeps the padding out of every real
  * position -- run once, the logits at the last real position divided by
  * the temperature and cut to the top k, drawn with a generator seeded by
@@ -23,9 +25,10 @@
 #include "td_demo_rng.h"
 
 static const char usage_text[] =
-    "usage: tandem sample --checkpoint DIR|FILE [--prompt TEXT | --prompt-ids I,J,...] [--tokens N]\n"
+    "usage: tandem sample --checkpoint DIR|FILE | --init FILE  [--prompt TEXT | --prompt-ids I,J,...] [--tokens N]\n"
     "                     [--temperature X] [--top-k K] [--seed S] [--devices SPEC] [--tokenizer FILE]\n"
-    "Generates text with a GPT trained by `tandem train --model gpt` (the newest checkpoint in DIR, or FILE):\n"
+    "Generates text with a GPT trained by `tandem train --model gpt` (the newest checkpoint in DIR, or FILE),\n"
+    "or with GPT-2 weights (--init: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors or its folder):\n"
     "each next token is drawn from the logits at the last position of the last `context` tokens, divided by\n"
     "the temperature (0: always the most likely token) and cut to the K most likely. A byte model's prompt\n"
     "is its bytes and its output text. A GPT-2-vocabulary model's prompt must be token ids (--prompt-ids):\n"
@@ -37,7 +40,7 @@ static const char usage_text[] =
 #define MAX_PROMPT (1 << 20)
 
 typedef struct sample_options {
-    const char *checkpoint, *prompt, *prompt_ids, *devices, *tokenizer;
+    const char *checkpoint, *init, *prompt, *prompt_ids, *devices, *tokenizer;
     int64_t tokens, top_k;
     float temperature;
     uint64_t seed;
@@ -48,7 +51,8 @@ typedef struct sampler {
     td_cli_text_config model; /* from the checkpoint */
     td_cli_text_saved saved;
     uint64_t step;
-    char path[4096];
+    char path[4096];      /* the checkpoint file, or --init */
+    td_gpt_weights *weights; /* --init, until the program has them */
     td_mesh *mesh;
     uint32_t n_devices;
     td_graph *g;
@@ -71,9 +75,21 @@ static int fail(sampler *s, td_status st, const char *what)
     return td_cli_fail("sample", s->ctx, st, what);
 }
 
-/* The model's config and optimizer from the checkpoint at `path`. */
-static int read_model(sampler *s, const char *path)
+/* The model's config (and optimizer) from the checkpoint at `path`, or
+ * from the GPT-2 weights at `init`. */
+static int read_model(sampler *s, const char *path, const char *init)
 {
+    td_cli_text_config_defaults(&s->model);
+    if (init) {
+        snprintf(s->path, sizeof s->path, "%s", init);
+        td_status st = td_gpt_weights_read(s->ctx, init, &s->weights);
+        if (st != TD_OK)
+            return fail(s, st, "--init");
+        s->model.init = init;
+        int rc = td_cli_text_config_from_weights("sample", s->weights, &s->model);
+        s->bytes = s->model.vocab == TD_TEXT_BYTE_VOCAB;
+        return rc;
+    }
     td_checkpoint *ck = NULL;
     td_status st = td_cli_checkpoint_open_path(s->ctx, path, &ck);
     if (st != TD_OK)
@@ -81,7 +97,6 @@ static int read_model(sampler *s, const char *path)
     const char *file = "";
     td_checkpoint_path(ck, &file);
     snprintf(s->path, sizeof s->path, "%s", file);
-    td_cli_text_config_defaults(&s->model);
     int rc = td_cli_text_checkpoint_config("sample", ck, &s->model, &s->saved, &s->step);
     td_checkpoint_close(ck);
     s->bytes = s->model.vocab == TD_TEXT_BYTE_VOCAB;
@@ -266,6 +281,24 @@ static td_status load_parameters(sampler *s)
     return st;
 }
 
+/* --init: every parameter into the program by name, then the weights go. */
+static td_status set_weights(sampler *s)
+{
+    uint32_t n = 0;
+    td_status st = td_gpt_weights_count(s->weights, &n);
+    for (uint32_t i = 0; i < n && st == TD_OK; i++) {
+        const char *name = NULL;
+        const td_tensor *value = NULL;
+        td_node node;
+        if ((st = td_gpt_weights_get(s->weights, i, &name, &value)) == TD_OK &&
+            (st = td_graph_find(s->g, name, &node)) == TD_OK)
+            st = td_program_set_param(s->program, node, value);
+    }
+    td_gpt_weights_destroy(s->weights);
+    s->weights = NULL;
+    return st;
+}
+
 static int open_model(sampler *s, const sample_options *o)
 {
     td_status st = td_mesh_create(s->ctx, o->devices, &s->mesh);
@@ -281,11 +314,8 @@ static int open_model(sampler *s, const sample_options *o)
         return fail(s, st, "building the model");
     if ((st = td_pmap_compile(s->g, s->mesh, 1, &s->logits, &s->program)) != TD_OK)
         return fail(s, st, "compiling the model");
-    /* TODO(--init FILE): GPT-2 weights from llm.c's .bin or Hugging Face
-     * safetensors (td_gpt_weights_read, branch `weights`) would set each
-     * parameter here by name with td_program_set_param instead. */
-    if ((st = load_parameters(s)) != TD_OK)
-        return fail(s, st, "loading the checkpoint's parameters");
+    if ((st = s->weights ? set_weights(s) : load_parameters(s)) != TD_OK)
+        return fail(s, st, s->weights ? "setting the --init weights" : "loading the checkpoint's parameters");
     if ((st = td_tensor_create(s->ctx, TD_I32, 2, in_dims, &s->input)) != TD_OK ||
         (st = td_tensor_create(s->ctx, TD_F32, 3, out_dims, &s->output)) != TD_OK)
         return fail(s, st, "host tensors");
@@ -429,6 +459,8 @@ int td_cli_sample(int argc, char **argv)
     const td_cli_flag flags[] = {
         {"--checkpoint", TD_CLI_STRING, &o.checkpoint, 0, 0, 0, NULL, 0, "DIR|FILE",
          "a tandem train --model gpt checkpoint directory (its newest valid file), or one file"},
+        {"--init", TD_CLI_STRING, &o.init, 0, 0, 0, NULL, 0, "FILE",
+         "GPT-2 weights instead: llm.c's .bin, a Hugging Face model.safetensors or its folder"},
         {"--prompt", TD_CLI_STRING, &o.prompt, 0, 0, 0, NULL, 0, "TEXT",
          "the start, as bytes (byte models only; default a new line)"},
         {"--prompt-ids", TD_CLI_STRING, &o.prompt_ids, 0, 0, 0, NULL, 0, "I,J,...",
@@ -443,8 +475,6 @@ int td_cli_sample(int argc, char **argv)
          "where the model runs (default cpu:1; each device computes the same window)"},
         {"--tokenizer", TD_CLI_STRING, &o.tokenizer, 0, 0, 0, NULL, 0, "FILE",
          "llm.c's gpt2_tokenizer.bin, to print GPT-2 tokens as text (otherwise ids)"},
-        /* --init FILE (GPT-2 weights instead of a checkpoint) goes here
-         * once td_gpt_weights_read is in the library: see open_model. */
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     int rc = td_cli_parse("sample", argc, argv, flags, n_flags, NULL, NULL, 0, NULL);
@@ -454,8 +484,9 @@ int td_cli_sample(int argc, char **argv)
     }
     if (rc != TD_CLI_PARSED)
         return TD_CLI_EXIT_USAGE;
-    if (!o.checkpoint) {
-        fprintf(stderr, "tandem sample: --checkpoint DIR|FILE is required (see tandem sample --help)\n");
+    if (!o.checkpoint == !o.init) {
+        fprintf(stderr, "tandem sample: give --checkpoint DIR|FILE or --init FILE%s (see tandem sample --help)\n",
+                o.init ? ", not both" : "");
         return TD_CLI_EXIT_USAGE;
     }
     if (o.prompt && o.prompt_ids) {
@@ -484,7 +515,7 @@ int td_cli_sample(int argc, char **argv)
         free(s);
         return TD_CLI_EXIT_FAILURE;
     }
-    rc = read_model(s, o.checkpoint);
+    rc = read_model(s, o.checkpoint, o.init);
     if (rc == TD_CLI_EXIT_OK)
         rc = open_tokenizer(s, o.tokenizer);
     if (rc == TD_CLI_EXIT_OK)
@@ -505,14 +536,16 @@ int td_cli_sample(int argc, char **argv)
         if (st != TD_OK) {
             rc = st == TD_ERR_CORRUPT_DATA ? TD_CLI_EXIT_FAILURE : fail(s, st, "generating");
         } else {
+            char at[40] = ""; /* a checkpoint's step; --init weights have none */
+            if (o.checkpoint)
+                snprintf(at, sizeof at, ", step %llu", (unsigned long long)s->step);
             fprintf(stderr,
                     "tandem sample: %zu tokens%s in %.2f s (%.1f tokens/s) from %s (gpt, %lld layers, width %lld, "
-                    "context %lld, vocabulary %lld, step %llu) on %u device(s) [%s]; temperature %g, top-k %lld, "
-                    "seed %llu\n",
-                    made, ended ? " (then end-of-text)" : "", seconds, seconds > 0 ? (double)made / seconds : 0.0, s->path, (long long)s->model.layers,
-                    (long long)s->model.width, (long long)s->model.context, (long long)s->model.vocab,
-                    (unsigned long long)s->step, s->n_devices, o.devices, (double)o.temperature,
-                    (long long)o.top_k, (unsigned long long)o.seed);
+                    "context %lld, vocabulary %lld%s) on %u device(s) [%s]; temperature %g, top-k %lld, seed %llu\n",
+                    made, ended ? " (then end-of-text)" : "", seconds, seconds > 0 ? (double)made / seconds : 0.0,
+                    s->path, (long long)s->model.layers, (long long)s->model.width, (long long)s->model.context,
+                    (long long)s->model.vocab, at, s->n_devices, o.devices, (double)o.temperature, (long long)o.top_k,
+                    (unsigned long long)o.seed);
         }
     }
     free(s->sequence);

@@ -92,7 +92,7 @@ static int save(text_run *r, uint64_t step)
  * metrics lines (what `tandem plot` calls epochs). */
 static double passes(const text_run *r, uint64_t step)
 {
-    const double tokens = (double)r->s.config.batch * (double)r->s.config.context * (double)step;
+    const double tokens = (double)r->s.config.batch * (double)r->s.config.sequence * (double)step;
     return r->s.summary.train_tokens ? tokens / (double)r->s.summary.train_tokens : 0.0;
 }
 
@@ -120,7 +120,7 @@ static td_status validate(text_run *r, uint64_t step)
     rec.has_train_loss = r->interval_steps > 0;
     if (rec.has_train_loss) {
         rec.train_loss = r->interval_loss / (double)r->interval_steps;
-        rec.tokens_per_second = (double)r->interval_steps * (double)c->batch * (double)c->context /
+        rec.tokens_per_second = (double)r->interval_steps * (double)c->batch * (double)c->sequence /
                                 r->interval_seconds;
         r->train_loss = rec.train_loss;
         r->has_train_loss = true;
@@ -135,7 +135,7 @@ static td_status validate(text_run *r, uint64_t step)
         printf(" train loss %.4f,", rec.train_loss);
     if (windows == 0)
         printf(" no validation: %zu validation tokens hold no window of --context %lld + 1", s->summary.val_tokens,
-               (long long)c->context);
+               (long long)c->sequence);
     else
         printf(" val loss %.4f", loss);
     if (windows > 0 && rec.has_bits_per_byte)
@@ -163,8 +163,10 @@ static void print_header(const text_run *r, uint64_t start)
            (long long)c->layers, (long long)c->heads, (long long)c->width, (long long)c->context, (long long)c->vocab,
            (double)s->parameter_count / 1e6, s->n_devices, c->devices, c->data,
            s->summary.bytes ? "bytes" : "GPT-2 tokens", s->summary.train_tokens, s->summary.val_tokens,
-           s->val_windows, (long long)c->batch, (long long)c->context, (long long)c->steps, c->optimizer, (double)c->lr,
+           s->val_windows, (long long)c->batch, (long long)c->sequence, (long long)c->steps, c->optimizer, (double)c->lr,
            c->schedule, (double)c->weight_decay, (double)c->dropout, (unsigned long long)c->seed);
+    if (c->init)
+        printf("starting from --init %s\n", c->init);
     if (c->resume)
         printf("resumed from %s at step %llu\n", r->path, (unsigned long long)start);
     if (start >= (uint64_t)c->steps)
@@ -197,7 +199,7 @@ static int run_loop(text_run *r, uint64_t start)
     td_cli_text_session *s = &r->s;
     const td_cli_text_config *c = &s->config;
     const uint64_t end = (uint64_t)c->steps > start ? (uint64_t)c->steps : start;
-    const double tokens_per_step = (double)c->batch * (double)c->context;
+    const double tokens_per_step = (double)c->batch * (double)c->sequence;
     td_cli_progress_init(&r->progress, 0, (size_t)c->steps, end - start);
     td_status st;
     for (uint64_t step = start;;) {
@@ -255,14 +257,15 @@ static void print_summary(text_run *r, double seconds, bool identical)
     td_train_progress p = {0};
     td_trainer_progress(s->trainer, &p);
     const double tokens_per_second =
-        r->train_seconds > 0.0 ? (double)r->trained * (double)c->batch * (double)c->context / r->train_seconds : 0.0;
+        r->train_seconds > 0.0 ? (double)r->trained * (double)c->batch * (double)c->sequence / r->train_seconds : 0.0;
     printf("{\"command\":\"train\",\"model\":\"gpt\",\"devices\":");
     td_cli_json_string(stdout, c->devices);
     printf(",\"processes\":%u,\"device_count\":%u,\"data\":", s->processes, s->n_devices);
     td_cli_json_string(stdout, c->data);
-    printf(",\"layers\":%lld,\"heads\":%lld,\"width\":%lld,\"context\":%lld,\"vocab\":%lld,\"parameters\":%llu,"
-           "\"batch\":%lld,\"steps\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"updates\":%llu,",
-           (long long)c->layers, (long long)c->heads, (long long)c->width, (long long)c->context, (long long)c->vocab,
+    printf(",\"layers\":%lld,\"heads\":%lld,\"width\":%lld,\"context\":%lld,\"sequence\":%lld,\"vocab\":%lld,"
+           "\"parameters\":%llu,\"batch\":%lld,\"steps\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"updates\":%llu,",
+           (long long)c->layers, (long long)c->heads, (long long)c->width, (long long)c->context,
+           (long long)c->sequence, (long long)c->vocab,
            (unsigned long long)s->parameter_count, (long long)c->batch, (long long)c->steps, c->optimizer,
            (double)c->lr, (unsigned long long)p.updates);
     if (r->has_train_loss)
@@ -301,8 +304,9 @@ int td_cli_train_text(int argc, char **argv)
              "attention heads, dividing --width (default 4)"),
         FLAG("--width", TD_CLI_INT, &c.width, 1, 65536, TD_CLI_TEXT_SET_WIDTH, "N",
              "the residual stream's features (default 128)"),
-        FLAG("--context", TD_CLI_INT, &c.context, 1, 1 << 20, TD_CLI_TEXT_SET_CONTEXT, "T",
-             "tokens per training sequence, and the position table's rows (default 64)"),
+        FLAG("--context", TD_CLI_INT, &c.sequence, 1, 1 << 20, TD_CLI_TEXT_SET_CONTEXT, "T",
+             "tokens per training sequence, and the model's positions (with --init: at most the file's; default "
+             "64, with --init the file's)"),
         FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_TEXT_SET_BATCH, "N",
              "global batch in sequences, split over the devices (default 12)"),
         FLAG("--steps", TD_CLI_INT, &c.steps, 1, 4294967295.0, TD_CLI_TEXT_SET_STEPS, "N",
@@ -334,8 +338,12 @@ int td_cli_train_text(int argc, char **argv)
              "timeline of every device and the host, Chrome trace JSON (open in ui.perfetto.dev)"),
         {"--on-device-loss", TD_CLI_CHOICE, &c.on_device_loss, 0, 0, 0, td_cli_device_loss, 0, "WHAT",
          "fail (default), or continue on the devices left"},
-        /* --init FILE (GPT-2 weights as the starting point) goes here once
-         * td_gpt_weights_read is in the library: see td_cli_text_open. */
+        FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
+             "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
+             "tandem checkpoint file; the model's sizes are the file's"),
+        FLAG("--recompute", TD_CLI_SWITCH, &c.recompute, 0, 0, 0, "",
+             "keep only each block's input for the backward pass and compute the block again (less memory, the "
+             "same values)"),
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -350,6 +358,13 @@ int td_cli_train_text(int argc, char **argv)
         fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.resume && c.init) {
+        fprintf(stderr, "tandem train: --resume goes on from the checkpoint's parameters; leave out --init '%s'\n",
+                c.init);
+        return TD_CLI_EXIT_USAGE;
+    }
+    c.given = set;
+    c.context = c.sequence; /* --init or --resume: the file's */
     td_cli_text_saved saved;
     uint64_t start = 0;
     if (c.resume) {
@@ -358,7 +373,7 @@ int td_cli_train_text(int argc, char **argv)
         if ((rc = td_cli_text_read_config("train", c.checkpoint, &c, keep, set & ~keep, &saved, &start)) !=
             TD_CLI_EXIT_OK)
             return rc;
-    } else if (c.width % c.heads != 0) {
+    } else if (!c.init && c.width % c.heads != 0) {
         fprintf(stderr, "tandem train: --width %lld is not a multiple of --heads %lld\n", (long long)c.width,
                 (long long)c.heads);
         return TD_CLI_EXIT_USAGE;

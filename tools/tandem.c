@@ -81,9 +81,9 @@ static int cmd_devices(td_context *ctx, int json)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--checkpoint DIR] [--metrics FILE] ...\n"
-               "       tandem train --model gpt [--data FILE|DIR] [--steps N] [--checkpoint DIR] ...\n"
-               "       tandem eval --checkpoint DIR [--devices SPEC]\n"
-               "       tandem sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K]\n"
+               "       tandem train --model gpt [--data FILE|DIR] [--steps N] [--init FILE] [--checkpoint DIR] ...\n"
+               "       tandem eval --checkpoint DIR | --init FILE [--devices SPEC] [--data PATH]\n"
+               "       tandem sample --checkpoint DIR | --init FILE [--prompt TEXT] [--tokens N] [--temperature X]\n"
                "       tandem plot METRICS -o FILE.png\n"
                "       tandem devices [--json]\n"
                "       tandem version\n"

@@ -74,11 +74,23 @@ int td_cli_eval(int argc, char **argv);
 int td_cli_plot(int argc, char **argv);
 int td_cli_sample(int argc, char **argv);
 /* `tandem train --model gpt ...` (cmd_train_text.c), dispatched by
- * td_cli_train; `tandem eval` of a gpt checkpoint, dispatched by
- * td_cli_eval with its parsed flags (data NULL and batch 0: the run's). */
+ * td_cli_train. */
 int td_cli_train_text(int argc, char **argv);
-int td_cli_eval_text(const char *checkpoint, const char *devices, const char *data, int64_t batch,
-                     int64_t eval_batches);
+
+/* What `tandem eval` parsed, for a gpt checkpoint or GPT-2 weights. */
+typedef struct td_cli_eval_args {
+    const char *checkpoint; /* a gpt checkpoint (directory or file), or NULL with init */
+    const char *init;       /* GPT-2 weights (td_gpt_weights_read), or NULL */
+    const char *devices;
+    const char *data;       /* NULL: the run's (with init: the default corpus) */
+    int64_t batch;          /* 0: the run's (with init: 12) */
+    int64_t sequence;       /* --context: the windows' length; 0: the run's (with init: the file's positions) */
+    int64_t eval_batches;   /* 0: every window */
+} td_cli_eval_args;
+
+/* `tandem eval` of a gpt checkpoint or of --init weights (cmd_eval_text.c),
+ * dispatched by td_cli_eval. */
+int td_cli_eval_text(const td_cli_eval_args *a);
 
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */

@@ -16,8 +16,9 @@ typedef struct td_cli_text_config {
     const char *data;      /* a text file, a token shard (.bin) or a directory of either */
     const char *optimizer; /* one of td_cli_optimizers */
     const char *schedule;  /* one of td_cli_schedules, over `steps` */
-    int64_t layers, heads, width, context; /* the model; context = T, the training windows' length */
-    int64_t vocab;                         /* from the data: 256 for bytes, 50257 for GPT-2 tokens */
+    int64_t layers, heads, width, context; /* the model; context: its positions */
+    int64_t sequence;                      /* T: the training and validation windows' length, <= context */
+    int64_t vocab;                         /* from the data (or --init): 256 for bytes, 50257 for GPT-2 */
     int64_t batch;                         /* global, in sequences of T tokens */
     int64_t steps;                         /* the run's length in optimizer steps */
     int64_t eval_every;   /* steps between validations; 0 = at the end only */
@@ -27,6 +28,12 @@ typedef struct td_cli_text_config {
     const char *checkpoint; /* directory, or NULL */
     bool resume;
     const char *metrics, *trace, *on_device_loss;
+    /* GPT-2 weights to start from (td_gpt_weights_read: llm.c's .bin, a
+     * Hugging Face or tandem safetensors): the model's sizes come from the
+     * file, and options in `given` that contradict it are refused. */
+    const char *init;
+    unsigned given;  /* TD_CLI_TEXT_SET_* of the flags the user gave */
+    bool recompute;  /* td_gpt_options.recompute: less activation memory, the same values */
 } td_cli_text_config;
 
 /* Bits for the flags given, so that --resume tells what the user asked
@@ -78,11 +85,13 @@ typedef struct td_cli_text_session {
     td_demo_batch rows;          /* across processes: this process's rows */
 } td_cli_text_session;
 
-/* Opens the text, checks it against the config (its vocabulary must be
- * config->vocab unless that is 0; context + 1 training tokens at least),
- * joins the job's processes under an MPI launcher, builds the mesh, the
- * graph, the trainer and the evaluator. Returns an exit code; on failure
- * the message is printed and td_cli_text_close still has to run. */
+/* Joins the job's processes under an MPI launcher, reads config->init's
+ * weights when given (their sizes into the config), opens the text and
+ * checks it against the config (its vocabulary must be config->vocab
+ * unless that is 0; sequence + 1 training tokens at least), builds the
+ * mesh, the graph, the trainer (starting from the weights) and the
+ * evaluator. Returns an exit code; on failure the message is printed and
+ * td_cli_text_close still has to run. */
 int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_text_config *config);
 void td_cli_text_close(td_cli_text_session *s);
 
@@ -98,6 +107,15 @@ td_status td_cli_text_evaluate(td_cli_text_session *s, int64_t max_batches, doub
 /* The per-device memory (td_trainer_memory_report) of this process's
  * devices as a JSON array, to f. */
 void td_cli_text_print_memory(td_cli_text_session *s, FILE *f);
+
+/* The model's sizes from GPT-2 weights into *c (vocab, context, layers,
+ * heads, width; sequence too unless the user gave --context, which must
+ * then fit the positions): a flag in c->given that contradicts the file is
+ * exit 2 naming both values. Returns an exit code. */
+int td_cli_text_config_from_weights(const char *command, const td_gpt_weights *w, td_cli_text_config *c);
+
+/* td_gpt_options of the config (dropout and recompute included). */
+void td_cli_text_gpt_options(const td_cli_text_config *c, td_gpt_options *o);
 
 /* Sets `o`'s optimizer from a td_cli_optimizers name ("momentum" is SGD
  * with momentum 0.9): what a trainer needs to take a checkpoint of it. */

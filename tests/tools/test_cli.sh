@@ -5,7 +5,8 @@
 # a resume that lands on the uninterrupted run's bits), --steps, bad flags
 # named in the error, --help, plot (skipped with a message without
 # gnuplot); the GPT on a small text this script writes: train, resume,
-# SIGTERM, eval, sample (bytes, and GPT-2 ids with llm.c's files).
+# SIGTERM, eval, sample (bytes, and GPT-2 ids with llm.c's files), --init
+# from llm.c-layout weights, --recompute.
 # Usage: test_cli.sh PATH/TO/tandem
 set -euo pipefail
 
@@ -398,6 +399,46 @@ PY
         fail "the gpt run stopped by SIGTERM at step $at and resumed does not match the uninterrupted one bitwise"
     fi
   fi
+fi
+
+echo "== gpt: --init from GPT-2 weights (llm.c's layout), --recompute"
+python3 - <<'PY'
+import random, struct
+T, V, L, H, C = 32, 256, 1, 2, 16  # llm.c's header: positions, vocab, layers, heads, channels
+r = random.Random(5)
+g = lambda n, s=0.1: [r.gauss(0, s) for _ in range(n)]
+parts = [g(V * C), g(T * C), [1.0] * (L * C), g(L * C), g(L * 3 * C * C), g(L * 3 * C), g(L * C * C), g(L * C),
+         [1.0] * (L * C), g(L * C), g(L * 4 * C * C), g(L * 4 * C), g(L * C * 4 * C), g(L * C), [1.0] * C, g(C)]
+with open("init.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, T, V, L, H, C, V, *[0] * 248))
+    for p in parts:
+        f.write(struct.pack("<%df" % len(p), *p))
+PY
+init=(--init init.bin --data text.txt --context 16 --batch 4 --devices cpu:2)
+if expect_rc 0 "eval --init" "$tandem" eval "${init[@]}" && cp out einit.out &&
+  expect_rc 0 "train --init" "$tandem" train --model gpt "${init[@]}" --steps 4 --eval-every 2 --checkpoint ick; then
+  [ "$(json_field out layers)/$(json_field out width)/$(json_field out context)/$(json_field out sequence)" = 1/16/32/16 ] ||
+    fail "train --init does not take the file's sizes: $(tail -1 out)"
+  grep -q "^step 0/4: val loss $(printf %.4f "$(json_field einit.out val_loss)") " out ||
+    fail "train --init does not start where eval --init says ($(json_field einit.out val_loss)): $(grep '^step 0' out)"
+  # A tandem checkpoint is GPT-2 weights too: the same parameters either way.
+  if expect_rc 0 "sample --checkpoint" "$tandem" sample --checkpoint ick --tokens 20 --temperature 0 && cp out sck &&
+    expect_rc 0 "sample --init of a checkpoint" "$tandem" sample --init ick/ckpt-00000004.safetensors --tokens 20 --temperature 0; then
+    cmp -s sck out || fail "sample --init of a tandem checkpoint differs from sample --checkpoint"
+  fi
+fi
+expect_usage_error "--layers 3" "--init with other sizes" "$tandem" train --model gpt "${init[@]}" --layers 3
+expect_usage_error "32 positions" "--init with a longer context" "$tandem" train --model gpt --init init.bin --data text.txt --context 64
+expect_usage_error "--init" "--init and --resume" "$tandem" train --model gpt --init init.bin --checkpoint ick --resume
+if expect_rc 1 "--init of a text file" "$tandem" sample --init text.txt && ! grep -q "text.txt" err; then
+  fail "--init of a file that is no weights is not named: $(cat err)"
+fi
+recompute=(--model gpt --data text.txt --layers 2 --width 32 --heads 2 --context 16 --batch 4 --devices cpu:2 --steps 4 --eval-every 0)
+if expect_rc 0 "without --recompute" "$tandem" train "${recompute[@]}" --checkpoint rc0 && cp out rc0.out &&
+  expect_rc 0 "with --recompute" "$tandem" train "${recompute[@]}" --checkpoint rc1 --recompute; then
+  cmp -s rc0/ckpt-00000004.safetensors rc1/ckpt-00000004.safetensors || fail "--recompute changes the training"
+  python3 -c 'import json,sys; a, b = (json.loads(open(f).read().strip().splitlines()[-1])["memory"][0]["activations"] for f in sys.argv[1:]); sys.exit(0 if b < a else 1)' rc0.out out ||
+    fail "--recompute does not lower the activations' memory"
 fi
 
 echo "== gpt: GPT-2 tokens (llm.c's shards and tokenizer file)"
