@@ -147,6 +147,16 @@ static uint32_t grid(int64_t items, uint32_t per_group)
     return (uint32_t)(groups < 1 ? 1 : groups > 1024 ? 1024 : groups);
 }
 
+/* A workgroup per row (softmax, xent forward), up to the device's limit:
+ * past it the rows are grid-strided. Not capped low as grid() is: a
+ * workgroup that took many long rows would run into lavapipe's 65535 loop
+ * iterations per invocation. */
+static uint32_t rows_grid(const td_device *dev, int64_t rows)
+{
+    int64_t limit = dev->props.limits.maxComputeWorkGroupCount[0];
+    return (uint32_t)(rows < 1 ? 1 : rows > limit ? limit : rows);
+}
+
 static td_status unsupported(td_device *dev, size_t i, int32_t kernel, const char *what)
 {
     return td_error_set(dev->ctx, TD_ERR_UNSUPPORTED,
@@ -431,7 +441,7 @@ static int64_t arg_offset(const plan *pl, const td_kernel_call *c, int slot)
     return pl->used[slot] ? (int64_t)args[slot]->offset + pl->rel[slot] : 0;
 }
 
-static void plan_push(const td_kernel_call *c, plan *pl)
+static void plan_push(const td_device *dev, const td_kernel_call *c, plan *pl)
 {
     memset(pl->push, 0, sizeof pl->push);
     pl->groups[0] = pl->groups[1] = pl->groups[2] = 1;
@@ -500,7 +510,7 @@ static void plan_push(const td_kernel_call *c, plan *pl)
                          (uint32_t)arg_offset(pl, c, SLOT_OUT2), (uint32_t)arg_offset(pl, c, SLOT_A),
                          (uint32_t)arg_offset(pl, c, SLOT_B)};
         memcpy(pl->push, &p, sizeof p);
-        pl->groups[0] = grid(c->p.xent.rows, 64);
+        pl->groups[0] = rows_grid(dev, c->p.xent.rows);
         break;
     }
     case TD_KERNEL_XENT_BACKWARD: {
@@ -517,7 +527,8 @@ static void plan_push(const td_kernel_call *c, plan *pl)
         pc_rows p = {(uint32_t)r->rows, (uint32_t)r->cols, out, (uint32_t)arg_offset(pl, c, SLOT_A),
                      (uint32_t)r->mode};
         memcpy(pl->push, &p, sizeof p);
-        pl->groups[0] = grid(r->rows, 64);
+        /* softmax: a workgroup per row; argmax: an invocation per row */
+        pl->groups[0] = c->kernel == TD_KERNEL_SOFTMAX ? rows_grid(dev, r->rows) : grid(r->rows, 64);
         break;
     }
     case TD_KERNEL_CAST: {
@@ -707,7 +718,7 @@ td_status td_vk_segment_create(td_device *dev, const td_kernel_call *calls, size
         if (s == TD_OK)
             s = plan_windows(dev, i, calls[i].kernel, &plans[i]);
         if (s == TD_OK)
-            plan_push(&calls[i], &plans[i]);
+            plan_push(dev, &calls[i], &plans[i]);
     }
     td_segment *seg = NULL;
     if (s == TD_OK) {

@@ -34,16 +34,18 @@ static bool has_split(const td_program *p)
 }
 
 /* Plan k (first taken by device d) runs the same steps as device 0's --
- * the same kernels and the same collectives on the same sizes -- and gives
- * outputs of the same shapes; only what the rows size differs. An uneven
- * split of a graph whose collectives or outputs carry rows (an all_gather
- * of activations, per-example outputs) is refused, naming the node. */
+ * kernel segments and the same collectives on the same sizes -- and gives
+ * outputs of the same shapes; only what the rows size differs, the number
+ * of calls in a segment included (a batched product makes one GEMM per
+ * example and head). An uneven split of a graph whose collectives or
+ * outputs carry rows (an all_gather of activations, per-example outputs)
+ * is refused, naming the node. */
 static td_status check_same_plan(const td_program *p, uint32_t k, uint32_t d)
 {
     const td_plan *a = &p->plans[0], *b = &p->plans[k];
-    bool same = a->n_steps == b->n_steps && a->n_calls == b->n_calls;
+    bool same = a->n_steps == b->n_steps;
     for (uint32_t i = 0; same && i < a->n_steps; i++)
-        same = a->steps[i].kind == b->steps[i].kind && a->steps[i].n_calls == b->steps[i].n_calls;
+        same = a->steps[i].kind == b->steps[i].kind && (a->steps[i].n_calls == 0) == (b->steps[i].n_calls == 0);
     if (!same)
         return td_error_set(p->ctx, TD_ERR_UNSUPPORTED,
                             "the plans of devices 0 and %u run different kernels under the batch split (use an even "
@@ -145,7 +147,9 @@ static td_status release_device(td_program *p, uint32_t pos)
     destroy_segments(p->ctx, md, &pd->segments, plan ? plan->n_steps : 0);
     destroy_segments(p->ctx, md, &pd->call_segments, plan ? plan->n_calls : 0);
     td_free(p->ctx, pd->calls);
+    td_free(p->ctx, pd->call_names);
     pd->calls = NULL;
+    pd->call_names = NULL;
     for (int b = 0; b < TD_BUF_COUNT; b++)
         if (pd->buffers[b]) {
             md->ops->buffer_destroy(md->dev, pd->buffers[b]);
@@ -200,10 +204,8 @@ static td_status plan_for_mesh(td_program *p, const float *params)
     p->planned = true;
     const size_t step_words = p->plans[0].size[TD_BUF_STEP];
     p->step_words = td_alloc_zeroed(ctx, (step_words * mesh->count + 1) * sizeof *p->step_words);
-    p->call_names = td_alloc_zeroed(ctx, (p->plans[0].n_calls + 1) * sizeof *p->call_names);
-    if (!p->step_words || !p->call_names)
+    if (!p->step_words)
         return TD_OOM(ctx, "step words", step_words * mesh->count * sizeof *p->step_words);
-    td_plan_call_names(&p->graph, &p->plans[0], p->call_names);
     /* Device d's row 0 is the example after the rows of the devices before
      * it: the mesh shards along axis 0. */
     for (uint32_t d = 0; d < mesh->count; d++)
@@ -416,10 +418,8 @@ static void unplan(td_program *p)
     td_free(ctx, p->out_host);
     td_free(ctx, p->param_init);
     td_free(ctx, p->step_words);
-    td_free(ctx, p->call_names);
     p->out_host = p->param_init = NULL;
     p->step_words = NULL;
-    p->call_names = NULL;
 }
 
 _Static_assert(offsetof(td_program, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");

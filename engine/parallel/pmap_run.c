@@ -53,8 +53,10 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
     const uint32_t timeout = td_context_timeout_ms(p->ctx);
     if (!pd->call_segments) {
         pd->call_segments = td_alloc_zeroed(p->ctx, sizeof *pd->call_segments * (plan->n_calls + 1));
-        if (!pd->call_segments)
+        pd->call_names = td_alloc_zeroed(p->ctx, sizeof *pd->call_names * (plan->n_calls + 1));
+        if (!pd->call_segments || !pd->call_names)
             return TD_OOM(p->ctx, "traced kernel segments", sizeof *pd->call_segments * plan->n_calls);
+        td_plan_call_names(&p->graph, plan, pd->call_names);
     }
     td_status s = td_mesh_device_submit_wait(md, timeout);
     for (uint32_t c = st->first_call; c < st->first_call + st->n_calls && s == TD_OK; c++) {
@@ -65,7 +67,7 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
         if ((s = md->ops->segment_run(md->dev, pd->call_segments[c])) == TD_OK &&
             (s = td_mesh_device_submit_wait(md, timeout)) == TD_OK &&
             (s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin)) == TD_OK) /* an injected slowdown shows */
-            td_trace_span(tr, track, "kernel", p->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
+            td_trace_span(tr, track, "kernel", pd->call_names[c], td_kernel_name(pd->calls[c].kernel), begin,
                           td_trace_now(), 0);
     }
     return s;

@@ -15,6 +15,7 @@ typedef struct td_program_device {
      * from compile) and one segment per call, made on the first traced run. */
     td_kernel_call *calls;
     td_segment **call_segments;
+    const char **call_names; /* the graph op behind each of its plan's calls */
     double phase_seconds[TD_PHASE_COUNT]; /* the last run's, host clock (td_program_phase) */
     double collective_seconds;            /* the last run's time inside in-graph collectives */
 } td_program_device;
@@ -53,7 +54,6 @@ struct td_program {
     uint32_t *step_words;
     uint64_t step;
     td_program_device *devs;
-    const char **call_names; /* the graph op behind each call, for traces */
     /* What a re-plan needs (td_program_refresh): the compile's arguments. */
     bool training;
     uint32_t n_grads;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // GEMM, row-major: C = alpha op(A) op(B) + beta C (td_kernel.h).
 // Each 8x8 workgroup computes a 64x64 tile of C; each invocation an 8x8
 // register block at rows ty+8i, cols tx+8j, so neighbouring invocations
@@ -7,7 +8,10 @@
 // in the inner loop. Sizes measured on lavapipe (2 cores): 64 invocations
 // with 8x8 blocks and BK 32 ran 1.5-2x faster than 256 invocations with 4x4
 // blocks, as lavapipe pays per invocation at every barrier. TILE must match
-// TD_VK_GEMM_TILE in backends/vulkan/vk_internal.h.
+// TD_VK_GEMM_TILE in backends/vulkan/vk_internal.h. The loops inside a
+// slab are unrolled: lavapipe counts every loop iteration of an invocation
+// against one limit of 65535 and silently leaves loops past it, so only the
+// slab loop may iterate (K up to about 2 million).
 #ifndef TILE
 #define TILE 64
 #endif
@@ -59,7 +63,7 @@ void main()
 
     for (int k0 = 0; k0 < p.k; k0 += BK) {
         // BK*TILE elements per operand, WG*WG invocations load PER*BK/WG each.
-        for (int l = 0; l < (BK * TILE) / (WG * WG); l++) {
+        [[unroll]] for (int l = 0; l < (BK * TILE) / (WG * WG); l++) {
             int e = tid + l * WG * WG;
             // Walk memory-contiguous dimension fastest for each layout.
             int mm, kk;
@@ -82,14 +86,14 @@ void main()
             Bs[kk][nn] = w;
         }
         barrier();
-        for (int kk = 0; kk < BK; kk++) {
+        [[unroll]] for (int kk = 0; kk < BK; kk++) {
             float av[PER], bv[PER];
-            for (int i = 0; i < PER; i++)
+            [[unroll]] for (int i = 0; i < PER; i++)
                 av[i] = As[kk][ty + WG * i];
-            for (int j = 0; j < PER; j++)
+            [[unroll]] for (int j = 0; j < PER; j++)
                 bv[j] = Bs[kk][tx + WG * j];
-            for (int i = 0; i < PER; i++)
-                for (int j = 0; j < PER; j++)
+            [[unroll]] for (int i = 0; i < PER; i++)
+                [[unroll]] for (int j = 0; j < PER; j++)
                     acc[i][j] += av[i] * bv[j];
         }
         barrier();

@@ -32,6 +32,12 @@ static const gemm_row rows[] = {
     ONE(0, 7, 5), ONE(4, 0, 3), /* nothing to compute */
     {520, 260, 300, ONE_BUFFER, 1, 2, 3, 1.25f, NN}, /* big enough for a library's tiled path */
     {10, 12, 9, THREE_BUFFERS, 0, 0, 0, 1.0f, ALL_TRANSPOSES},
+    /* a language model's head: 256 positions x a 40000-token table, b^T */
+    {256, 40000, 64, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 1},
+    /* its backward: the gradient into the hidden states sums over the
+     * vocabulary (k = 50257), the table's over the positions (a^T) */
+    {64, 128, 50257, THREE_BUFFERS, 0, 0, 0, 1.0f, NN},
+    {50257, 64, 256, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 2},
 };
 
 /* Every m, n, k from this list, each transpose, in three buffers. */

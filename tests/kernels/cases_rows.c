@@ -31,6 +31,9 @@ static const row_row rows[] = {
     {"log-softmax 3 x 1000", TD_KERNEL_SOFTMAX, {3, 1000, 1}, SCALED, ONE_BUFFER},
     {"log-softmax 6 x 10, two buffers", TD_KERNEL_SOFTMAX, {6, 10, 1}, SCALED, TWO_BUFFERS},
     {"softmax 7 x 1", TD_KERNEL_SOFTMAX, {7, 1, 0}, SCALED, TWO_BUFFERS},
+    /* rows of a vocabulary's length */
+    {"softmax 2 x 50257", TD_KERNEL_SOFTMAX, {2, 50257, 0}, SCALED, TWO_BUFFERS},
+    {"causal log-softmax 3 x 40000 (rows 0-2 of a block)", TD_KERNEL_SOFTMAX, {3, 40000, 3}, SCALED, TWO_BUFFERS},
     /* causal (TD_ROWS_CAUSAL): two 8 x 8 blocks of attention scores, and
      * three 5 x 5 blocks in log form (-inf past the diagonal) */
     {"causal softmax 2 x 8 x 8", TD_KERNEL_SOFTMAX, {16, 8, 2}, SCALED, ONE_BUFFER},

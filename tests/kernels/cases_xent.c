@@ -34,6 +34,10 @@ static const xent_row rows[] = {
      20 * 10 + 3},
     {"6 x 10, labels -1 and 10", 6, 10, SIX_BUFFERS, 1.0f, six_labels, 0, 0, 0, 0},
     {"3 x 1", 3, 1, ONE_BUFFER, 4.0f, NULL, 0, 2, 1, 0},
+    /* a language model over GPT-2's 50257 tokens (lavapipe left loops past
+     * 65535 iterations per invocation: rows this long once came out wrong) */
+    {"1 x 50257", 1, 50257, SIX_BUFFERS, 4.0f, NULL, 0, 0, 0, 0},
+    {"67 x 50257", 67, 50257, SIX_BUFFERS, 4.0f, NULL, 0, 0, 0, 0},
 };
 
 typedef struct xent_places {
