@@ -59,6 +59,11 @@ static td_status trainer_options(td_cli_text_session *s)
     td_status st = td_schedule_for_run(s->ctx, c->schedule, c->lr, (uint64_t)c->steps, &o->schedule);
     /* Only a metrics file reads the per-device split of a step's time. */
     o->timing_waits = c->metrics != NULL;
+    if (st == TD_OK)
+        st = td_balance_parse(s->ctx, c->balance ? c->balance : "even", &o->balance,
+                              sizeof s->balance_weights / sizeof *s->balance_weights, s->balance_weights,
+                              &o->n_balance_weights);
+    o->balance_weights = s->balance_weights;
     return st;
 }
 
@@ -256,14 +261,9 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
         return fail(s, st, "--devices");
     uint32_t first_device = 0;
     td_processes_mesh(s->mesh, &s->n_devices, &first_device);
-    /* The attention runs one product per sequence, so devices holding
-     * different row counts would run different plans, which the library
-     * refuses: every device takes as many sequences. */
-    if (config->batch % s->n_devices != 0) {
-        fprintf(stderr,
-                "tandem %s: --batch %lld does not split evenly over the %u devices of '%s'; the GPT needs a multiple "
-                "of %u\n",
-                command, (long long)config->batch, s->n_devices, config->devices, s->n_devices);
+    if (config->batch < s->n_devices) {
+        fprintf(stderr, "tandem %s: --batch %lld is smaller than the %u devices of '%s'; each needs a sequence\n",
+                command, (long long)config->batch, s->n_devices, config->devices);
         return TD_CLI_EXIT_USAGE;
     }
     if ((st = build_graph(s)) != TD_OK)
@@ -343,7 +343,8 @@ td_status td_cli_text_step(td_cli_text_session *s, uint64_t step, float *loss)
     uint64_t first = 0, count = 0;
     td_binding b[3];
     td_status st = td_text_batch(s->text, s->config.seed, step, B, T, s->inputs, s->outputs);
-    /* Asked before each step: after a lost device the rows move. */
+    /* Asked before each step: a split the balancer found, or one after a
+     * lost device, starts there. */
     if (st == TD_OK)
         st = td_trainer_process_rows(s->trainer, &first, &count);
     if (st == TD_OK)

@@ -75,6 +75,12 @@ static void on_step(void *user, const td_step_report *report)
     memcpy(r->split, report->split, sizeof *r->split * report->n_devices);
     if (r->s.process != 0)
         return; /* across processes process 0 tells */
+    if (report->rebalanced) {
+        td_cli_progress_clear(&r->progress);
+        fprintf(stderr, "tandem train: step %llu: measured the devices' speeds; the batch is split anew from the next "
+                        "step (see --metrics, or the final line)\n",
+                (unsigned long long)report->micro_step);
+    }
     if (report->devices_lost) {
         td_cli_progress_clear(&r->progress);
         fprintf(stderr, "tandem train: step %llu: %u device(s) lost, continuing on %u\n",
@@ -280,8 +286,9 @@ static void print_summary(text_run *r, double seconds, bool identical)
         printf("\"val_loss\":null,");
     }
     printf("\"val_windows\":%zu,\"tokens_per_second\":%.1f,\"train_seconds\":%.3f,\"seconds\":%.3f,"
-           "\"devices_at_end\":%u,\"devices_lost\":%u,",
-           r->val_windows, tokens_per_second, r->train_seconds, seconds, devices_now(r, p.devices), p.devices_lost);
+           "\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",",
+           r->val_windows, tokens_per_second, r->train_seconds, seconds, devices_now(r, p.devices), p.devices_lost,
+           c->balance ? c->balance : "even");
     td_cli_job_print_split(s->ctx, s->mesh, s->trainer, s->n_devices, stdout);
     /* Bytes per device of this process (seed 002's accounting). */
     printf(",\"memory\":");
@@ -338,6 +345,8 @@ int td_cli_train_text(int argc, char **argv)
              "timeline of every device and the host, Chrome trace JSON (open in ui.perfetto.dev)"),
         {"--on-device-loss", TD_CLI_CHOICE, &c.on_device_loss, 0, 0, 0, td_cli_device_loss, 0, "WHAT",
          "fail (default), or continue on the devices left"},
+        FLAG("--balance", TD_CLI_STRING, &c.balance, 0, 0, 0, "B",
+             "even (default), auto (by each device's measured speed) or weights W,W,... per device"),
         FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
              "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
              "tandem checkpoint file; the model's sizes are the file's"),
@@ -365,6 +374,14 @@ int td_cli_train_text(int argc, char **argv)
     }
     c.given = set;
     c.context = c.sequence; /* --init or --resume: the file's */
+    float weights[64];
+    uint32_t n_weights;
+    td_balance balance;
+    if (c.balance && td_balance_parse(NULL, c.balance, &balance, 64, weights, &n_weights) != TD_OK) {
+        fprintf(stderr, "tandem train: --balance expects even, auto, or up to 64 weights like 3,3,1, got '%s'\n",
+                c.balance);
+        return TD_CLI_EXIT_USAGE;
+    }
     td_cli_text_saved saved;
     uint64_t start = 0;
     if (c.resume) {

@@ -27,7 +27,7 @@ typedef struct td_cli_text_config {
     float lr, weight_decay, dropout;
     const char *checkpoint; /* directory, or NULL */
     bool resume;
-    const char *metrics, *trace, *on_device_loss;
+    const char *metrics, *trace, *on_device_loss, *balance;
     /* GPT-2 weights to start from (td_gpt_weights_read: llm.c's .bin, a
      * Hugging Face or tandem safetensors): the model's sizes come from the
      * file, and options in `given` that contradict it are refused. */
@@ -75,6 +75,7 @@ typedef struct td_cli_text_session {
     uint32_t n_params;
     uint64_t parameter_count;    /* elements */
     td_trainer_options trainer_options;
+    float balance_weights[64]; /* --balance W,W,... */
     td_trainer *trainer;
     td_evaluator *evaluator;
     /* One global batch on the host: every process assembles all of it (a

@@ -355,7 +355,16 @@ PY
   fi
   expect_rc 0 "gpt eval of one file on cpu:4" "$tandem" eval --checkpoint gck/ckpt-00000010.safetensors --devices cpu:4 \
     --eval-batches 3 && [ "$(json_field out windows)" = 12 ] || fail "--eval-batches 3 of 4: $(tail -1 out)"
-  expect_usage_error "multiple of 3" "gpt batch over 3 devices" "$tandem" eval --checkpoint gck --devices cpu:3
+  # 4 sequences over 3 devices: shares of 2, 1, 1, weighted by their rows.
+  if expect_rc 0 "gpt eval on cpu:3" "$tandem" eval --checkpoint gck --devices cpu:3; then
+    python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)' \
+      "$(json_field out val_loss)" "$(json_field gpt.out val_loss)" ||
+      fail "eval on cpu:3 (uneven shares) gives val loss $(json_field out val_loss), training $(json_field gpt.out val_loss)"
+  fi
+  if expect_rc 0 "gpt --balance 1,2,3" "$tandem" train "${tiny[@]}" --devices cpu:3 --batch 6 --balance 1,2,3 --steps 2 \
+    --eval-every 0; then
+    [ "$(json_field out split)" = "[1, 2, 3]" ] || fail "gpt --balance 1,2,3 split: $(tail -1 out)"
+  fi
   expect_usage_error "--eval-batches" "eval-batches of an mlp" "$tandem" eval --checkpoint st7 --eval-batches 2
   echo "== gpt: sample"
   sample=(--checkpoint gck --prompt "the " --tokens 40)
