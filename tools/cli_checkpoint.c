@@ -7,14 +7,16 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#define KEY_COUNT 15
+#define KEY_COUNT 16
 
 td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_position at, char *path, size_t capacity)
 {
     const td_cli_config *c = &s->config;
-    char epochs[24], batch[24], limit[24], accumulate[24], seed[24], lr[32], dropout[32], epoch[24], position[24];
+    char epochs[24], steps[24], batch[24], limit[24], accumulate[24], seed[24], lr[32], dropout[32], epoch[24], position[24];
     snprintf(epochs, sizeof epochs, "%lld", (long long)c->epochs);
+    snprintf(steps, sizeof steps, "%lld", (long long)c->steps);
     snprintf(batch, sizeof batch, "%lld", (long long)c->batch);
     snprintf(limit, sizeof limit, "%lld", (long long)c->limit);
     snprintf(accumulate, sizeof accumulate, "%lld", (long long)c->accumulate);
@@ -31,7 +33,7 @@ td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_pos
         {"seed", seed},            {"lr", lr},
         {"dropout", dropout},      {"batch_norm", c->batch_norm ? "1" : "0"},
         {"epoch", epoch},          {"position", position},
-        {"inputs", c->inputs},
+        {"inputs", c->inputs},     {"steps", steps},
     };
     td_checkpoint_options o;
     td_checkpoint_options_init(&o);
@@ -40,8 +42,7 @@ td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_pos
     return td_checkpoint_save_dir(s->trainer, dir, &o, path, capacity);
 }
 
-/* One metadata value, or a message naming the key and the file. */
-static bool value_of(const char *command, const td_checkpoint *ck, const char *key, const char **value)
+bool td_cli_metadata_value(const char *command, const td_checkpoint *ck, const char *key, const char **value)
 {
     const char *path = "";
     td_checkpoint_path(ck, &path);
@@ -53,11 +54,11 @@ static bool value_of(const char *command, const td_checkpoint *ck, const char *k
     return true;
 }
 
-static bool copy_string(const char *command, const td_checkpoint *ck, const char *key, char *out, size_t capacity,
+bool td_cli_metadata_copy(const char *command, const td_checkpoint *ck, const char *key, char *out, size_t capacity,
                         const char *const *choices)
 {
     const char *v;
-    if (!value_of(command, ck, key, &v))
+    if (!td_cli_metadata_value(command, ck, key, &v))
         return false;
     if (strlen(v) >= capacity) {
         fprintf(stderr, "tandem %s: checkpoint metadata '%s' is too long (%zu bytes)\n", command, key, strlen(v));
@@ -77,10 +78,10 @@ static bool copy_string(const char *command, const td_checkpoint *ck, const char
     return true;
 }
 
-static bool read_i64(const char *command, const td_checkpoint *ck, const char *key, int64_t *out)
+bool td_cli_metadata_i64(const char *command, const td_checkpoint *ck, const char *key, int64_t *out)
 {
     const char *v;
-    if (!value_of(command, ck, key, &v))
+    if (!td_cli_metadata_value(command, ck, key, &v))
         return false;
     char *end;
     errno = 0;
@@ -94,10 +95,10 @@ static bool read_i64(const char *command, const td_checkpoint *ck, const char *k
     return true;
 }
 
-static bool read_float(const char *command, const td_checkpoint *ck, const char *key, float *out)
+bool td_cli_metadata_float(const char *command, const td_checkpoint *ck, const char *key, float *out)
 {
     const char *v;
-    if (!value_of(command, ck, key, &v))
+    if (!td_cli_metadata_value(command, ck, key, &v))
         return false;
     char *end;
     float f = strtof(v, &end);
@@ -142,15 +143,18 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
                         td_cli_position *at)
 {
     int64_t seed, epoch, position, batch_norm;
-    if (!copy_string(command, ck, "model", st->model, sizeof st->model, td_cli_models) ||
-        !copy_string(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
-        !copy_string(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
-        !copy_string(command, ck, "data", st->data, sizeof st->data, NULL) ||
-        !read_i64(command, ck, "epochs", &c->epochs) || !read_i64(command, ck, "batch", &c->batch) ||
-        !read_i64(command, ck, "limit", &c->limit) || !read_i64(command, ck, "accumulate", &c->accumulate) ||
-        !read_i64(command, ck, "seed", &seed) || !read_float(command, ck, "lr", &c->lr) ||
-        !read_float(command, ck, "dropout", &c->dropout) || !read_i64(command, ck, "batch_norm", &batch_norm) ||
-        !read_i64(command, ck, "epoch", &epoch) || !read_i64(command, ck, "position", &position))
+    if (!td_cli_metadata_copy(command, ck, "model", st->model, sizeof st->model, td_cli_models) ||
+        !td_cli_metadata_copy(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
+        !td_cli_metadata_copy(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
+        !td_cli_metadata_copy(command, ck, "data", st->data, sizeof st->data, NULL) ||
+        !td_cli_metadata_i64(command, ck, "epochs", &c->epochs) ||
+        !td_cli_metadata_i64(command, ck, "batch", &c->batch) ||
+        !td_cli_metadata_i64(command, ck, "limit", &c->limit) ||
+        !td_cli_metadata_i64(command, ck, "accumulate", &c->accumulate) ||
+        !td_cli_metadata_i64(command, ck, "seed", &seed) || !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
+        !td_cli_metadata_float(command, ck, "dropout", &c->dropout) ||
+        !td_cli_metadata_i64(command, ck, "batch_norm", &batch_norm) ||
+        !td_cli_metadata_i64(command, ck, "epoch", &epoch) || !td_cli_metadata_i64(command, ck, "position", &position))
         return false;
     if (c->batch < 1 || c->accumulate < 1) {
         fprintf(stderr, "tandem %s: checkpoint metadata has batch %lld and accumulate %lld; both must be at least 1\n",
@@ -164,6 +168,13 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     c->seed = (uint64_t)seed;
     c->batch_norm = batch_norm != 0;
     if (!read_inputs(command, ck, &c->inputs))
+        return false;
+    /* A run by --steps records them; files from before the flag ran whole
+     * epochs. */
+    const char *steps = NULL;
+    c->steps = 0;
+    if (td_checkpoint_metadata(ck, "steps", &steps) == TD_OK && steps &&
+        !td_cli_metadata_i64(command, ck, "steps", &c->steps))
         return false;
     at->epoch = (uint64_t)epoch;
     at->position = (uint64_t)position;
@@ -239,8 +250,10 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->balance = given.balance;
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
-    if (keep & TD_CLI_SET_EPOCHS)
+    if (keep & (TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS)) { /* the run's length is the caller's: one or the other */
         c->epochs = given.epochs;
+        c->steps = given.steps;
+    }
     if (keep & TD_CLI_SET_BATCH)
         c->batch = given.batch;
     if (keep & TD_CLI_SET_LR)
@@ -275,4 +288,45 @@ bool td_cli_checkpoint_dir_used(const char *dir)
         used = strncmp(e->d_name, "ckpt-", 5) == 0;
     closedir(d);
     return used;
+}
+
+td_status td_cli_checkpoint_open_path(td_context *ctx, const char *path, td_checkpoint **out)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return td_checkpoint_open_latest(ctx, path, out);
+    return td_checkpoint_open(ctx, path, out);
+}
+
+bool td_cli_checkpoint_model(const char *path, char *model, size_t capacity)
+{
+    td_context *ctx;
+    if (td_context_create(NULL, &ctx) != TD_OK)
+        return false;
+    td_checkpoint *ck = NULL;
+    const char *v = NULL;
+    bool found = td_cli_checkpoint_open_path(ctx, path, &ck) == TD_OK &&
+                 td_checkpoint_metadata(ck, "model", &v) == TD_OK && v && strlen(v) < capacity;
+    if (found)
+        memcpy(model, v, strlen(v) + 1);
+    td_checkpoint_close(ck);
+    td_context_destroy(ctx);
+    return found;
+}
+
+int td_cli_checkpoint_prepare_dir(const char *command, const char *dir, bool resume)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tandem %s: --checkpoint '%s': cannot create the directory: %s\n", command, dir,
+                strerror(errno));
+        return TD_CLI_EXIT_FAILURE;
+    }
+    if (!resume && td_cli_checkpoint_dir_used(dir)) {
+        fprintf(stderr,
+                "tandem %s: --checkpoint '%s' already holds checkpoints of another run; add --resume to continue "
+                "it, or choose an empty directory\n",
+                command, dir);
+        return TD_CLI_EXIT_USAGE;
+    }
+    return TD_CLI_EXIT_OK;
 }

@@ -23,6 +23,16 @@ int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *w
     return TD_CLI_EXIT_FAILURE;
 }
 
+bool td_cli_agree(td_context *ctx, uint32_t processes, bool mine)
+{
+    if (processes < 2)
+        return mine;
+    double any = mine ? 1.0 : 0.0;
+    if (td_processes_sum(ctx, &any, 1) != TD_OK)
+        return true; /* the job is failing anyway: stop */
+    return any > 0.0;
+}
+
 double td_cli_now(void)
 {
     struct timespec t;

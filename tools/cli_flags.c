@@ -124,6 +124,27 @@ int td_cli_parse(const char *command, int argc, char **argv, const td_cli_flag *
     return TD_CLI_PARSED;
 }
 
+const char *td_cli_flag_value(int argc, char **argv, const char *name)
+{
+    const size_t n = strlen(name);
+    const char *value = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], name) == 0 && i + 1 < argc)
+            value = argv[++i];
+        else if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
+            value = argv[i] + n + 1;
+    }
+    return value;
+}
+
+bool td_cli_flag_present(int argc, char **argv, const char *name)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return true;
+    return false;
+}
+
 void td_cli_print_help(FILE *f, const char *usage, const td_cli_flag *flags, size_t n_flags)
 {
     fprintf(f, "%s\n", usage);

@@ -238,12 +238,7 @@ static int join_processes(td_cli_session *s)
 
 bool td_cli_session_agree(td_cli_session *s, bool mine)
 {
-    if (s->processes < 2)
-        return mine;
-    double any = mine ? 1.0 : 0.0;
-    if (td_processes_sum(s->ctx, &any, 1) != TD_OK)
-        return true; /* the job is failing anyway: stop */
-    return any > 0.0;
+    return td_cli_agree(s->ctx, s->processes, mine);
 }
 
 int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_config *config)
@@ -277,6 +272,10 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     s->per_epoch = config->limit && (size_t)config->limit < s->train.count ? (size_t)config->limit : s->train.count;
     s->steps_per_epoch = (s->per_epoch + B - 1) / B;
     s->total_updates = s->steps_per_epoch * (uint64_t)config->epochs / (uint64_t)config->accumulate;
+    if (config->steps) { /* --steps: as many epochs as they reach into, the last one maybe cut short */
+        s->config.epochs = (int64_t)(((uint64_t)config->steps + s->steps_per_epoch - 1) / s->steps_per_epoch);
+        s->total_updates = (uint64_t)config->steps / (uint64_t)config->accumulate;
+    }
     if (s->total_updates == 0)
         s->total_updates = 1;
 

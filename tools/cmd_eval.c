@@ -10,13 +10,18 @@
 #include "td_cli_session.h"
 
 static const char usage_text[] =
-    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data DIR] [--batch N]\n"
+    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data PATH] [--batch N]\n"
+    "       tandem eval --checkpoint DIR|FILE | --init FILE  [--data PATH] [--context T] [--eval-batches N]  (gpt)\n"
     "Evaluates the newest valid checkpoint in DIR on the test set (Fashion-MNIST t10k, or the generated\n"
-    "test set the run used). Prints a line and a final JSON line. Exit codes: 0, 1 failed, 2 bad command line.";
+    "test set the run used); a gpt checkpoint (DIR, or one file), or GPT-2 weights (--init), on the\n"
+    "validation windows of its text (or --data), with bits per byte for byte text. Prints a line and a\n"
+    "final JSON line. Exit codes: 0, 1 failed, 2 bad command line.";
 
 int td_cli_eval(int argc, char **argv)
 {
     td_cli_config c = {.devices = "cpu:4", .data = NULL, .batch = 0};
+    int64_t eval_batches = -1, sequence = 0;
+    const char *init = NULL;
     const td_cli_flag flags[] = {
         {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "DIR", "the run's checkpoint directory"},
         {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
@@ -24,6 +29,13 @@ int td_cli_eval(int argc, char **argv)
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
          "global batch, a multiple of the device count (default: the run's)"},
+        {"--eval-batches", TD_CLI_INT, &eval_batches, 0, 1e12, 0, NULL, 0, "N",
+         "gpt: validation batches to evaluate; 0: every window (default 0)"},
+        {"--context", TD_CLI_INT, &sequence, 1, 1 << 20, 0, NULL, 0, "T",
+         "gpt: the validation windows' length, at most the model's positions (default: the run's)"},
+        {"--init", TD_CLI_STRING, &init, 0, 0, 0, NULL, 0, "FILE",
+         "gpt: GPT-2 weights instead of a checkpoint (llm.c's .bin, a Hugging Face model.safetensors or its "
+         "folder); --data defaults to the fortunes, --batch to 12"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -34,8 +46,23 @@ int td_cli_eval(int argc, char **argv)
     }
     if (rc != TD_CLI_PARSED)
         return TD_CLI_EXIT_USAGE;
-    if (!c.checkpoint) {
-        fprintf(stderr, "tandem eval: --checkpoint DIR is required (see tandem eval --help)\n");
+    if (!c.checkpoint == !init) {
+        fprintf(stderr, "tandem eval: give --checkpoint DIR or --init FILE%s (see tandem eval --help)\n",
+                init ? ", not both" : "");
+        return TD_CLI_EXIT_USAGE;
+    }
+    /* A gpt checkpoint has a config of its own (cmd_eval_text.c). */
+    const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices,
+                                   .data = (set & TD_CLI_SET_DATA) ? c.data : NULL,
+                                   .batch = (set & TD_CLI_SET_BATCH) ? c.batch : 0, .sequence = sequence,
+                                   .eval_batches = eval_batches > 0 ? eval_batches : 0};
+    char model[16];
+    if (init || (td_cli_checkpoint_model(c.checkpoint, model, sizeof model) && strcmp(model, "gpt") == 0))
+        return td_cli_eval_text(&text);
+    if (eval_batches >= 0 || sequence) {
+        fprintf(stderr, "tandem eval: %s is for gpt checkpoints; '%s' holds a %s model\n",
+                eval_batches >= 0 ? "--eval-batches" : "--context", c.checkpoint,
+                td_cli_checkpoint_model(c.checkpoint, model, sizeof model) ? model : "non-gpt");
         return TD_CLI_EXIT_USAGE;
     }
     td_cli_saved_config saved;

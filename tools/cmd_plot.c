@@ -24,7 +24,8 @@ extern char **environ;
 static const char usage_text[] =
     "usage: tandem plot METRICS -o FILE.png\n"
     "Draws the loss and accuracy curves (training per step and per epoch, test per epoch) of a\n"
-    "`tandem train --metrics METRICS` file with gnuplot (Debian: gnuplot-nox).";
+    "`tandem train --metrics METRICS` file with gnuplot (Debian: gnuplot-nox). A --model gpt run's\n"
+    "validations are drawn as its test points, over passes through the training tokens.";
 
 #ifdef TD_CLI_HAVE_JANSSON
 #include <jansson.h>
@@ -43,6 +44,7 @@ typedef struct curves {
     epoch_point *epochs;
     size_t n_epochs, cap_epochs;
     bool has_accuracy;
+    bool validations; /* a run counted in steps (the GPT's): "eval" records */
 } curves;
 
 static bool grow(void **items, size_t *cap, size_t n, size_t size)
@@ -101,9 +103,14 @@ static int read_metrics(const char *path, curves *c)
             else
                 c->steps[c->n_steps++] = p;
             c->has_accuracy = c->has_accuracy || isfinite(p.accuracy);
-        } else if (strcmp(kind, "epoch") == 0) {
-            epoch_point p = {number_of(o, "epoch"), number_of(o, "train_loss"), number_of(o, "train_accuracy"),
-                             number_of(o, "test_loss"), number_of(o, "test_accuracy")};
+        } else if (strcmp(kind, "epoch") == 0 || strcmp(kind, "eval") == 0) {
+            /* A validation is drawn as an epoch's point: at its passes over
+             * the training tokens, the interval's training loss beside it. */
+            const bool eval = kind[1] == 'v';
+            epoch_point p = {number_of(o, eval ? "progress" : "epoch"), number_of(o, "train_loss"),
+                             number_of(o, "train_accuracy"), number_of(o, eval ? "val_loss" : "test_loss"),
+                             number_of(o, "test_accuracy")};
+            c->validations = c->validations || eval;
             while (c->n_epochs && !(c->epochs[c->n_epochs - 1].epoch < p.epoch))
                 c->n_epochs--;
             if (!grow((void **)&c->epochs, &c->cap_epochs, c->n_epochs, sizeof p))
@@ -205,7 +212,8 @@ static bool write_script(const curves *c, const char *script, const char *steps,
     const bool two = c->has_accuracy;
     fprintf(f, "set terminal pngcairo size %d,480 font 'sans,10'\nset output ", two ? 1200 : 640);
     quoted(f, out);
-    fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right\nset xlabel 'epoch'\n");
+    fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right\nset xlabel '%s'\n",
+            c->validations ? "passes over the training tokens" : "epoch");
     fprintf(f, "steps = ");
     quoted(f, steps);
     fprintf(f, "\nepochs = ");
@@ -224,8 +232,10 @@ static bool write_script(const curves *c, const char *script, const char *steps,
     const char *loss[4] = {
         "steps using 1:2 with lines lc rgb '#c6dbef' title 'train (step)'",
         "steps using 1:3 with lines lw 2 lc rgb '#2171b5' title 'train (moving average)'",
-        "epochs using 1:2 with linespoints pt 7 lc rgb '#08306b' title 'train (epoch)'",
-        "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
+        c->validations ? "epochs using 1:2 with linespoints pt 7 lc rgb '#08306b' title 'train (since the last validation)'"
+                       : "epochs using 1:2 with linespoints pt 7 lc rgb '#08306b' title 'train (epoch)'",
+        c->validations ? "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'validation'"
+                       : "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
     };
     const bool present[4] = {st, st, ep, ep};
     fprintf(f, "set ylabel 'loss'\n");
@@ -328,7 +338,8 @@ int td_cli_plot(int argc, char **argv)
         }
     }
     if (rc == TD_CLI_EXIT_OK)
-        printf("tandem plot: %s (%zu steps, %zu epochs)\n", out, c.n_steps, c.n_epochs);
+        printf("tandem plot: %s (%zu steps, %zu %s)\n", out, c.n_steps, c.n_epochs,
+               c.validations ? "validations" : "epochs");
     free(c.steps);
     free(c.epochs);
     return rc;

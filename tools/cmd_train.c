@@ -10,50 +10,23 @@
  * 128 + the signal's number. An epoch's checkpoint is written before its
  * evaluation on the test set, so an evaluation that fails never costs the
  * epoch's training. */
-#include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "td_cli_checkpoint.h"
 #include "td_cli_flags.h"
+#include "td_cli_job.h"
 #include "td_cli_metrics.h"
 #include "td_cli_progress.h"
 #include "td_cli_session.h"
-
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int signo)
-{
-    stop_signal = signo;
-}
-
-/* A second Ctrl-C kills at once (SA_RESETHAND): the user may not want to
- * wait for the step. */
-static void catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-/* The exit code of a run stopped by a signal; across processes, one that
- * received none stops with the others as if it had received SIGTERM. */
-static int signal_exit(void)
-{
-    return TD_CLI_EXIT_SIGNAL + (stop_signal ? stop_signal : SIGTERM);
-}
+#include "td_cli_signals.h"
 
 #define FLAG(name, kind, target, lo, hi, bit, value, help) {name, kind, target, lo, hi, 0, NULL, bit, value, help}
 
 static const char usage_text[] =
     "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--epochs N] [--checkpoint DIR [--resume]]\n"
     "                    [--metrics FILE] [--trace FILE] [options]\n"
+    "       tandem train --model gpt ...   (a transformer on text: tandem train --model gpt --help)\n"
     "Trains a built-in model data-parallel. mlp and cnn train on Fashion-MNIST (or --data generated);\n"
     "linreg on generated data (x ~ N(0,1), y = x w + b + noise). Exit codes: 0 done, 1 failed, 2 bad\n"
     "command line, 130 / 143 stopped by SIGINT / SIGTERM after its step (checkpoint written with\n"
@@ -125,16 +98,11 @@ static void print_epoch_checkpoint(const train_run *r, bool saved)
         printf("checkpoint deferred: an accumulation round is open; it is written after the round\n");
 }
 
-/* The devices the run is on now: every process's, or the mesh's (or the
- * trainer's count, when given, in one process). */
+/* The devices the run is on now (the trainer's count, when given, in one
+ * process). */
 static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
 {
-    uint32_t global = 0, first = 0;
-    if (r->s.processes > 1 && td_processes_mesh(r->s.mesh, &global, &first) == TD_OK)
-        return global;
-    if (trainer_devices == 0)
-        td_mesh_size(r->s.mesh, &trainer_devices);
-    return trainer_devices;
+    return td_cli_job_devices(r->s.mesh, r->s.processes, trainer_devices);
 }
 
 /* Evaluates on the test set, saying on stderr when the mesh lost devices
@@ -161,33 +129,13 @@ static void print_header(const train_run *r, td_cli_position start)
            c->model, r->s.n_devices, c->devices, c->data, r->s.per_epoch, r->s.test.count, (long long)c->batch,
            r->s.steps_per_epoch, c->optimizer, (double)c->lr, c->schedule, (long long)c->accumulate,
            c->batch_norm ? "on" : "off", (double)c->dropout, (unsigned long long)c->seed);
+    if (c->steps)
+        printf("--steps %lld: %lld epoch(s), the last one %lld step(s)\n", (long long)c->steps, (long long)c->epochs,
+               (long long)(c->steps - (c->epochs - 1) * (int64_t)r->s.steps_per_epoch));
     if (c->resume)
         printf("resumed from %s: epoch %llu, %llu of %zu steps done\n", r->path,
                (unsigned long long)start.epoch + 1, (unsigned long long)start.position, r->s.steps_per_epoch);
     fflush(stdout);
-}
-
-/* The devices the run ends on: the trainer's, or every process's. */
-
-
-/* The split and the measured speeds of every device of the job (process
- * 0's devices first), for the final line. Collective across processes. */
-static td_status job_values(train_run *r, double *rows, double *speeds, uint32_t *n_rows, uint32_t *n_speeds)
-{
-    td_cli_session *s = &r->s;
-    uint32_t n = 0, n_local_speeds = 0;
-    double *local = calloc(s->n_devices + 1, sizeof *local);
-    td_status st = local ? td_trainer_split(s->trainer, s->n_devices, r->split, &n) : TD_ERR_OUT_OF_MEMORY;
-    for (uint32_t d = 0; d < n && st == TD_OK; d++)
-        local[d] = r->split[d];
-    if (st == TD_OK)
-        st = td_demo_job_values(s->ctx, s->mesh, local, n, s->n_devices, rows, n_rows);
-    if (st == TD_OK)
-        st = td_trainer_device_speeds(s->trainer, s->n_devices, local, &n_local_speeds);
-    if (st == TD_OK)
-        st = td_demo_job_values(s->ctx, s->mesh, local, n_local_speeds, s->n_devices, speeds, n_speeds);
-    free(local);
-    return st;
 }
 
 /* Runs the whole loop from `start`; returns an exit code. */
@@ -196,7 +144,8 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
     td_cli_session *s = &r->s;
     const td_cli_config *c = &s->config;
     const size_t B = (size_t)c->batch, steps = s->steps_per_epoch;
-    const uint64_t remaining = ((uint64_t)c->epochs - start.epoch) * steps - start.position;
+    const uint64_t total = c->steps ? (uint64_t)c->steps : (uint64_t)c->epochs * steps;
+    const uint64_t remaining = total - (start.epoch * steps + start.position);
     td_cli_progress_init(&r->progress, c->epochs, steps, remaining);
     bool want_save = false, saved;
     int rc;
@@ -208,7 +157,9 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         td_trace_span_begin(s->ctx, "epoch");
         double loss_sum = 0.0, acc_sum = 0.0, examples = 0.0;
         size_t first = epoch == start.epoch ? (size_t)start.position : 0;
-        for (size_t step = first; step < steps; step++) {
+        /* --steps may end the last epoch early. */
+        const size_t end = total - epoch * steps < steps ? (size_t)(total - epoch * steps) : steps;
+        for (size_t step = first; step < end; step++) {
             const size_t valid = s->per_epoch - step * B < B ? s->per_epoch - step * B : B;
             td_train_progress after;
             float loss, accuracy;
@@ -232,9 +183,9 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
             }
             /* The bar shows the epoch's rate so far: one step's rate jumps about. */
             td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, examples / (td_cli_now() - t_epoch), loss);
-            if (step + 1 == steps)
-                break; /* the epoch's end saves, and stops if asked */
-            const bool stop = td_cli_session_agree(s, stop_signal != 0); /* every process stops at this step */
+            if (step + 1 == end)
+                break; /* the epoch's (or the run's) end saves, and stops if asked */
+            const bool stop = td_cli_session_agree(s, td_cli_stop_requested()); /* every process stops at this step */
             if ((stop || want_save) && c->checkpoint) {
                 const td_cli_position at = {epoch, step + 1};
                 if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
@@ -248,13 +199,13 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                     td_cli_progress_clear(&r->progress);
                     printf("interrupted at epoch %llu, step %zu/%zu: checkpoint %s\n", (unsigned long long)epoch + 1,
                            step + 1, steps, r->path);
-                    return signal_exit();
+                    return td_cli_signal_exit();
                 }
             } else if (stop) {
                 td_cli_progress_clear(&r->progress);
                 printf("interrupted at epoch %llu, step %zu/%zu (no --checkpoint: nothing saved)\n",
                        (unsigned long long)epoch + 1, step + 1, steps);
-                return signal_exit();
+                return td_cli_signal_exit();
             }
         }
         const double train_seconds = td_cli_now() - t_epoch;
@@ -266,7 +217,7 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
          * training, which an evaluation that fails must not take with it. */
         saved = false;
         if (c->checkpoint) {
-            const td_cli_position at = {epoch + 1, 0};
+            const td_cli_position at = end < steps ? (td_cli_position){epoch, end} : (td_cli_position){epoch + 1, 0};
             if ((rc = save(r, at, &saved)) != TD_CLI_EXIT_OK)
                 return rc;
             want_save = !saved;
@@ -276,14 +227,17 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                 print_epoch_checkpoint(r, saved);
             return td_cli_fail("train", s->ctx, st, "evaluating on the test set");
         }
+        char part[96] = "";
+        if (end < steps)
+            snprintf(part, sizeof part, " (%zu of %zu steps: --steps %lld)", end, steps, (long long)c->steps);
         if (s->classifier)
-            printf("epoch %llu/%lld: train loss %.4f accuracy %.4f, test loss %.4f accuracy %.4f, %.1f s, %.0f "
+            printf("epoch %llu/%lld%s: train loss %.4f accuracy %.4f, test loss %.4f accuracy %.4f, %.1f s, %.0f "
                    "samples/s\n",
-                   (unsigned long long)epoch + 1, (long long)c->epochs, last->train_loss, last->train_accuracy,
+                   (unsigned long long)epoch + 1, (long long)c->epochs, part, last->train_loss, last->train_accuracy,
                    last->test_loss, last->test_accuracy, train_seconds, last->samples_per_second);
         else
-            printf("epoch %llu/%lld: train loss %.6f, test loss %.6f, %.2f s, %.0f samples/s\n",
-                   (unsigned long long)epoch + 1, (long long)c->epochs, last->train_loss, last->test_loss,
+            printf("epoch %llu/%lld%s: train loss %.6f, test loss %.6f, %.2f s, %.0f samples/s\n",
+                   (unsigned long long)epoch + 1, (long long)c->epochs, part, last->train_loss, last->test_loss,
                    train_seconds, last->samples_per_second);
         const td_cli_epoch_record rec = {
             .epoch = (int64_t)epoch + 1, .train_loss = last->train_loss, .train_accuracy = last->train_accuracy,
@@ -294,33 +248,26 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         if (c->checkpoint)
             print_epoch_checkpoint(r, saved);
         fflush(stdout);
-        if (td_cli_session_agree(s, stop_signal != 0) && (!c->checkpoint || !want_save)) {
+        if (td_cli_session_agree(s, td_cli_stop_requested()) && (!c->checkpoint || !want_save)) {
             printf("interrupted after epoch %llu%s\n", (unsigned long long)epoch + 1,
                    c->checkpoint ? "" : " (no --checkpoint: nothing saved)");
-            return signal_exit();
+            return td_cli_signal_exit();
         }
-    }
-    return TD_CLI_EXIT_OK;
-}
-
-static int prepare_checkpoint_dir(const char *dir, bool resume)
-{
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "tandem train: --checkpoint '%s': cannot create the directory: %s\n", dir, strerror(errno));
-        return TD_CLI_EXIT_FAILURE;
-    }
-    if (!resume && td_cli_checkpoint_dir_used(dir)) {
-        fprintf(stderr,
-                "tandem train: --checkpoint '%s' already holds checkpoints of another run; add --resume to continue "
-                "it, or choose an empty directory\n",
-                dir);
-        return TD_CLI_EXIT_USAGE;
     }
     return TD_CLI_EXIT_OK;
 }
 
 int td_cli_train(int argc, char **argv)
 {
+    /* --model gpt has flags of its own (cmd_train_text.c); so does a
+     * --resume without --model of a gpt checkpoint. */
+    const char *model = td_cli_flag_value(argc, argv, "--model"), *dir = td_cli_flag_value(argc, argv, "--checkpoint");
+    char saved_model[16];
+    if (model ? strcmp(model, "gpt") == 0
+              : dir && td_cli_flag_present(argc, argv, "--resume") &&
+                    td_cli_checkpoint_model(dir, saved_model, sizeof saved_model) &&
+                    strcmp(saved_model, "gpt") == 0)
+        return td_cli_train_text(argc, argv);
     td_cli_config c = {.model = "mlp", .devices = "cpu:4", .data = TD_FASHION_MNIST_DIR, .schedule = "constant",
                        .epochs = 5, .batch = 128, .accumulate = 1};
     const td_cli_flag flags[] = {
@@ -329,6 +276,8 @@ int td_cli_train(int argc, char **argv)
         FLAG("--data", TD_CLI_STRING, &c.data, 0, 0, TD_CLI_SET_DATA, "DIR",
              "Fashion-MNIST IDX folder, or 'generated' (default " TD_FASHION_MNIST_DIR ")"),
         FLAG("--epochs", TD_CLI_INT, &c.epochs, 1, 1e6, TD_CLI_SET_EPOCHS, "N", "passes over the training set (default 5)"),
+        FLAG("--steps", TD_CLI_INT, &c.steps, 1, 1e12, TD_CLI_SET_STEPS, "N",
+             "instead of --epochs: N global batches in all, a multiple of --accumulate (the last epoch may end early)"),
         FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_SET_BATCH, "N",
              "global batch; a multiple of the device count (default 128)"),
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
@@ -373,6 +322,11 @@ int td_cli_train(int argc, char **argv)
         fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
         return TD_CLI_EXIT_USAGE;
     }
+    if ((set & TD_CLI_SET_STEPS) && (set & TD_CLI_SET_EPOCHS)) {
+        fprintf(stderr, "tandem train: give --epochs %lld or --steps %lld, not both\n", (long long)c.epochs,
+                (long long)c.steps);
+        return TD_CLI_EXIT_USAGE;
+    }
     float weights[64];
     uint32_t n_weights;
     td_balance balance;
@@ -384,7 +338,8 @@ int td_cli_train(int argc, char **argv)
     td_cli_saved_config saved;
     td_cli_position start = {0, 0};
     if (c.resume) {
-        const unsigned keep = set & (TD_CLI_SET_DATA | TD_CLI_SET_EPOCHS | TD_CLI_SET_LR | TD_CLI_SET_SCHEDULE);
+        const unsigned keep =
+            set & (TD_CLI_SET_DATA | TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS | TD_CLI_SET_LR | TD_CLI_SET_SCHEDULE);
         const unsigned must_match = set & ~keep;
         if ((rc = td_cli_checkpoint_read_config("train", c.checkpoint, &c, keep, must_match, &saved, &start)) !=
             TD_CLI_EXIT_OK)
@@ -392,7 +347,13 @@ int td_cli_train(int argc, char **argv)
     } else {
         td_cli_config_defaults(&c, set);
     }
-    if (c.checkpoint && (rc = prepare_checkpoint_dir(c.checkpoint, c.resume)) != TD_CLI_EXIT_OK)
+    if (c.steps % c.accumulate != 0) {
+        /* A run never ends in the middle of an accumulation round. */
+        fprintf(stderr, "tandem train: --steps %lld is not a multiple of --accumulate %lld\n", (long long)c.steps,
+                (long long)c.accumulate);
+        return TD_CLI_EXIT_USAGE;
+    }
+    if (c.checkpoint && (rc = td_cli_checkpoint_prepare_dir("train", c.checkpoint, c.resume)) != TD_CLI_EXIT_OK)
         return rc;
 
     train_run *r = calloc(1, sizeof *r);
@@ -401,6 +362,7 @@ int td_cli_train(int argc, char **argv)
         return TD_CLI_EXIT_FAILURE;
     }
     rc = td_cli_session_open(&r->s, "train", &c);
+    c.epochs = r->s.config.epochs; /* --steps: the epochs they reach into */
     if (rc == TD_CLI_EXIT_OK && c.resume)
         rc = td_cli_checkpoint_restore(&r->s, c.checkpoint, r->path, sizeof r->path);
     if (rc == TD_CLI_EXIT_OK && start.position > r->s.steps_per_epoch) {
@@ -432,9 +394,10 @@ int td_cli_train(int argc, char **argv)
     double train_seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         print_header(r, start);
-        catch_signals();
+        td_cli_catch_signals();
         const double t0 = td_cli_now();
-        if (start.epoch < (uint64_t)c.epochs) {
+        const uint64_t done = start.epoch * r->s.steps_per_epoch + start.position;
+        if (c.steps ? done < (uint64_t)c.steps : start.epoch < (uint64_t)c.epochs) {
             rc = run_loop(r, start, &last);
             td_train_progress p;
             if (rc == TD_CLI_EXIT_OK && td_trainer_progress(r->s.trainer, &p) == TD_OK && p.accumulated)
@@ -442,8 +405,12 @@ int td_cli_train(int argc, char **argv)
                        "applied to the parameters nor in a checkpoint\n",
                        p.accumulated, (long long)c.accumulate);
         } else {
-            printf("nothing to train: the checkpoint is at the end of epoch %llu of %lld (raise --epochs)\n",
-                   (unsigned long long)start.epoch, (long long)c.epochs);
+            if (c.steps)
+                printf("nothing to train: the checkpoint is at step %llu of --steps %lld (raise --steps)\n",
+                       (unsigned long long)done, (long long)c.steps);
+            else
+                printf("nothing to train: the checkpoint is at the end of epoch %llu of %lld (raise --epochs)\n",
+                       (unsigned long long)start.epoch, (long long)c.epochs);
             td_status st = td_cli_session_evaluate(&r->s, &r->s.test, r->s.test.count, &last.test_loss,
                                                    &last.test_accuracy);
             if (st != TD_OK)
@@ -451,23 +418,7 @@ int td_cli_train(int argc, char **argv)
         }
         train_seconds = td_cli_now() - t0;
     }
-    if (td_trace_active(r->s.ctx)) {
-        /* Written whatever the outcome: a trace of a failed run is the one wanted most. */
-        if ((trace_status = td_trace_end(r->s.ctx)) != TD_OK) {
-            const int failed = td_cli_fail("train", r->s.ctx, trace_status, "writing --trace");
-            rc = rc == TD_CLI_EXIT_OK ? failed : rc;
-        } else if (r->s.processes > 1 && rc == TD_CLI_EXIT_OK) {
-            /* Every process's file is written (the sum is the barrier); process
-             * 0 makes them one, a track per device of every process. */
-            double written = 1.0;
-            if ((trace_status = td_processes_sum(r->s.ctx, &written, 1)) != TD_OK)
-                rc = td_cli_fail("train", r->s.ctx, trace_status, "waiting for the processes' traces");
-            else if (r->s.process == 0 && (rc = td_cli_trace_merge(c.trace, r->s.processes)) == TD_CLI_EXIT_OK)
-                printf("trace %s (%u processes)\n", c.trace, r->s.processes);
-        } else {
-            printf("trace %s\n", c.trace);
-        }
-    }
+    rc = td_cli_trace_finish("train", r->s.ctx, r->s.process, r->s.processes, c.trace, rc);
     if (!td_cli_metrics_close(&r->metrics, metrics_path) && rc == TD_CLI_EXIT_OK)
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK) {
@@ -478,31 +429,19 @@ int td_cli_train(int argc, char **argv)
         td_train_progress p = {0};
         td_trainer_progress(r->s.trainer, &p);
         printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"processes\":%u,\"device_count\":%u,"
-               "\"epochs\":%lld,"
+               "\"epochs\":%lld,\"steps\":%lld,"
                "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,",
-               c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.batch, c.optimizer,
+               c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.steps,
+               (long long)c.batch, c.optimizer,
                (unsigned long long)p.updates, last.train_loss, last.test_loss);
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
-        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",\"split\":[",
-               train_seconds, devices_now(r, p.devices), p.devices_lost,
-               c.balance ? c.balance : "even");
+        printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",", train_seconds,
+               devices_now(r, p.devices), p.devices_lost, c.balance ? c.balance : "even");
         /* Examples per device of a global batch, and (balance auto) the
          * devices' measured speeds: every device of every process. */
-        double *rows = calloc(r->s.n_devices + 1, sizeof *rows), *speeds = calloc(r->s.n_devices + 1, sizeof *speeds);
-        uint32_t n_speeds = 0, n_rows = 0;
-        if (rows && speeds && job_values(r, rows, speeds, &n_rows, &n_speeds) == TD_OK) {
-            for (uint32_t d = 0; d < n_rows; d++)
-                printf("%s%.0f", d ? "," : "", rows[d]);
-        }
-        free(rows);
-        if (speeds && n_speeds && speeds[0] > 0.0) {
-            printf("],\"device_speeds\":[");
-            for (uint32_t d = 0; d < n_speeds; d++)
-                printf("%s%.1f", d ? "," : "", speeds[d]);
-        }
-        free(speeds);
-        printf("],\"replicas_bitwise_identical\":%s}\n", identical ? "true" : "false");
+        td_cli_job_print_split(r->s.ctx, r->s.mesh, r->s.trainer, r->s.n_devices, stdout);
+        printf(",\"replicas_bitwise_identical\":%s}\n", identical ? "true" : "false");
         if (!identical && rc == TD_CLI_EXIT_OK)
             rc = TD_CLI_EXIT_FAILURE;
     }

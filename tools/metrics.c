@@ -33,14 +33,22 @@ void td_cli_metrics_step(td_cli_metrics *m, const td_cli_step_record *r)
     if (!m->file)
         return;
     FILE *f = m->file;
-    fprintf(f, "{\"kind\":\"step\",\"epoch\":%lld,\"step\":%llu,\"steps\":%llu,\"global_step\":%llu", (long long)r->epoch,
-            (unsigned long long)r->step, (unsigned long long)r->steps, (unsigned long long)r->global);
-    number(f, "progress", (double)(r->epoch - 1) + (double)r->step / (double)(r->steps ? r->steps : 1));
+    fprintf(f, "{\"kind\":\"step\"");
+    if (!r->by_steps)
+        fprintf(f, ",\"epoch\":%lld", (long long)r->epoch);
+    fprintf(f, ",\"step\":%llu,\"steps\":%llu,\"global_step\":%llu", (unsigned long long)r->step,
+            (unsigned long long)r->steps, (unsigned long long)r->global);
+    if (r->by_steps)
+        number(f, "progress", r->progress);
+    else
+        number(f, "progress", (double)(r->epoch - 1) + (double)r->step / (double)(r->steps ? r->steps : 1));
     number(f, "loss", r->loss);
     if (r->has_accuracy)
         number(f, "accuracy", r->accuracy);
     number(f, "lr", r->lr);
     number(f, "samples_per_second", r->samples_per_second);
+    if (r->by_steps)
+        number(f, "tokens_per_second", r->tokens_per_second);
     number(f, "seconds", r->seconds);
     fprintf(f, ",\"devices\":[");
     for (uint32_t d = 0; d < r->n_devices; d++) {
@@ -72,6 +80,26 @@ void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r)
     number(f, "samples_per_second", r->samples_per_second);
     fprintf(f, "}\n");
     /* An epoch line is worth having on disk if the run dies later. */
+    fflush(f);
+}
+
+void td_cli_metrics_eval(td_cli_metrics *m, const td_cli_eval_record *r)
+{
+    if (!m->file)
+        return;
+    FILE *f = m->file;
+    fprintf(f, "{\"kind\":\"eval\",\"step\":%llu", (unsigned long long)r->step);
+    number(f, "progress", r->progress);
+    if (r->has_train_loss)
+        number(f, "train_loss", r->train_loss);
+    number(f, "val_loss", r->val_loss);
+    if (r->has_bits_per_byte)
+        number(f, "val_bits_per_byte", r->val_bits_per_byte);
+    fprintf(f, ",\"val_windows\":%zu", r->windows);
+    number(f, "seconds", r->seconds);
+    if (r->has_train_loss)
+        number(f, "tokens_per_second", r->tokens_per_second);
+    fprintf(f, "}\n");
     fflush(f);
 }
 

@@ -53,6 +53,24 @@ void td_cli_progress_step(td_cli_progress *p, int64_t epoch, size_t step, double
     p->drawn = true;
 }
 
+void td_cli_progress_steps(td_cli_progress *p, uint64_t step, double tokens_per_second, float loss)
+{
+    p->done++;
+    const double now = td_cli_now();
+    const uint64_t total = p->steps ? p->steps : 1, tenth = total >= 10 ? total / 10 : 1;
+    if (p->live ? now - p->last_draw < 0.1 && step != total : step % tenth != 0 && step != total)
+        return;
+    p->last_draw = now;
+    const double per_step = (now - p->started) / (double)p->done;
+    const uint64_t left = p->remaining > p->done ? p->remaining - p->done : 0;
+    char eta[32];
+    format_duration(eta, sizeof eta, per_step * (double)left);
+    printf("%sstep %llu/%llu  loss %.4f  %.0f tokens/s  ETA %s%s", p->live ? "\r" : "", (unsigned long long)step,
+           (unsigned long long)total, (double)loss, tokens_per_second, eta, p->live ? "\033[K" : "\n");
+    fflush(stdout);
+    p->drawn = p->live;
+}
+
 void td_cli_progress_clear(td_cli_progress *p)
 {
     if (p->drawn) {

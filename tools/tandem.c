@@ -1,6 +1,7 @@
 /* tandem — the command-line tool: dispatches to the subcommands.
- *   tandem train ...          train a built-in model (cmd_train.c)
- *   tandem eval ...           evaluate a checkpoint (cmd_eval.c)
+ *   tandem train ...          train a built-in model (cmd_train.c; --model gpt: cmd_train_text.c)
+ *   tandem eval ...           evaluate a checkpoint (cmd_eval.c, cmd_eval_text.c)
+ *   tandem sample ...         text from a GPT checkpoint (cmd_sample.c)
  *   tandem plot ...           draw a metrics file (cmd_plot.c)
  *   tandem devices [--json]   every device of every backend compiled in
  *   tandem version            library version */
@@ -80,7 +81,9 @@ static int cmd_devices(td_context *ctx, int json)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tandem train [--model linreg|mlp|cnn] [--devices SPEC] [--checkpoint DIR] [--metrics FILE] ...\n"
-               "       tandem eval --checkpoint DIR [--devices SPEC]\n"
+               "       tandem train --model gpt [--data FILE|DIR] [--steps N] [--init FILE] [--checkpoint DIR] ...\n"
+               "       tandem eval --checkpoint DIR | --init FILE [--devices SPEC] [--data PATH]\n"
+               "       tandem sample --checkpoint DIR | --init FILE [--prompt TEXT] [--tokens N] [--temperature X]\n"
                "       tandem plot METRICS -o FILE.png\n"
                "       tandem devices [--json]\n"
                "       tandem version\n"
@@ -122,6 +125,8 @@ int main(int argc, char **argv)
         return td_cli_train(argc - 1, argv + 1);
     if (strcmp(command, "eval") == 0)
         return td_cli_eval(argc - 1, argv + 1);
+    if (strcmp(command, "sample") == 0)
+        return td_cli_sample(argc - 1, argv + 1);
     if (strcmp(command, "plot") == 0)
         return td_cli_plot(argc - 1, argv + 1);
     if (strcmp(command, "devices") == 0)

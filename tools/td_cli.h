@@ -25,12 +25,13 @@ enum {
  * checkpoint's metadata records and `tandem eval` and `--resume` read
  * back. Strings point into argv, string literals or an open checkpoint. */
 typedef struct td_cli_config {
-    const char *model;     /* "linreg", "mlp" or "cnn" */
+    const char *model;     /* "linreg", "mlp" or "cnn" ("gpt" runs have a config of their own: td_cli_text.h) */
     const char *devices;   /* mesh spec */
     const char *data;      /* IDX folder, or "generated" */
     const char *optimizer; /* sgd, momentum, adam, adamw, rmsprop */
     const char *schedule;  /* constant, cosine, warmup-cosine */
     int64_t epochs;
+    int64_t steps;      /* global batches of the whole run, instead of whole epochs; 0 = by epochs */
     int64_t batch;      /* global */
     int64_t limit;      /* training examples per epoch; 0 = all */
     int64_t accumulate; /* micro-batches per update */
@@ -63,6 +64,7 @@ enum {
     TD_CLI_SET_DROPOUT = 1u << 10,
     TD_CLI_SET_BATCH_NORM = 1u << 11,
     TD_CLI_SET_INPUTS = 1u << 12,
+    TD_CLI_SET_STEPS = 1u << 13,
 };
 
 /* `tandem <name> ...`: each returns the process exit code. argv[0] is the
@@ -70,6 +72,25 @@ enum {
 int td_cli_train(int argc, char **argv);
 int td_cli_eval(int argc, char **argv);
 int td_cli_plot(int argc, char **argv);
+int td_cli_sample(int argc, char **argv);
+/* `tandem train --model gpt ...` (cmd_train_text.c), dispatched by
+ * td_cli_train. */
+int td_cli_train_text(int argc, char **argv);
+
+/* What `tandem eval` parsed, for a gpt checkpoint or GPT-2 weights. */
+typedef struct td_cli_eval_args {
+    const char *checkpoint; /* a gpt checkpoint (directory or file), or NULL with init */
+    const char *init;       /* GPT-2 weights (td_gpt_weights_read), or NULL */
+    const char *devices;
+    const char *data;       /* NULL: the run's (with init: the default corpus) */
+    int64_t batch;          /* 0: the run's (with init: 12) */
+    int64_t sequence;       /* --context: the windows' length; 0: the run's (with init: the file's positions) */
+    int64_t eval_batches;   /* 0: every window */
+} td_cli_eval_args;
+
+/* `tandem eval` of a gpt checkpoint or of --init weights (cmd_eval_text.c),
+ * dispatched by td_cli_eval. */
+int td_cli_eval_text(const td_cli_eval_args *a);
 
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */
@@ -80,6 +101,11 @@ int td_cli_trace_merge(const char *path, uint32_t processes);
 
 /* Across processes, messages name the process that printed them. */
 void td_cli_set_process(uint32_t process, uint32_t processes);
+
+/* Across processes every process must stop at the same step: whether
+ * any process asks to (`mine`), agreed between steps (a collective: every
+ * process calls it as often). Alone: `mine`. */
+bool td_cli_agree(td_context *ctx, uint32_t processes, bool mine);
 
 /* Monotonic seconds. */
 double td_cli_now(void);

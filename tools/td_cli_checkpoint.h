@@ -38,4 +38,29 @@ int td_cli_checkpoint_restore(td_cli_session *s, const char *dir, char *path, si
  * mix its files with an old run's. */
 bool td_cli_checkpoint_dir_used(const char *dir);
 
+/* Makes `dir` when it does not exist; a new run (not `resume`) refuses a
+ * directory that holds another run's checkpoints. Returns an exit code. */
+int td_cli_checkpoint_prepare_dir(const char *command, const char *dir, bool resume);
+
+/* Metadata values of an open checkpoint, each false after a message on
+ * stderr naming the key, the file and what was expected: the string of
+ * `key` (absent: "not written by tandem train?"); a copy into out (at most
+ * capacity bytes with its 0, one of `choices` unless that is NULL); a
+ * non-negative decimal integer; a number. */
+bool td_cli_metadata_value(const char *command, const td_checkpoint *ck, const char *key, const char **value);
+bool td_cli_metadata_copy(const char *command, const td_checkpoint *ck, const char *key, char *out, size_t capacity,
+                          const char *const *choices);
+bool td_cli_metadata_i64(const char *command, const td_checkpoint *ck, const char *key, int64_t *out);
+bool td_cli_metadata_float(const char *command, const td_checkpoint *ck, const char *key, float *out);
+
+/* Opens `path`: a directory's newest valid checkpoint
+ * (td_checkpoint_open_latest), or the file itself. */
+td_status td_cli_checkpoint_open_path(td_context *ctx, const char *path, td_checkpoint **out);
+
+/* The 'model' of the checkpoint at `path` (directory or file) into
+ * model[0..capacity-1]; false when there is none to read (no checkpoint,
+ * no key): the caller's own checks then say what is wrong. Nothing is
+ * printed. */
+bool td_cli_checkpoint_model(const char *path, char *model, size_t capacity);
+
 #endif

@@ -5,6 +5,7 @@
 #ifndef TD_CLI_FLAGS_H
 #define TD_CLI_FLAGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,14 @@ enum { TD_CLI_PARSED = 0, TD_CLI_HELP = 1, TD_CLI_BAD = 2 };
  * TD_CLI_BAD after printing what is wrong to stderr. */
 int td_cli_parse(const char *command, int argc, char **argv, const td_cli_flag *flags, size_t n_flags,
                  unsigned *set, const char **positional, int max_positional, int *n_positional);
+
+/* Before parsing, for a subcommand that picks its flag table by one flag
+ * (`tandem train --model gpt`): the value of the last `name VALUE` or
+ * `name=VALUE` in argv[1..argc), or NULL; and whether the switch `name`
+ * is there. A look, not a parse: the table picked then parses everything
+ * and says what is wrong. */
+const char *td_cli_flag_value(int argc, char **argv, const char *name);
+bool td_cli_flag_present(int argc, char **argv, const char *name);
 
 /* Prints `usage` and then one line per flag. */
 void td_cli_print_help(FILE *f, const char *usage, const td_cli_flag *flags, size_t n_flags);

@@ -1,6 +1,8 @@
 /* `--metrics FILE`: one JSON object per line, {"kind":"step",...} after
- * every step and {"kind":"epoch",...} after every epoch, so a run can be
- * plotted (`tandem plot`) or read by any JSON-lines tool while it goes. */
+ * every step and {"kind":"epoch",...} after every epoch -- or, for a run
+ * counted in steps (the GPT's), {"kind":"eval",...} after each validation
+ * -- so a run can be plotted (`tandem plot`) or read by any JSON-lines
+ * tool while it goes. */
 #ifndef TD_CLI_METRICS_H
 #define TD_CLI_METRICS_H
 
@@ -25,6 +27,11 @@ typedef struct td_cli_step_record {
     uint32_t n_devices;
     const td_step_timing *timing; /* per device */
     const uint32_t *split;        /* per device: its examples of the batch */
+    /* A run counted in steps: no "epoch" key; `progress` is written as
+     * given (the GPT's: passes over the training tokens so far), and
+     * tokens_per_second beside samples_per_second. */
+    bool by_steps;
+    double progress, tokens_per_second;
 } td_cli_step_record;
 
 typedef struct td_cli_epoch_record {
@@ -33,10 +40,22 @@ typedef struct td_cli_epoch_record {
     bool has_accuracy;
 } td_cli_epoch_record;
 
+/* A validation during a run counted in steps, after `step` steps:
+ * the mean training loss since the previous one and the validation loss
+ * (with bits per byte when the tokens are bytes). */
+typedef struct td_cli_eval_record {
+    uint64_t step;
+    double progress; /* as the step lines' */
+    double train_loss, val_loss, val_bits_per_byte, seconds, tokens_per_second;
+    bool has_train_loss, has_bits_per_byte;
+    size_t windows; /* validation sequences evaluated */
+} td_cli_eval_record;
+
 /* Opens `path` for writing (append: a resumed run continues the file). */
 bool td_cli_metrics_open(td_cli_metrics *m, const char *path, bool append);
 void td_cli_metrics_step(td_cli_metrics *m, const td_cli_step_record *r);
 void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r);
+void td_cli_metrics_eval(td_cli_metrics *m, const td_cli_eval_record *r);
 /* false when a write failed (a full disk), after saying so. */
 bool td_cli_metrics_close(td_cli_metrics *m, const char *path);
 

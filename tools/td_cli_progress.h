@@ -24,6 +24,13 @@ void td_cli_progress_init(td_cli_progress *p, int64_t epochs, size_t steps_per_e
  * second, and at the epoch's last step. */
 void td_cli_progress_step(td_cli_progress *p, int64_t epoch, size_t step, double samples_per_second, float loss);
 
+/* A run counted in steps (the GPT's; init with epochs 0 and the run's
+ * total steps as steps_per_epoch): after step `step` (from 1), the rate in
+ * tokens per second. On a terminal the redrawn line (step, loss, tokens/s,
+ * ETA); elsewhere that line at every tenth of the run, so a log shows the
+ * run go without one line per step. */
+void td_cli_progress_steps(td_cli_progress *p, uint64_t step, double tokens_per_second, float loss);
+
 /* Clears the bar so that a whole line can be printed. */
 void td_cli_progress_clear(td_cli_progress *p);
 

@@ -10,7 +10,10 @@
 #   - a per-process device spec (mpirun's MPMD form, A : B) and an uneven
 #     batch split over processes;
 #   - tandem eval over 2 processes gives one process's test loss;
-#   - only process 0 prints.
+#   - only process 0 prints;
+#   - the GPT (--model gpt on a small text): 2 processes x cpu:1 write the
+#     checkpoint one process on cpu:2 writes, bitwise, and eval over 2
+#     processes gives its validation loss.
 # Usage: test_cli_mpi.sh MPIRUN PATH/TO/tandem
 set -euo pipefail
 mpirun=$1
@@ -110,5 +113,21 @@ run eval1 "$tandem" eval --checkpoint ck1 --devices cpu:4
 check "eval over 2 processes x cpu:2 = one process on cpu:4 ($(field eval2 test_loss) vs $(field eval1 test_loss))" \
   python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-6 * max(1, abs(b)))' \
   "$(field eval2 test_loss)" "$(field eval1 test_loss)"
+
+# The GPT: every process assembles the global batch (a function of seed and
+# step) and binds its own rows.
+python3 -c 'import random; r = random.Random(2); w = "a b c d e f g".split()
+open("text.txt", "w").write("\n".join(" ".join(r.choice(w) for _ in range(8)) for _ in range(400)))'
+gpt=(train --model gpt --data text.txt --layers 1 --width 16 --heads 2 --context 16 --batch 4 --steps 8 --eval-every 4)
+run gpt2 "$mpirun" -np 2 "$tandem" "${gpt[@]}" --devices cpu:1 --checkpoint gck2
+run gpt1 "$tandem" "${gpt[@]}" --devices cpu:2 --checkpoint gck1
+check "gpt: np 2 x cpu:1 exits 0, 2 devices over the job" [ "$(cat gpt2.rc)/$(field gpt2 device_count)" = 0/2 ]
+check "gpt: np 2 x cpu:1 writes one process's cpu:2 checkpoint bitwise" \
+  cmp -s gck2/ckpt-00000008.safetensors gck1/ckpt-00000008.safetensors
+check "gpt: the same validation loss ($(field gpt2 val_loss) vs $(field gpt1 val_loss))" \
+  [ "$(field gpt2 val_loss)" = "$(field gpt1 val_loss)" ]
+run gpteval "$mpirun" -np 2 "$tandem" eval --checkpoint gck2 --devices cpu:1
+check "gpt: eval over 2 processes = the run's last validation" [ "$(field gpteval val_loss)" = "$(field gpt1 val_loss)" ]
+check "gpt: only process 0 prints" [ "$(grep -c '"command":"train"' gpt2.out)" = 1 ]
 
 close

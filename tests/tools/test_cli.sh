@@ -2,8 +2,11 @@
 # Runs the built `tandem` binary as a user would: train (linreg; mlp on
 # generated data with checkpoints and metrics), eval on another mesh,
 # resume (bitwise the uninterrupted run), SIGTERM (exit 143, a checkpoint,
-# a resume that lands on the uninterrupted run's bits), bad flags named in
-# the error, --help, plot (skipped with a message without gnuplot).
+# a resume that lands on the uninterrupted run's bits), --steps, bad flags
+# named in the error, --help, plot (skipped with a message without
+# gnuplot); the GPT on a small text this script writes: train, resume,
+# SIGTERM, eval, sample (bytes, and GPT-2 ids with llm.c's files), --init
+# from llm.c-layout weights, --recompute.
 # Usage: test_cli.sh PATH/TO/tandem
 set -euo pipefail
 
@@ -64,7 +67,7 @@ PY
 }
 
 echo "== help"
-for sub in "" train eval plot devices; do
+for sub in "" train eval plot devices sample "train --model gpt"; do
   if expect_rc 0 "tandem $sub --help" "$tandem" $sub --help && ! grep -q "usage" out; then
     fail "tandem $sub --help prints no usage"
   fi
@@ -85,6 +88,15 @@ expect_usage_error "--checkpoint" "eval without a checkpoint" "$tandem" eval
 expect_usage_error "frobnicate" "unknown command" "$tandem" frobnicate
 expect_usage_error "-o" "plot without -o" "$tandem" plot m.jsonl
 expect_usage_error "3 devices" "batch smaller than the mesh" "$tandem" train --model linreg --devices cpu:3 --batch 2
+expect_usage_error "--steps" "epochs and steps" "$tandem" train --model linreg --epochs 2 --steps 10
+expect_usage_error "--accumulate 2" "steps not a multiple of accumulate" "$tandem" train --model mlp --steps 3 --accumulate 2
+expect_usage_error "--heads 3" "gpt heads not dividing width" "$tandem" train --model gpt --heads 3
+expect_usage_error "'0'" "gpt layers 0" "$tandem" train --model gpt --layers 0
+expect_usage_error "'x'" "gpt steps not a number" "$tandem" train --model gpt --steps x
+expect_usage_error "--epochs" "an mlp flag for the gpt" "$tandem" train --model gpt --epochs 2
+expect_usage_error "--checkpoint" "sample without a checkpoint" "$tandem" sample
+expect_usage_error "'-1'" "sample temperature -1" "$tandem" sample --checkpoint x --temperature -1
+expect_usage_error "'a,b'" "sample ids not numbers" "$tandem" sample --checkpoint x --prompt-ids a,b
 if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
   fail "an unknown device spec is not named: $(cat err)"
 fi
@@ -283,10 +295,196 @@ if expect_rc 0 "reference" "$tandem" train "${long[@]}" --epochs 1 --checkpoint 
   fi
 fi
 
+echo "== --steps for the classifiers: the last epoch cut short, resumed bitwise"
+steps=(--model mlp --data generated --limit 300 --batch 64 --devices cpu:2)
+if expect_rc 0 "mlp --steps 7" "$tandem" train "${steps[@]}" --steps 7 --checkpoint st7; then
+  [ "$(json_field out updates)/$(json_field out epochs)" = "7/2" ] || fail "--steps 7 of 5 per epoch: $(tail -1 out)"
+  grep -q "epoch 2/2 (2 of 5 steps" out || fail "the cut epoch is not said: $(cat out)"
+  if expect_rc 0 "mlp --steps 3" "$tandem" train "${steps[@]}" --steps 3 --checkpoint st3 &&
+    expect_rc 0 "resume to --steps 7" "$tandem" train --devices cpu:2 --checkpoint st3 --resume --steps 7; then
+    cmp -s st7/ckpt-00000007.safetensors st3/ckpt-00000007.safetensors ||
+      fail "3 + 4 steps resumed do not write the 7-step run's checkpoint bitwise"
+  fi
+fi
+
+echo "== gpt: a small text, train, resume, eval, sample"
+python3 - <<'PY'
+import random
+r = random.Random(7)
+words = "the quick brown fox jumps over the lazy dog while a cat sleeps in the sun".split()
+open("text.txt", "w").write("".join(" ".join(r.choice(words) for _ in range(r.randint(3, 9))) + "\n" for _ in range(800)))
+PY
+tiny=(--model gpt --data text.txt --layers 1 --width 32 --heads 2 --context 16 --batch 4 --devices cpu:2 --seed 1)
+if expect_rc 0 "gpt train" "$tandem" train "${tiny[@]}" --steps 20 --eval-every 10 --checkpoint gck --metrics g.jsonl; then
+  cp out gpt.out
+  [ -f gck/ckpt-00000010.safetensors ] && [ -f gck/ckpt-00000020.safetensors ] ||
+    fail "gpt checkpoints at steps 10 and 20: $(ls gck)"
+  grep -q "^step 20/20: train loss .* val loss .* bits/byte" gpt.out || fail "no validation line: $(cat gpt.out)"
+  python3 - gpt.out g.jsonl <<'PY' || fail "gpt final line or metrics: $(tail -1 gpt.out)"
+import json, math, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+rows = [json.loads(l) for l in open(sys.argv[2])]
+evals = [x for x in rows if x["kind"] == "eval"]
+steps = [x for x in rows if x["kind"] == "step"]
+assert [e["step"] for e in evals] == [0, 10, 20], evals
+assert len(steps) == 20 and all(x["tokens_per_second"] > 0 and len(x["devices"]) == 2 for x in steps)
+# The loss falls: from about ln 256 at step 0 to well below.
+assert evals[0]["val_loss"] > 5.0 and r["val_loss"] < evals[0]["val_loss"] - 0.5, (evals[0], r["val_loss"])
+assert r["val_loss"] == float("%.6g" % evals[-1]["val_loss"])
+assert abs(r["val_bits_per_byte"] - r["val_loss"] / math.log(2)) < 1e-4
+assert r["model"] == "gpt" and r["updates"] == 20 and r["tokens_per_second"] > 0 and r["replicas_bitwise_identical"]
+assert len(r["memory"]) == 2
+for d in r["memory"]:
+    for k in ("parameters", "gradients", "activations", "optimizer_state", "accumulators"):
+        assert k in d, k
+    assert d["parameters"] == 4 * r["parameters"] and d["activations"] > 0
+PY
+  echo "== gpt: resume goes on bitwise"
+  expect_usage_error "--width" "resume with another width" "$tandem" train "${tiny[@]}" --width 64 --checkpoint gck --resume
+  if expect_rc 0 "gpt 10 steps" "$tandem" train "${tiny[@]}" --steps 10 --eval-every 0 --checkpoint ghalf &&
+    expect_rc 0 "gpt resume to 20" "$tandem" train --checkpoint ghalf --resume --steps 20 --devices cpu:2 --eval-every 0; then
+    grep -q "resumed from ghalf/ckpt-00000010.safetensors at step 10" out || fail "resume not said: $(head -3 out)"
+    cmp -s gck/ckpt-00000020.safetensors ghalf/ckpt-00000020.safetensors ||
+      fail "10 + 10 gpt steps resumed do not write the 20-step run's checkpoint bitwise"
+  fi
+  echo "== gpt: eval"
+  if expect_rc 0 "gpt eval" "$tandem" eval --checkpoint gck --devices cpu:2; then
+    [ "$(json_field out val_loss)" = "$(json_field gpt.out val_loss)" ] ||
+      fail "eval gives val loss $(json_field out val_loss), training's last validation $(json_field gpt.out val_loss)"
+    grep -q "bits/byte" out || fail "eval of a byte model gives no bits per byte: $(cat out)"
+  fi
+  expect_rc 0 "gpt eval of one file on cpu:4" "$tandem" eval --checkpoint gck/ckpt-00000010.safetensors --devices cpu:4 \
+    --eval-batches 3 && [ "$(json_field out windows)" = 12 ] || fail "--eval-batches 3 of 4: $(tail -1 out)"
+  # 4 sequences over 3 devices: shares of 2, 1, 1, weighted by their rows.
+  if expect_rc 0 "gpt eval on cpu:3" "$tandem" eval --checkpoint gck --devices cpu:3; then
+    python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-5 * abs(b) else 1)' \
+      "$(json_field out val_loss)" "$(json_field gpt.out val_loss)" ||
+      fail "eval on cpu:3 (uneven shares) gives val loss $(json_field out val_loss), training $(json_field gpt.out val_loss)"
+  fi
+  if expect_rc 0 "gpt --balance 1,2,3" "$tandem" train "${tiny[@]}" --devices cpu:3 --batch 6 --balance 1,2,3 --steps 2 \
+    --eval-every 0; then
+    [ "$(json_field out split)" = "[1, 2, 3]" ] || fail "gpt --balance 1,2,3 split: $(tail -1 out)"
+  fi
+  expect_usage_error "--eval-batches" "eval-batches of an mlp" "$tandem" eval --checkpoint st7 --eval-batches 2
+  echo "== gpt: sample"
+  sample=(--checkpoint gck --prompt "the " --tokens 40)
+  if expect_rc 0 "sample" "$tandem" sample "${sample[@]}" --seed 5; then
+    cp out s1
+    [ "$(wc -c <s1)" -eq 45 ] || fail "sample: 4 prompt bytes + 40 + a new line expected, got $(wc -c <s1): $(cat s1)"
+    head -c 4 s1 | grep -q "the " || fail "sample does not start with its prompt: $(cat s1)"
+    grep -q "40 tokens" err || fail "sample's summary: $(cat err)"
+    expect_rc 0 "sample again" "$tandem" sample "${sample[@]}" --seed 5 && { cmp -s s1 out || fail "sample is not deterministic for a seed"; }
+    if expect_rc 0 "sample, another seed" "$tandem" sample "${sample[@]}" --seed 6 && cmp -s s1 out; then
+      fail "seeds 5 and 6 sample the same"
+    fi
+  fi
+  if expect_rc 0 "greedy" "$tandem" sample "${sample[@]}" --temperature 0 --seed 1; then
+    cp out g1
+    expect_rc 0 "greedy, another seed, cpu:2" "$tandem" sample "${sample[@]}" --temperature 0 --seed 2 --devices cpu:2 &&
+      { cmp -s g1 out || fail "greedy sampling depends on the seed or the mesh"; }
+  fi
+  expect_usage_error "--tokenizer" "a tokenizer for a byte model" "$tandem" sample "${sample[@]}" --tokenizer x.bin
+  expect_usage_error "below the vocabulary's 256" "an id past the vocabulary" "$tandem" sample --checkpoint gck --prompt-ids 1,256
+  expect_usage_error "not a gpt" "sample an mlp" "$tandem" sample --checkpoint st7
+  echo "== gpt: SIGTERM, then a resume that lands on an uninterrupted run's bits"
+  "$tandem" train "${tiny[@]}" --steps 100000 --eval-every 0 --checkpoint gint --metrics gint.jsonl >gint.out 2>gint.err &
+  pid=$!
+  for _ in $(seq 1 500); do
+    [ -s gint.jsonl ] && break
+    sleep 0.02
+  done
+  kill -TERM "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  if [ "$rc" -ne 143 ]; then
+    fail "gpt SIGTERM: exit $rc, expected 143; $(cat gint.out gint.err)"
+  elif ! grep -q "interrupted at step .*: checkpoint" gint.out; then
+    fail "gpt SIGTERM: no checkpoint reported: $(cat gint.out)"
+  else
+    at=$(sed -n 's/^interrupted at step \([0-9]*\)\/.*/\1/p' gint.out)
+    if expect_rc 0 "resume after SIGTERM" "$tandem" train --checkpoint gint --resume --steps $((at + 3)) --devices cpu:2 \
+      --eval-every 0 && expect_rc 0 "uninterrupted" "$tandem" train "${tiny[@]}" --steps $((at + 3)) --eval-every 0 --checkpoint gref; then
+      cmp -s "gint/ckpt-$(printf %08d $((at + 3))).safetensors" "gref/ckpt-$(printf %08d $((at + 3))).safetensors" ||
+        fail "the gpt run stopped by SIGTERM at step $at and resumed does not match the uninterrupted one bitwise"
+    fi
+  fi
+fi
+
+echo "== gpt: --init from GPT-2 weights (llm.c's layout), --recompute"
+python3 - <<'PY'
+import random, struct
+T, V, L, H, C = 32, 256, 1, 2, 16  # llm.c's header: positions, vocab, layers, heads, channels
+r = random.Random(5)
+g = lambda n, s=0.1: [r.gauss(0, s) for _ in range(n)]
+parts = [g(V * C), g(T * C), [1.0] * (L * C), g(L * C), g(L * 3 * C * C), g(L * 3 * C), g(L * C * C), g(L * C),
+         [1.0] * (L * C), g(L * C), g(L * 4 * C * C), g(L * 4 * C), g(L * C * 4 * C), g(L * C), [1.0] * C, g(C)]
+with open("init.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, T, V, L, H, C, V, *[0] * 248))
+    for p in parts:
+        f.write(struct.pack("<%df" % len(p), *p))
+PY
+init=(--init init.bin --data text.txt --context 16 --batch 4 --devices cpu:2)
+if expect_rc 0 "eval --init" "$tandem" eval "${init[@]}" && cp out einit.out &&
+  expect_rc 0 "train --init" "$tandem" train --model gpt "${init[@]}" --steps 4 --eval-every 2 --checkpoint ick; then
+  [ "$(json_field out layers)/$(json_field out width)/$(json_field out context)/$(json_field out sequence)" = 1/16/32/16 ] ||
+    fail "train --init does not take the file's sizes: $(tail -1 out)"
+  grep -q "^step 0/4: val loss $(printf %.4f "$(json_field einit.out val_loss)") " out ||
+    fail "train --init does not start where eval --init says ($(json_field einit.out val_loss)): $(grep '^step 0' out)"
+  # A tandem checkpoint is GPT-2 weights too: the same parameters either way.
+  if expect_rc 0 "sample --checkpoint" "$tandem" sample --checkpoint ick --tokens 20 --temperature 0 && cp out sck &&
+    expect_rc 0 "sample --init of a checkpoint" "$tandem" sample --init ick/ckpt-00000004.safetensors --tokens 20 --temperature 0; then
+    cmp -s sck out || fail "sample --init of a tandem checkpoint differs from sample --checkpoint"
+  fi
+fi
+expect_usage_error "--layers 3" "--init with other sizes" "$tandem" train --model gpt "${init[@]}" --layers 3
+expect_usage_error "32 positions" "--init with a longer context" "$tandem" train --model gpt --init init.bin --data text.txt --context 64
+expect_usage_error "--init" "--init and --resume" "$tandem" train --model gpt --init init.bin --checkpoint ick --resume
+if expect_rc 1 "--init of a text file" "$tandem" sample --init text.txt && ! grep -q "text.txt" err; then
+  fail "--init of a file that is no weights is not named: $(cat err)"
+fi
+recompute=(--model gpt --data text.txt --layers 2 --width 32 --heads 2 --context 16 --batch 4 --devices cpu:2 --steps 4 --eval-every 0)
+if expect_rc 0 "without --recompute" "$tandem" train "${recompute[@]}" --checkpoint rc0 && cp out rc0.out &&
+  expect_rc 0 "with --recompute" "$tandem" train "${recompute[@]}" --checkpoint rc1 --recompute; then
+  cmp -s rc0/ckpt-00000004.safetensors rc1/ckpt-00000004.safetensors || fail "--recompute changes the training"
+  python3 -c 'import json,sys; a, b = (json.loads(open(f).read().strip().splitlines()[-1])["memory"][0]["activations"] for f in sys.argv[1:]); sys.exit(0 if b < a else 1)' rc0.out out ||
+    fail "--recompute does not lower the activations' memory"
+fi
+
+echo "== gpt: GPT-2 tokens (llm.c's shards and tokenizer file)"
+python3 - <<'PY'
+import random, struct
+r = random.Random(3)
+def shard(name, n):
+    ids = []
+    while len(ids) < n:
+        ids += [50256] + [r.choice([464, 2068, 7586, 21831, 18045]) for _ in range(r.randint(3, 8))]
+    open(name, "wb").write(struct.pack("<256i", 20240520, 1, n, *[0] * 253) + struct.pack("<%dH" % n, *ids[:n]))
+import os
+os.mkdir("shards")
+shard("shards/t_train.bin", 3000)
+shard("shards/t_val.bin", 400)
+body = b"".join(bytes([len(t)]) + t for t in (b"<|endoftext|>" if i == 50256 else b" w%d" % i for i in range(50257)))
+open("tok.bin", "wb").write(struct.pack("<256I", 20240328, 2, 50257, 50256, *[0] * 252) + body)
+PY
+if expect_rc 0 "gpt on GPT-2 tokens" "$tandem" train --model gpt --data shards --layers 1 --width 16 --heads 2 --context 8 \
+  --batch 2 --devices cpu:2 --steps 3 --eval-every 0 --eval-batches 2 --checkpoint g2; then
+  [ "$(json_field out vocab)" = 50257 ] || fail "GPT-2 shards: vocabulary $(json_field out vocab)"
+  expect_usage_error "--prompt-ids" "a text prompt for GPT-2 tokens" "$tandem" sample --checkpoint g2 --prompt hello
+  if expect_rc 0 "sample ids" "$tandem" sample --checkpoint g2 --prompt-ids 464,2068 --tokens 5 --temperature 0; then
+    grep -qE '^464 2068( [0-9]+)*$' out || fail "GPT-2 sample without a tokenizer prints ids: $(cat out)"
+  fi
+  if expect_rc 0 "sample decoded" "$tandem" sample --checkpoint g2 --prompt-ids 464 --tokens 5 --temperature 0 --tokenizer tok.bin; then
+    grep -q "^ w464" out || fail "GPT-2 sample with a tokenizer prints text: $(cat out)"
+  fi
+fi
+
 echo "== plot"
 if command -v gnuplot >/dev/null 2>&1; then
   if [ -f m.jsonl ] && expect_rc 0 "plot" "$tandem" plot m.jsonl -o curves.png; then
     [ "$(head -c 4 curves.png | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot did not write a PNG"
+  fi
+  if [ -f g.jsonl ] && expect_rc 0 "plot a gpt run" "$tandem" plot g.jsonl -o gpt.png; then
+    grep -q "3 validations" out || fail "plot of a gpt run: $(cat out)"
   fi
 else
   echo "SKIP: gnuplot is not installed (gnuplot-nox); tandem plot not run"

@@ -1,0 +1,26 @@
+/* What every training command reports about the job's devices at its end,
+ * and how it ends its trace: shared by `tandem train`'s loops (epochs for
+ * the classifiers, steps for the GPT), one process or several. */
+#ifndef TD_CLI_JOB_H
+#define TD_CLI_JOB_H
+
+#include "td_cli.h"
+
+/* The devices the run is on now: every process's (across processes), or
+ * `trainer_devices` when not 0, or the mesh's. */
+uint32_t td_cli_job_devices(td_mesh *mesh, uint32_t processes, uint32_t trainer_devices);
+
+/* Prints `"split":[...]` (examples per device of a global batch, every
+ * device of the job, process 0's first) and, when the balancer measured
+ * them, `,"device_speeds":[...]` for the final JSON line. n_devices: the
+ * job's. Collective across processes. */
+void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer, uint32_t n_devices, FILE *f);
+
+/* Ends a run's --trace (written whatever the outcome `rc`: a trace of a
+ * failed run is the one wanted most); across processes, once every file is
+ * written, process 0 merges them into `path`. Returns `rc`, or the failure
+ * when rc was OK. */
+int td_cli_trace_finish(const char *command, td_context *ctx, uint32_t process, uint32_t processes, const char *path,
+                        int rc);
+
+#endif
