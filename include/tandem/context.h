@@ -1,7 +1,8 @@
 /* tandem — the context.
  *
  * A context owns the engine objects made from it: meshes, graphs, programs,
- * trainers, evaluators. Host tensors are the exception: they are the
+ * trainers, evaluators, and the objects of open files (checkpoints, texts,
+ * tokenizers, GPT weights). Host tensors are the exception: they are the
  * caller's values (tandem/tensor.h). Two contexts share no state, so an
  * application may run several independent engines side by side. A context
  * is used from one application thread at a time; tandem's own worker
