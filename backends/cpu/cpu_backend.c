@@ -230,6 +230,10 @@ static bool run_call(td_device *dev, const td_kernel_call *c)
         td_reference_xent_backward(at(&c->out), at(&c->a), (const int32_t *)at(&c->b), at(&c->c), &c->p.xent);
         break;
     case TD_KERNEL_SOFTMAX: td_reference_softmax(at(&c->out), at(&c->a), &c->p.rows); break;
+    case TD_KERNEL_LAYER_NORM: td_reference_layer_norm(at(&c->out), at(&c->out2), at(&c->a), &c->p.rows); break;
+    case TD_KERNEL_LAYER_NORM_BACKWARD:
+        td_reference_layer_norm_backward(at(&c->out), at(&c->a), at(&c->b), at(&c->c), &c->p.rows);
+        break;
     case TD_KERNEL_ARGMAX: td_reference_argmax(at(&c->out), at(&c->a), &c->p.rows); break;
     case TD_KERNEL_CAST: td_reference_cast(at(&c->out), at(&c->a), &c->p.cast); break;
     case TD_KERNEL_DROPOUT_MASK:
@@ -254,7 +258,8 @@ static bool run_call(td_device *dev, const td_kernel_call *c)
 
 static bool is_row_kernel(int32_t k)
 {
-    return k >= TD_KERNEL_SOFTMAX && k <= TD_KERNEL_SCATTER_ADD_ROWS;
+    return (k >= TD_KERNEL_SOFTMAX && k <= TD_KERNEL_SCATTER_ADD_ROWS) || k == TD_KERNEL_LAYER_NORM ||
+           k == TD_KERNEL_LAYER_NORM_BACKWARD;
 }
 
 /* The row kernels index with caller-given ids and sizes: their ranges are

@@ -284,6 +284,23 @@ static td_status prepare_rows(td_device *dev, size_t i, const td_kernel_call *c,
                                   TD_CL_ARG(hi), TD_CL_ARG(thr), TD_CL_ARG(scale)};
         return add_launch(dev, step, "td_dropout_mask", args, NARGS(args), (uint64_t)(rows * ((cols + 3) / 4)));
     }
+    case TD_KERNEL_LAYER_NORM: {
+        cl_long rows = c->p.rows.rows, cols = c->p.rows.cols;
+        cl_float eps = c->p.rows.epsilon;
+        cl_ulong o2 = c->out2.offset;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(c->out2.buffer->mem),
+                                  TD_CL_ARG(o2), TD_CL_ARG(a->buffer->mem), TD_CL_ARG(a_off), TD_CL_ARG(rows),
+                                  TD_CL_ARG(cols), TD_CL_ARG(eps)};
+        return add_launch(dev, step, "td_layer_norm", args, NARGS(args), (uint64_t)rows);
+    }
+    case TD_KERNEL_LAYER_NORM_BACKWARD: {
+        cl_long rows = c->p.rows.rows, cols = c->p.rows.cols;
+        cl_ulong c_off = c->c.offset;
+        const td_cl_arg args[] = {TD_CL_ARG(c->out.buffer->mem), TD_CL_ARG(out_off), TD_CL_ARG(a->buffer->mem),
+                                  TD_CL_ARG(a_off), TD_CL_ARG(b->buffer->mem), TD_CL_ARG(b_off),
+                                  TD_CL_ARG(c->c.buffer->mem), TD_CL_ARG(c_off), TD_CL_ARG(rows), TD_CL_ARG(cols)};
+        return add_launch(dev, step, "td_layer_norm_backward", args, NARGS(args), (uint64_t)rows);
+    }
     case TD_KERNEL_GATHER_ROWS:
     case TD_KERNEL_SCATTER_ADD_ROWS: {
         const td_gather_params *p = &c->p.gather;
@@ -439,7 +456,9 @@ static td_status prepare_call(td_device *dev, size_t i, const td_kernel_call *c,
     case TD_KERNEL_CAST:
     case TD_KERNEL_DROPOUT_MASK:
     case TD_KERNEL_GATHER_ROWS:
-    case TD_KERNEL_SCATTER_ADD_ROWS: return prepare_rows(dev, i, c, step);
+    case TD_KERNEL_SCATTER_ADD_ROWS:
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD: return prepare_rows(dev, i, c, step);
     case TD_KERNEL_IM2COL:
     case TD_KERNEL_COL2IM:
     case TD_KERNEL_POOL:

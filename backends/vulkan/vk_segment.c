@@ -43,6 +43,8 @@ typedef struct pc_xent_fwd { uint32_t rows, cols, loss_off, prob_off, logits_off
 typedef struct pc_xent_bwd { uint32_t n, cols, grad_off, prob_off, labels_off, up_off; } pc_xent_bwd;
 typedef struct pc_rows { uint32_t rows, cols, out_off, a_off, mode; } pc_rows; /* softmax, argmax */
 typedef struct pc_cast { uint32_t n, out_off, a_off, from; } pc_cast;
+typedef struct pc_norm { uint32_t rows, cols, out_off, stats_off, a_off; float epsilon; } pc_norm;
+typedef struct pc_norm_bwd { uint32_t rows, cols, out_off, g_off, x_off, stats_off; } pc_norm_bwd;
 typedef struct pc_dropout {
     uint32_t rows, cols, out_off, b_off, seed_lo, seed_hi, threshold;
     float scale;
@@ -179,7 +181,9 @@ static td_status plan_rows(td_device *dev, size_t i, const td_kernel_call *c, pl
     int64_t sizes[3] = {0, 0, 0};
     switch (k) {
     case TD_KERNEL_SOFTMAX:
-    case TD_KERNEL_ARGMAX: sizes[0] = c->p.rows.rows; sizes[1] = c->p.rows.cols; break;
+    case TD_KERNEL_ARGMAX:
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD: sizes[0] = c->p.rows.rows; sizes[1] = c->p.rows.cols; break;
     case TD_KERNEL_CAST: sizes[0] = c->p.cast.n; break;
     /* Headroom of 3: the shader rounds cols up to whole Philox blocks. */
     case TD_KERNEL_DROPOUT_MASK:
@@ -194,7 +198,9 @@ static td_status plan_rows(td_device *dev, size_t i, const td_kernel_call *c, pl
     for (int s = 0; s < TD_ROW_SLOTS; s++) {
         if (!fits_i32(need[s]))
             return unsupported(dev, i, k, "an element count");
-        td_status st = use_slot(dev, i, k, pl, slots[s], *args[s], 0, need[s], s == TD_ROW_OUT);
+        /* layer norm writes its statistics to out2 as well */
+        bool written = s == TD_ROW_OUT || (s == TD_ROW_OUT2 && k == TD_KERNEL_LAYER_NORM);
+        td_status st = use_slot(dev, i, k, pl, slots[s], *args[s], 0, need[s], written);
         if (st != TD_OK)
             return st;
     }
@@ -388,7 +394,9 @@ static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, pl
     case TD_KERNEL_CAST:
     case TD_KERNEL_DROPOUT_MASK:
     case TD_KERNEL_GATHER_ROWS:
-    case TD_KERNEL_SCATTER_ADD_ROWS: return plan_rows(dev, i, c, pl);
+    case TD_KERNEL_SCATTER_ADD_ROWS:
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD: return plan_rows(dev, i, c, pl);
     case TD_KERNEL_IM2COL:
     case TD_KERNEL_COL2IM:
     case TD_KERNEL_POOL:
@@ -529,6 +537,22 @@ static void plan_push(const td_device *dev, const td_kernel_call *c, plan *pl)
         memcpy(pl->push, &p, sizeof p);
         /* softmax: a workgroup per row; argmax: an invocation per row */
         pl->groups[0] = c->kernel == TD_KERNEL_SOFTMAX ? rows_grid(dev, r->rows) : grid(r->rows, 64);
+        break;
+    }
+    case TD_KERNEL_LAYER_NORM: {
+        const td_rows_params *r = &c->p.rows;
+        pc_norm p = {(uint32_t)r->rows, (uint32_t)r->cols, out, (uint32_t)arg_offset(pl, c, SLOT_OUT2),
+                     (uint32_t)arg_offset(pl, c, SLOT_A), r->epsilon};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(r->rows, 64);
+        break;
+    }
+    case TD_KERNEL_LAYER_NORM_BACKWARD: {
+        const td_rows_params *r = &c->p.rows;
+        pc_norm_bwd p = {(uint32_t)r->rows, (uint32_t)r->cols, out, (uint32_t)arg_offset(pl, c, SLOT_A),
+                         (uint32_t)arg_offset(pl, c, SLOT_B), (uint32_t)arg_offset(pl, c, SLOT_C)};
+        memcpy(pl->push, &p, sizeof p);
+        pl->groups[0] = grid(r->rows, 64);
         break;
     }
     case TD_KERNEL_CAST: {

@@ -55,6 +55,12 @@ static const uint32_t pool_spv[] =
 static const uint32_t pool_backward_spv[] =
 #include "pool_backward.spv.h"
     ;
+static const uint32_t layer_norm_spv[] =
+#include "layer_norm.spv.h"
+    ;
+static const uint32_t layer_norm_backward_spv[] =
+#include "layer_norm_backward.spv.h"
+    ;
 
 const uint32_t *td_vk_shader_code(int32_t kernel, size_t *bytes)
 {

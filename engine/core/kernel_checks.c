@@ -1,5 +1,6 @@
 /* td_kernel_checks.h: sizes and ranges of kernel calls, checked the same
  * way on every backend. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -114,6 +115,30 @@ int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], c
         }
         need[TD_ROW_OUT] = c->kernel == TD_KERNEL_SOFTMAX ? n : p->rows;
         need[TD_ROW_A] = n;
+        return 0;
+    }
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD: {
+        const td_rows_params *p = &c->p.rows;
+        int64_t n = p->rows < 0 || p->cols < 0 ? -1 : mul_or_neg(p->rows, p->cols);
+        int64_t n_stats = p->rows < 0 ? -1 : mul_or_neg(p->rows, 2);
+        if (n < 0 || n_stats < 0) {
+            snprintf(why, why_size, "rows %lld x cols %lld, expected sizes >= 0 with a product below 2^63",
+                     (long long)p->rows, (long long)p->cols);
+            return -1;
+        }
+        if (c->kernel == TD_KERNEL_LAYER_NORM && !(p->epsilon > 0.0f && p->epsilon < INFINITY)) {
+            snprintf(why, why_size, "epsilon %g, expected a finite value > 0", (double)p->epsilon);
+            return -1;
+        }
+        need[TD_ROW_OUT] = n;
+        need[TD_ROW_A] = n;
+        if (c->kernel == TD_KERNEL_LAYER_NORM) {
+            need[TD_ROW_OUT2] = n_stats;
+        } else {
+            need[TD_ROW_B] = n;
+            need[TD_ROW_C] = n_stats;
+        }
         return 0;
     }
     case TD_KERNEL_CAST: {

@@ -50,7 +50,9 @@ typedef struct td_arg {
  *   CAST              u8 or i32 -> f32 (td_cast_params)
  *   DROPOUT_MASK      counter-based keep mask (td_dropout_params)
  *   GATHER_ROWS       out rows = table rows picked by i32 ids
- *   SCATTER_ADD_ROWS  its adjoint: rows summed into the table, in id order */
+ *   SCATTER_ADD_ROWS  its adjoint: rows summed into the table, in id order
+ *   LAYER_NORM        normalise each row, keeping its mean and 1/std (td_rows_params)
+ *   LAYER_NORM_BACKWARD  its gradient with respect to the input */
 #define TD_KERNELS(X)                   \
     X(FILL, fill)                       \
     X(COPY, copy)                       \
@@ -68,7 +70,9 @@ typedef struct td_arg {
     X(CAST, cast)                       \
     X(DROPOUT_MASK, dropout_mask)       \
     X(GATHER_ROWS, gather_rows)         \
-    X(SCATTER_ADD_ROWS, scatter_add_rows)
+    X(SCATTER_ADD_ROWS, scatter_add_rows) \
+    X(LAYER_NORM, layer_norm)           \
+    X(LAYER_NORM_BACKWARD, layer_norm_backward)
 
 typedef enum td_kernel_id {
 #define TD_KERNEL_ENUM_ENTRY(ID, name) TD_KERNEL_##ID,
@@ -208,9 +212,20 @@ typedef struct td_pool_params {
  *   cols <= 2^24. */
 enum { TD_ROWS_CAUSAL = 2 };
 
+/* LAYER_NORM: a = x [rows, cols]; out = xhat [rows, cols], out2 = stats
+ *   [rows, 2]. Per row, in column order from 0.0f:
+ *     s = sum x[c];  mean = s / cols;  v = sum (x[c] - mean)^2 (the
+ *     difference rounded, then squared);  rstd = 1 / sqrt(v / cols + epsilon);
+ *     xhat[c] = (x[c] - mean) * rstd;  stats = {mean, rstd}.
+ * LAYER_NORM_BACKWARD: a = g (the gradient with respect to xhat) [rows,
+ *   cols], b = xhat, c = stats; out = dx [rows, cols]. Per row, in column
+ *   order from 0.0f: sg = sum g[c], sgx = sum g[c] * xhat[c];
+ *     dx[c] = rstd * ((g[c] - sg / cols) - xhat[c] * (sgx / cols)).
+ * (sqrt and division may differ by their ulp bounds on other devices.) */
 typedef struct td_rows_params {
     int64_t rows, cols;
-    int32_t mode; /* SOFTMAX: 0 softmax, 1 log-softmax, plus TD_ROWS_CAUSAL */
+    int32_t mode;  /* SOFTMAX: 0 softmax, 1 log-softmax, plus TD_ROWS_CAUSAL */
+    float epsilon; /* LAYER_NORM: > 0 */
 } td_rows_params;
 
 /* CAST: out[i] = (float) value i of a, i < n, where a holds `from`:
@@ -264,7 +279,7 @@ typedef struct td_kernel_call {
         td_xent_params xent;
         td_conv_params conv;   /* IM2COL, COL2IM */
         td_pool_params pool;   /* POOL, POOL_BACKWARD */
-        td_rows_params rows;   /* SOFTMAX, ARGMAX */
+        td_rows_params rows;   /* SOFTMAX, ARGMAX, LAYER_NORM(_BACKWARD) */
         td_cast_params cast;
         td_dropout_params dropout;
         td_gather_params gather; /* GATHER_ROWS, SCATTER_ADD_ROWS */

@@ -30,7 +30,7 @@ int64_t td_conv_pooled_count(const td_conv_params *p);
 enum { TD_ROW_OUT = 0, TD_ROW_OUT2, TD_ROW_A, TD_ROW_B, TD_ROW_C, TD_ROW_SLOTS };
 
 /* For the row kernels (softmax, argmax, cast, dropout mask, gather and
- * scatter-add of rows): the element count [0, need[slot]) each argument of c touches past its offset
+ * scatter-add of rows, layer norm and its gradient): the element count [0, need[slot]) each argument of c touches past its offset
  * (0: not touched), so that every backend checks the same ranges. Returns 0,
  * or -1 with a message naming the bad parameter and what was expected in
  * why (negative or overflowing sizes, an unknown mode or source type). */

@@ -35,6 +35,8 @@ static const td_op_def *const table[TD_OP_COUNT] = {
     [TD_OP_BATCH_MATMUL] = &td_op_batch_matmul,
     [TD_OP_SLICE] = &td_op_slice,
     [TD_OP_SLICE_GRAD] = &td_op_slice_grad,
+    [TD_OP_LAYER_NORM] = &td_op_layer_norm,
+    [TD_OP_LAYER_NORM_GRAD] = &td_op_layer_norm_grad,
 };
 
 const td_op_def *td_op_def_of(td_op op)

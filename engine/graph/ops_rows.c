@@ -11,7 +11,7 @@ static int64_t cols_of(const td_shape *s)
 
 static td_rows_params rows_params(const td_shape *s, int32_t mode)
 {
-    td_rows_params p = {0, cols_of(s), mode};
+    td_rows_params p = {0, cols_of(s), mode, 0.0f};
     int64_t cols = p.cols ? p.cols : 1;
     p.rows = td_shape_count(s) / cols;
     if (p.cols == 0)

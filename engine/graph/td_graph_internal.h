@@ -45,6 +45,8 @@ typedef enum td_op {
     TD_OP_BATCH_MATMUL,       /* a [..., M, K] x b [..., K, N], one GEMM per batch entry */
     TD_OP_SLICE,              /* a block of axis 0: one copy */
     TD_OP_SLICE_GRAD,         /* (gy, like a): gy placed in zeros */
+    TD_OP_LAYER_NORM,         /* xhat over the last axis, {mean, rstd} kept; attr.value = epsilon */
+    TD_OP_LAYER_NORM_GRAD,    /* (gy, the norm node) -> dx */
     TD_OP_COUNT
 } td_op;
 
@@ -56,7 +58,7 @@ typedef struct td_shape {
 /* Attributes, one member per op family (the op says which). */
 typedef union td_node_attr {
     td_shape dims;                         /* INPUT, PARAM: requested shape; RESHAPE: request (may hold -1) */
-    float value;                           /* CONSTANT */
+    float value;                           /* CONSTANT; LAYER_NORM: epsilon */
     struct { int32_t op; float alpha; } ew; /* ELEMENTWISE */
     struct { int32_t trans_a, trans_b; } matmul;
     struct { uint32_t axes_mask; bool keepdims, mean; } reduce; /* SUM, BROADCAST_TO (axes of `like`) */

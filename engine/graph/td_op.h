@@ -93,5 +93,6 @@ extern const td_op_def td_op_conv2d, td_op_conv2d_grad_kernel, td_op_conv2d_grad
     td_op_pool_grad;
 extern const td_op_def td_op_softmax, td_op_argmax, td_op_cast, td_op_embedding, td_op_embedding_grad;
 extern const td_op_def td_op_dropout, td_op_by_mode;
+extern const td_op_def td_op_layer_norm, td_op_layer_norm_grad;
 
 #endif

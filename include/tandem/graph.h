@@ -198,8 +198,9 @@ TD_API td_status td_graph_embedding(td_graph *g, td_node table, td_node ids, td_
 
 /* Layer normalization over the last axis (flax.linen.LayerNorm):
  * (x - mean) / sqrt(var + epsilon) * scale + bias, with the biased
- * variance; scale and bias are [features] nodes or TD_NO_NODE. Built from
- * the ops above, so its gradient is theirs. */
+ * variance; scale and bias are [features] nodes or TD_NO_NODE. The
+ * normalization is one kernel each way (LAYER_NORM, which keeps each row's
+ * mean and 1/std, and its gradient); scale and bias are broadcast ops. */
 TD_API td_status td_graph_layer_norm(td_graph *g, td_node x, td_node scale, td_node bias, float epsilon,
                                      td_node *out);
 

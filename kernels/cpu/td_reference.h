@@ -26,6 +26,9 @@ void td_reference_xent_backward(float *grad, const float *prob, const int32_t *l
 /* td_reference_rows.c. cast reads bytes or int32 words from a (u8 values
  * packed 4 per element slot); dropout_mask reads the two words b[0] = step,
  * b[1] = first example. */
+void td_reference_layer_norm(float *out, float *stats, const float *a, const td_rows_params *p);
+void td_reference_layer_norm_backward(float *out, const float *g, const float *xhat, const float *stats,
+                                      const td_rows_params *p);
 void td_reference_softmax(float *out, const float *a, const td_rows_params *p);
 void td_reference_argmax(float *out, const float *a, const td_rows_params *p);
 void td_reference_cast(float *out, const void *a, const td_cast_params *p);

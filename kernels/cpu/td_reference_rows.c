@@ -125,3 +125,43 @@ void td_reference_scatter_add_rows(float *out, const float *g, const int32_t *id
             orow[d] += grow[d];
     }
 }
+
+void td_reference_layer_norm(float *out, float *stats, const float *a, const td_rows_params *p)
+{
+    for (int64_t r = 0; r < p->rows; r++) {
+        const float *x = a + r * p->cols;
+        float *y = out + r * p->cols;
+        float s = 0.0f;
+        for (int64_t c = 0; c < p->cols; c++)
+            s += x[c];
+        float mean = s / (float)p->cols;
+        float v = 0.0f;
+        for (int64_t c = 0; c < p->cols; c++) {
+            float d = x[c] - mean;
+            v += d * d;
+        }
+        float rstd = 1.0f / sqrtf(v / (float)p->cols + p->epsilon);
+        /* out may be a itself: every x[c] is read before y[c] is written */
+        for (int64_t c = 0; c < p->cols; c++)
+            y[c] = (x[c] - mean) * rstd;
+        stats[2 * r] = mean;
+        stats[2 * r + 1] = rstd;
+    }
+}
+
+void td_reference_layer_norm_backward(float *out, const float *g, const float *xhat, const float *stats,
+                                      const td_rows_params *p)
+{
+    for (int64_t r = 0; r < p->rows; r++) {
+        const float *gr = g + r * p->cols, *xr = xhat + r * p->cols;
+        float *o = out + r * p->cols;
+        float sg = 0.0f, sgx = 0.0f;
+        for (int64_t c = 0; c < p->cols; c++) {
+            sg += gr[c];
+            sgx += gr[c] * xr[c];
+        }
+        float mg = sg / (float)p->cols, mgx = sgx / (float)p->cols, rstd = stats[2 * r + 1];
+        for (int64_t c = 0; c < p->cols; c++)
+            o[c] = rstd * ((gr[c] - mg) - xr[c] * mgx);
+    }
+}

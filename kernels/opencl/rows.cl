@@ -129,3 +129,47 @@ __kernel void td_scatter_add_rows(__global float *out, ulong out_off, __global c
             s += g[g_off + i * dim + d];
     out[out_off + e] = s;
 }
+
+/* One work-item per row, in the reference's column order (td_kernel.h). */
+__kernel void td_layer_norm(__global float *out, ulong out_off, __global float *stats, ulong stats_off,
+                            __global const float *a, ulong a_off, long rows, long cols, float epsilon)
+{
+    long r = (long)get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *x = a + a_off + r * cols;
+    __global float *y = out + out_off + r * cols;
+    float s = 0.0f;
+    for (long c = 0; c < cols; c++)
+        s += x[c];
+    float mean = s / (float)cols;
+    float v = 0.0f;
+    for (long c = 0; c < cols; c++) {
+        float d = x[c] - mean;
+        v += d * d;
+    }
+    float rstd = 1.0f / sqrt(v / (float)cols + epsilon);
+    for (long c = 0; c < cols; c++)
+        y[c] = (x[c] - mean) * rstd;
+    stats[stats_off + 2 * r] = mean;
+    stats[stats_off + 2 * r + 1] = rstd;
+}
+
+__kernel void td_layer_norm_backward(__global float *out, ulong out_off, __global const float *g, ulong g_off,
+                                     __global const float *xhat, ulong x_off, __global const float *stats,
+                                     ulong stats_off, long rows, long cols)
+{
+    long r = (long)get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *gr = g + g_off + r * cols, *xr = xhat + x_off + r * cols;
+    __global float *o = out + out_off + r * cols;
+    float sg = 0.0f, sgx = 0.0f;
+    for (long c = 0; c < cols; c++) {
+        sg += gr[c];
+        sgx += gr[c] * xr[c];
+    }
+    float mg = sg / (float)cols, mgx = sgx / (float)cols, rstd = stats[stats_off + 2 * r + 1];
+    for (long c = 0; c < cols; c++)
+        o[c] = rstd * ((gr[c] - mg) - xr[c] * mgx);
+}

@@ -754,6 +754,14 @@ Test(grad, pools_3x3_stride2_same)
     check_pool(false, &o, "avg_pool 3x3 stride 2 SAME, padding not counted");
 }
 
+Test(grad, layer_norm_alone_over_rank3_rows)
+{
+    int64_t xd[3] = {2, 3, 5};
+    td_node x = param("x", 3, xd, 0, 2), y;
+    TEST_OK(fx.ctx, td_graph_layer_norm(fx.g, x, TD_NO_NODE, TD_NO_NODE, 1e-3f, &y));
+    check_gradients(weighted_sum(y), "layer_norm without scale and bias");
+}
+
 Test(grad, layer_norm_with_scale_and_bias)
 {
     const int64_t fd[1] = {4};

@@ -25,24 +25,24 @@ typedef struct row_row {
 #define TWO_BUFFERS {.out = {1, 5}, .a = {0, 5}}
 
 static const row_row rows[] = {
-    {"softmax 37 x 10", TD_KERNEL_SOFTMAX, {37, 10, 0}, SCALED, ONE_BUFFER},
-    {"log-softmax 37 x 10", TD_KERNEL_SOFTMAX, {37, 10, 1}, SCALED, ONE_BUFFER},
-    {"softmax 3 x 1000", TD_KERNEL_SOFTMAX, {3, 1000, 0}, SCALED, ONE_BUFFER},
-    {"log-softmax 3 x 1000", TD_KERNEL_SOFTMAX, {3, 1000, 1}, SCALED, ONE_BUFFER},
-    {"log-softmax 6 x 10, two buffers", TD_KERNEL_SOFTMAX, {6, 10, 1}, SCALED, TWO_BUFFERS},
-    {"softmax 7 x 1", TD_KERNEL_SOFTMAX, {7, 1, 0}, SCALED, TWO_BUFFERS},
+    {"softmax 37 x 10", TD_KERNEL_SOFTMAX, {37, 10, 0, 0.0f}, SCALED, ONE_BUFFER},
+    {"log-softmax 37 x 10", TD_KERNEL_SOFTMAX, {37, 10, 1, 0.0f}, SCALED, ONE_BUFFER},
+    {"softmax 3 x 1000", TD_KERNEL_SOFTMAX, {3, 1000, 0, 0.0f}, SCALED, ONE_BUFFER},
+    {"log-softmax 3 x 1000", TD_KERNEL_SOFTMAX, {3, 1000, 1, 0.0f}, SCALED, ONE_BUFFER},
+    {"log-softmax 6 x 10, two buffers", TD_KERNEL_SOFTMAX, {6, 10, 1, 0.0f}, SCALED, TWO_BUFFERS},
+    {"softmax 7 x 1", TD_KERNEL_SOFTMAX, {7, 1, 0, 0.0f}, SCALED, TWO_BUFFERS},
     /* rows of a vocabulary's length */
-    {"softmax 2 x 50257", TD_KERNEL_SOFTMAX, {2, 50257, 0}, SCALED, TWO_BUFFERS},
-    {"causal log-softmax 3 x 40000 (rows 0-2 of a block)", TD_KERNEL_SOFTMAX, {3, 40000, 3}, SCALED, TWO_BUFFERS},
+    {"softmax 2 x 50257", TD_KERNEL_SOFTMAX, {2, 50257, 0, 0.0f}, SCALED, TWO_BUFFERS},
+    {"causal log-softmax 3 x 40000 (rows 0-2 of a block)", TD_KERNEL_SOFTMAX, {3, 40000, 3, 0.0f}, SCALED, TWO_BUFFERS},
     /* causal (TD_ROWS_CAUSAL): two 8 x 8 blocks of attention scores, and
      * three 5 x 5 blocks in log form (-inf past the diagonal) */
-    {"causal softmax 2 x 8 x 8", TD_KERNEL_SOFTMAX, {16, 8, 2}, SCALED, ONE_BUFFER},
-    {"causal log-softmax 3 x 5 x 5", TD_KERNEL_SOFTMAX, {15, 5, 3}, SCALED, TWO_BUFFERS},
-    {"causal softmax 4 x 1 x 1", TD_KERNEL_SOFTMAX, {4, 1, 2}, SCALED, TWO_BUFFERS},
-    {"argmax 37 x 10", TD_KERNEL_ARGMAX, {37, 10, 0}, INTEGERS, {.out = {0, 7000}, .a = {0, 11}}},
-    {"argmax of empty rows", TD_KERNEL_ARGMAX, {3, 0, 0}, INTEGERS, {.out = {0, 7000}, .a = {0, 11}}},
-    {"argmax 6 x 10 of distinct values, two buffers", TD_KERNEL_ARGMAX, {6, 10, 0}, SCALED, TWO_BUFFERS},
-    {"argmax 2 x 1000", TD_KERNEL_ARGMAX, {2, 1000, 0}, INTEGERS, TWO_BUFFERS},
+    {"causal softmax 2 x 8 x 8", TD_KERNEL_SOFTMAX, {16, 8, 2, 0.0f}, SCALED, ONE_BUFFER},
+    {"causal log-softmax 3 x 5 x 5", TD_KERNEL_SOFTMAX, {15, 5, 3, 0.0f}, SCALED, TWO_BUFFERS},
+    {"causal softmax 4 x 1 x 1", TD_KERNEL_SOFTMAX, {4, 1, 2, 0.0f}, SCALED, TWO_BUFFERS},
+    {"argmax 37 x 10", TD_KERNEL_ARGMAX, {37, 10, 0, 0.0f}, INTEGERS, {.out = {0, 7000}, .a = {0, 11}}},
+    {"argmax of empty rows", TD_KERNEL_ARGMAX, {3, 0, 0, 0.0f}, INTEGERS, {.out = {0, 7000}, .a = {0, 11}}},
+    {"argmax 6 x 10 of distinct values, two buffers", TD_KERNEL_ARGMAX, {6, 10, 0, 0.0f}, SCALED, TWO_BUFFERS},
+    {"argmax 2 x 1000", TD_KERNEL_ARGMAX, {2, 1000, 0, 0.0f}, INTEGERS, TWO_BUFFERS},
 };
 
 /* Flat positions in a: with 10 columns, row 2 holds a NaN and a -inf, row

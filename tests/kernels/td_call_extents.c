@@ -84,11 +84,15 @@ static void row_kernel_extents(const td_kernel_call *call, td_arg_extent ext[TD_
     writes(&ext[TD_ROW_OUT], need[TD_ROW_OUT]);
     bool uses_a = call->kernel != TD_KERNEL_DROPOUT_MASK;
     bool uses_b = call->kernel == TD_KERNEL_DROPOUT_MASK || call->kernel == TD_KERNEL_GATHER_ROWS ||
-                  call->kernel == TD_KERNEL_SCATTER_ADD_ROWS;
+                  call->kernel == TD_KERNEL_SCATTER_ADD_ROWS || call->kernel == TD_KERNEL_LAYER_NORM_BACKWARD;
     if (uses_a)
         reads(&ext[TD_ROW_A], need[TD_ROW_A]);
     if (uses_b)
         reads(&ext[TD_ROW_B], need[TD_ROW_B]);
+    if (call->kernel == TD_KERNEL_LAYER_NORM)
+        writes(&ext[TD_ROW_OUT2], need[TD_ROW_OUT2]);
+    if (call->kernel == TD_KERNEL_LAYER_NORM_BACKWARD)
+        reads(&ext[TD_ROW_C], need[TD_ROW_C]);
 }
 
 bool td_call_extents(const td_kernel_call *call, td_arg_extent ext[TD_ROW_SLOTS])
@@ -153,6 +157,8 @@ bool td_call_extents(const td_kernel_call *call, td_arg_extent ext[TD_ROW_SLOTS]
     case TD_KERNEL_DROPOUT_MASK:
     case TD_KERNEL_GATHER_ROWS:
     case TD_KERNEL_SCATTER_ADD_ROWS:
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD:
         row_kernel_extents(call, ext);
         return true;
     default:

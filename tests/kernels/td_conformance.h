@@ -113,7 +113,8 @@ void td_case_list_free(td_case_list *list);
     X(arg, rows)                        \
     X(arg, cast)                        \
     X(arg, dropout)                     \
-    X(arg, gather)
+    X(arg, gather)                      \
+    X(arg, norm)
 
 #define TD_CONFORMANCE_DECLARE_FAMILY(arg, family) void td_cases_##family(td_case_list *list);
 TD_CONFORMANCE_FAMILIES(TD_CONFORMANCE_DECLARE_FAMILY, unused)

@@ -31,6 +31,8 @@ bool td_conformance_reference(const td_kernel_call *call, float *const at[TD_ROW
         return true;
     case TD_KERNEL_GATHER_ROWS: td_reference_gather_rows(out, a, b_words, &call->p.gather); return true;
     case TD_KERNEL_SCATTER_ADD_ROWS: td_reference_scatter_add_rows(out, a, b_words, &call->p.gather); return true;
+    case TD_KERNEL_LAYER_NORM: td_reference_layer_norm(out, out2, a, &call->p.rows); return true;
+    case TD_KERNEL_LAYER_NORM_BACKWARD: td_reference_layer_norm_backward(out, a, b, c, &call->p.rows); return true;
     default: return false;
     }
 }
