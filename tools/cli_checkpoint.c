@@ -95,6 +95,34 @@ bool td_cli_metadata_i64(const char *command, const td_checkpoint *ck, const cha
     return true;
 }
 
+bool td_cli_metadata_range(const char *command, const td_checkpoint *ck, const char *key, int64_t lo, int64_t hi,
+                           int64_t *out)
+{
+    if (!td_cli_metadata_i64(command, ck, key, out))
+        return false;
+    if (*out < lo || *out > hi) {
+        const char *path = "";
+        td_checkpoint_path(ck, &path);
+        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s' is %lld, expected %lld to %lld\n", command, path,
+                key, (long long)*out, (long long)lo, (long long)hi);
+        return false;
+    }
+    return true;
+}
+
+bool td_cli_metadata_u64(const char *command, const td_checkpoint *ck, const char *key, uint64_t *out)
+{
+    td_status s = td_checkpoint_metadata_u64(ck, key, out);
+    if (s != TD_OK) {
+        const char *path = "";
+        td_checkpoint_path(ck, &path);
+        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s': %s, expected a decimal number\n", command, path,
+                key, td_status_name(s));
+        return false;
+    }
+    return true;
+}
+
 bool td_cli_metadata_float(const char *command, const td_checkpoint *ck, const char *key, float *out)
 {
     const char *v;
@@ -142,7 +170,7 @@ static bool read_inputs(const char *command, const td_checkpoint *ck, const char
 static bool read_config(const char *command, const td_checkpoint *ck, td_cli_config *c, td_cli_saved_config *st,
                         td_cli_position *at)
 {
-    int64_t seed, epoch, position, batch_norm;
+    int64_t epoch, position, batch_norm;
     if (!td_cli_metadata_copy(command, ck, "model", st->model, sizeof st->model, td_cli_models) ||
         !td_cli_metadata_copy(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
         !td_cli_metadata_copy(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
@@ -151,7 +179,7 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
         !td_cli_metadata_i64(command, ck, "batch", &c->batch) ||
         !td_cli_metadata_i64(command, ck, "limit", &c->limit) ||
         !td_cli_metadata_i64(command, ck, "accumulate", &c->accumulate) ||
-        !td_cli_metadata_i64(command, ck, "seed", &seed) || !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
+        !td_cli_metadata_u64(command, ck, "seed", &c->seed) || !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
         !td_cli_metadata_float(command, ck, "dropout", &c->dropout) ||
         !td_cli_metadata_i64(command, ck, "batch_norm", &batch_norm) ||
         !td_cli_metadata_i64(command, ck, "epoch", &epoch) || !td_cli_metadata_i64(command, ck, "position", &position))
@@ -165,7 +193,6 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     c->optimizer = st->optimizer;
     c->schedule = st->schedule;
     c->data = st->data;
-    c->seed = (uint64_t)seed;
     c->batch_norm = batch_norm != 0;
     if (!read_inputs(command, ck, &c->inputs))
         return false;
@@ -181,17 +208,25 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     return true;
 }
 
-/* A flag given on the command line that contradicts the file. */
-static bool differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,
-                    const char *saved)
+bool td_cli_resume_differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,
+                           const char *saved)
 {
     if (!(must_match & bit) || strcmp(given, saved) == 0)
         return false;
     fprintf(stderr,
-            "tandem %s: %s %s differs from the checkpoint's %s; a resumed run keeps the model and the data order "
+            "tandem %s: %s %s differs from the checkpoint's %s; a resumed run keeps the model and its data "
             "(leave the flag out)\n",
             command, flag, given, saved);
     return true;
+}
+
+bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigned bit, const char *flag,
+                               long long given, long long saved)
+{
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%lld", given);
+    snprintf(b, sizeof b, "%lld", saved);
+    return td_cli_resume_differs(command, must_match, bit, flag, a, b);
 }
 
 int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
@@ -215,26 +250,22 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
         return TD_CLI_EXIT_FAILURE;
 
     char a[32], b[32];
-    bool bad = differs(command, must_match, TD_CLI_SET_MODEL, "--model", c->model, saved.model) ||
-               differs(command, must_match, TD_CLI_SET_OPTIMIZER, "--optimizer", c->optimizer, saved.optimizer);
-    snprintf(a, sizeof a, "%lld", (long long)c->batch);
-    snprintf(b, sizeof b, "%lld", (long long)saved.batch);
-    bad = bad || differs(command, must_match, TD_CLI_SET_BATCH, "--batch", a, b);
-    snprintf(a, sizeof a, "%lld", (long long)c->limit);
-    snprintf(b, sizeof b, "%lld", (long long)saved.limit);
-    bad = bad || differs(command, must_match, TD_CLI_SET_LIMIT, "--limit", a, b);
-    snprintf(a, sizeof a, "%lld", (long long)c->accumulate);
-    snprintf(b, sizeof b, "%lld", (long long)saved.accumulate);
-    bad = bad || differs(command, must_match, TD_CLI_SET_ACCUMULATE, "--accumulate", a, b);
+    bool bad = td_cli_resume_differs(command, must_match, TD_CLI_SET_MODEL, "--model", c->model, saved.model) ||
+               td_cli_resume_differs(command, must_match, TD_CLI_SET_OPTIMIZER, "--optimizer", c->optimizer,
+                                     saved.optimizer) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_SET_BATCH, "--batch", c->batch, saved.batch) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_SET_LIMIT, "--limit", c->limit, saved.limit) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_SET_ACCUMULATE, "--accumulate", c->accumulate,
+                                         saved.accumulate);
     snprintf(a, sizeof a, "%llu", (unsigned long long)c->seed);
     snprintf(b, sizeof b, "%llu", (unsigned long long)saved.seed);
-    bad = bad || differs(command, must_match, TD_CLI_SET_SEED, "--seed", a, b);
+    bad = bad || td_cli_resume_differs(command, must_match, TD_CLI_SET_SEED, "--seed", a, b);
     snprintf(a, sizeof a, "%.9g", (double)c->dropout);
     snprintf(b, sizeof b, "%.9g", (double)saved.dropout);
-    bad = bad || differs(command, must_match, TD_CLI_SET_DROPOUT, "--dropout", a, b);
-    bad = bad || differs(command, must_match, TD_CLI_SET_BATCH_NORM, "--batch-norm", c->batch_norm ? "on" : "off",
-                         saved.batch_norm ? "on" : "off");
-    bad = bad || differs(command, must_match, TD_CLI_SET_INPUTS, "--inputs", c->inputs, saved.inputs);
+    bad = bad || td_cli_resume_differs(command, must_match, TD_CLI_SET_DROPOUT, "--dropout", a, b);
+    bad = bad || td_cli_resume_differs(command, must_match, TD_CLI_SET_BATCH_NORM, "--batch-norm",
+                                       c->batch_norm ? "on" : "off", saved.batch_norm ? "on" : "off");
+    bad = bad || td_cli_resume_differs(command, must_match, TD_CLI_SET_INPUTS, "--inputs", c->inputs, saved.inputs);
     if (bad)
         return TD_CLI_EXIT_USAGE;
 
@@ -263,18 +294,19 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     return TD_CLI_EXIT_OK;
 }
 
-int td_cli_checkpoint_restore(td_cli_session *s, const char *dir, char *path, size_t capacity)
+int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *trainer, const char *path, char *file,
+                           size_t capacity)
 {
     td_checkpoint *ck = NULL;
-    td_status st = td_checkpoint_open_latest(s->ctx, dir, &ck);
+    td_status st = td_cli_checkpoint_open_path(ctx, path, &ck);
     if (st == TD_OK) {
         const char *p = "";
         td_checkpoint_path(ck, &p);
-        snprintf(path, capacity, "%s", p);
-        st = td_checkpoint_restore(ck, s->trainer);
+        snprintf(file, capacity, "%s", p);
+        st = td_checkpoint_restore(ck, trainer);
         td_checkpoint_close(ck);
     }
-    return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(s->command, s->ctx, st, "restoring the checkpoint");
+    return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
 }
 
 bool td_cli_checkpoint_dir_used(const char *dir)

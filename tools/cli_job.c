@@ -57,6 +57,19 @@ void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer,
     free(speeds);
 }
 
+int td_cli_trace_begin(const char *command, td_context *ctx, uint32_t process, const char **trace, char *buf,
+                       size_t capacity)
+{
+    if (!*trace)
+        return TD_CLI_EXIT_OK;
+    if (process > 0) {
+        snprintf(buf, capacity, "%s.%u", *trace, process);
+        *trace = buf;
+    }
+    td_status st = td_trace_begin(ctx, *trace);
+    return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "--trace");
+}
+
 int td_cli_trace_finish(const char *command, td_context *ctx, uint32_t process, uint32_t processes, const char *path,
                         int rc)
 {

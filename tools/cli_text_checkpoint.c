@@ -57,35 +57,6 @@ td_status td_cli_text_checkpoint_write(td_cli_text_session *s, const char *dir, 
     return td_checkpoint_save_dir(s->trainer, dir, &o, path, capacity);
 }
 
-/* An integer key within [lo, hi]. */
-static bool read_range(const char *command, const td_checkpoint *ck, const char *key, int64_t lo, int64_t hi,
-                       int64_t *out)
-{
-    if (!td_cli_metadata_i64(command, ck, key, out))
-        return false;
-    if (*out < lo || *out > hi) {
-        const char *path = "";
-        td_checkpoint_path(ck, &path);
-        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s' is %lld, expected %lld to %lld\n", command, path,
-                key, (long long)*out, (long long)lo, (long long)hi);
-        return false;
-    }
-    return true;
-}
-
-static bool read_u64(const char *command, const td_checkpoint *ck, const char *key, uint64_t *out)
-{
-    td_status s = td_checkpoint_metadata_u64(ck, key, out);
-    if (s != TD_OK) {
-        const char *path = "";
-        td_checkpoint_path(ck, &path);
-        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s': %s, expected a decimal number\n", command, path,
-                key, td_status_name(s));
-        return false;
-    }
-    return true;
-}
-
 int td_cli_text_checkpoint_config(const char *command, const td_checkpoint *ck, td_cli_text_config *c,
                                   td_cli_text_saved *st, uint64_t *step)
 {
@@ -100,24 +71,24 @@ int td_cli_text_checkpoint_config(const char *command, const td_checkpoint *ck, 
     if (!td_cli_metadata_copy(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
         !td_cli_metadata_copy(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
         !td_cli_metadata_copy(command, ck, "data", st->data, sizeof st->data, NULL) ||
-        !read_u64(command, ck, "seed", &c->seed) || !read_u64(command, ck, "step", step) ||
+        !td_cli_metadata_u64(command, ck, "seed", &c->seed) || !td_cli_metadata_u64(command, ck, "step", step) ||
         !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
         !td_cli_metadata_float(command, ck, "weight_decay", &c->weight_decay) ||
         !td_cli_metadata_float(command, ck, "dropout", &c->dropout) ||
-        !read_range(command, ck, "batch", 1, MAX_BATCH, &c->batch) ||
-        !read_range(command, ck, "steps", 1, MAX_STEPS, &c->steps) ||
-        !read_range(command, ck, "layers", 1, MAX_LAYERS, &c->layers) ||
-        !read_range(command, ck, "heads", 1, MAX_HEADS, &c->heads) ||
-        !read_range(command, ck, "width", 1, MAX_WIDTH, &c->width) ||
-        !read_range(command, ck, "context", 1, MAX_CONTEXT, &c->context) ||
-        !read_range(command, ck, "vocab", 1, MAX_VOCAB, &c->vocab))
+        !td_cli_metadata_range(command, ck, "batch", 1, MAX_BATCH, &c->batch) ||
+        !td_cli_metadata_range(command, ck, "steps", 1, MAX_STEPS, &c->steps) ||
+        !td_cli_metadata_range(command, ck, "layers", 1, MAX_LAYERS, &c->layers) ||
+        !td_cli_metadata_range(command, ck, "heads", 1, MAX_HEADS, &c->heads) ||
+        !td_cli_metadata_range(command, ck, "width", 1, MAX_WIDTH, &c->width) ||
+        !td_cli_metadata_range(command, ck, "context", 1, MAX_CONTEXT, &c->context) ||
+        !td_cli_metadata_range(command, ck, "vocab", 1, MAX_VOCAB, &c->vocab))
         return TD_CLI_EXIT_FAILURE;
     /* The windows' length, when shorter than the model's positions (a
      * run from --init); absent: the positions. */
     const char *sequence = NULL;
     c->sequence = c->context;
     if (td_checkpoint_metadata(ck, "sequence", &sequence) == TD_OK && sequence &&
-        !read_range(command, ck, "sequence", 1, c->context, &c->sequence))
+        !td_cli_metadata_range(command, ck, "sequence", 1, c->context, &c->sequence))
         return TD_CLI_EXIT_FAILURE;
     if (c->width % c->heads != 0) {
         fprintf(stderr, "tandem %s: checkpoint '%s': width %lld is not a multiple of heads %lld\n", command, path,
@@ -128,28 +99,6 @@ int td_cli_text_checkpoint_config(const char *command, const td_checkpoint *ck, 
     c->schedule = st->schedule;
     c->data = st->data;
     return TD_CLI_EXIT_OK;
-}
-
-/* A flag given on the command line that contradicts the file. */
-static bool differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,
-                    const char *saved)
-{
-    if (!(must_match & bit) || strcmp(given, saved) == 0)
-        return false;
-    fprintf(stderr,
-            "tandem %s: %s %s differs from the checkpoint's %s; a resumed run keeps the model and its batches "
-            "(leave the flag out)\n",
-            command, flag, given, saved);
-    return true;
-}
-
-static bool differs_int(const char *command, unsigned must_match, unsigned bit, const char *flag, long long given,
-                        long long saved)
-{
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%lld", given);
-    snprintf(b, sizeof b, "%lld", saved);
-    return differs(command, must_match, bit, flag, a, b);
 }
 
 int td_cli_text_read_config(const char *command, const char *path, td_cli_text_config *c, unsigned keep,
@@ -175,16 +124,16 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     char a[32], b[32];
     snprintf(a, sizeof a, "%.9g", (double)c->dropout);
     snprintf(b, sizeof b, "%.9g", (double)saved.dropout);
-    bool bad = differs(command, must_match, TD_CLI_TEXT_SET_OPTIMIZER, "--optimizer", c->optimizer, saved.optimizer) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_LAYERS, "--layers", c->layers, saved.layers) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_HEADS, "--heads", c->heads, saved.heads) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_WIDTH, "--width", c->width, saved.width) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_CONTEXT, "--context", c->sequence, saved.sequence) ||
-               differs_int(command, must_match, TD_CLI_TEXT_SET_BATCH, "--batch", c->batch, saved.batch) ||
-               differs(command, must_match, TD_CLI_TEXT_SET_DROPOUT, "--dropout", a, b);
+    bool bad = td_cli_resume_differs(command, must_match, TD_CLI_TEXT_SET_OPTIMIZER, "--optimizer", c->optimizer, saved.optimizer) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_TEXT_SET_LAYERS, "--layers", c->layers, saved.layers) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_TEXT_SET_HEADS, "--heads", c->heads, saved.heads) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_TEXT_SET_WIDTH, "--width", c->width, saved.width) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_TEXT_SET_CONTEXT, "--context", c->sequence, saved.sequence) ||
+               td_cli_resume_differs_int(command, must_match, TD_CLI_TEXT_SET_BATCH, "--batch", c->batch, saved.batch) ||
+               td_cli_resume_differs(command, must_match, TD_CLI_TEXT_SET_DROPOUT, "--dropout", a, b);
     snprintf(a, sizeof a, "%llu", (unsigned long long)c->seed);
     snprintf(b, sizeof b, "%llu", (unsigned long long)saved.seed);
-    bad = bad || differs(command, must_match, TD_CLI_TEXT_SET_SEED, "--seed", a, b);
+    bad = bad || td_cli_resume_differs(command, must_match, TD_CLI_TEXT_SET_SEED, "--seed", a, b);
     if (bad)
         return TD_CLI_EXIT_USAGE;
 
@@ -218,18 +167,4 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     if (keep & TD_CLI_TEXT_SET_WEIGHT_DECAY)
         c->weight_decay = given.weight_decay;
     return TD_CLI_EXIT_OK;
-}
-
-int td_cli_text_restore(td_cli_text_session *s, const char *path, char *file, size_t capacity)
-{
-    td_checkpoint *ck = NULL;
-    td_status st = td_cli_checkpoint_open_path(s->ctx, path, &ck);
-    if (st == TD_OK) {
-        const char *p = "";
-        td_checkpoint_path(ck, &p);
-        snprintf(file, capacity, "%s", p);
-        st = td_checkpoint_restore(ck, s->trainer);
-        td_checkpoint_close(ck);
-    }
-    return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(s->command, s->ctx, st, "restoring the checkpoint");
 }

@@ -74,7 +74,7 @@ int td_cli_eval(int argc, char **argv)
     char path[4096] = "";
     rc = td_cli_session_open(&s, "eval", &c);
     if (rc == TD_CLI_EXIT_OK)
-        rc = td_cli_checkpoint_restore(&s, c.checkpoint, path, sizeof path);
+        rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, c.checkpoint, path, sizeof path);
     double loss = 0.0, accuracy = 0.0, seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         const double t0 = td_cli_now();

@@ -7,6 +7,7 @@
  * them, as `tandem train --init` would. */
 #include <math.h>
 
+#include "td_cli_checkpoint.h"
 #include "td_cli_text.h"
 
 int td_cli_eval_text(const td_cli_eval_args *a)
@@ -35,7 +36,7 @@ int td_cli_eval_text(const td_cli_eval_args *a)
     char path[4096] = "";
     rc = td_cli_text_open(&s, "eval", &c);
     if (rc == TD_CLI_EXIT_OK && a->checkpoint)
-        rc = td_cli_text_restore(&s, a->checkpoint, path, sizeof path);
+        rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, a->checkpoint, path, sizeof path);
     else if (rc == TD_CLI_EXIT_OK)
         snprintf(path, sizeof path, "%s", a->init);
     c = s.config; /* with the sizes of --init */

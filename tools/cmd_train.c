@@ -364,7 +364,7 @@ int td_cli_train(int argc, char **argv)
     rc = td_cli_session_open(&r->s, "train", &c);
     c.epochs = r->s.config.epochs; /* --steps: the epochs they reach into */
     if (rc == TD_CLI_EXIT_OK && c.resume)
-        rc = td_cli_checkpoint_restore(&r->s, c.checkpoint, r->path, sizeof r->path);
+        rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
     if (rc == TD_CLI_EXIT_OK && start.position > r->s.steps_per_epoch) {
         fprintf(stderr, "tandem train: the checkpoint is at step %llu of an epoch of %zu steps\n",
                 (unsigned long long)start.position, r->s.steps_per_epoch);
@@ -376,20 +376,14 @@ int td_cli_train(int argc, char **argv)
         rc = TD_CLI_EXIT_FAILURE;
     }
     /* Across processes: process 0 writes the metrics lines, and each
-     * process its own trace (process q > 0 at FILE.q), one track per
-     * device. */
+     * process its own trace, one track per device. */
     const char *metrics_path = r->s.process == 0 ? c.metrics : NULL;
-    if (c.trace && r->s.process > 0) {
-        snprintf(r->trace_path, sizeof r->trace_path, "%s.%u", c.trace, r->s.process);
-        c.trace = r->trace_path;
-    }
     if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, metrics_path, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK)
         td_trainer_on_step(r->s.trainer, on_step, r);
-    td_status trace_status;
-    if (rc == TD_CLI_EXIT_OK && c.trace && (trace_status = td_trace_begin(r->s.ctx, c.trace)) != TD_OK)
-        rc = td_cli_fail("train", r->s.ctx, trace_status, "--trace");
+    if (rc == TD_CLI_EXIT_OK)
+        rc = td_cli_trace_begin("train", r->s.ctx, r->s.process, &c.trace, r->trace_path, sizeof r->trace_path);
     epoch_result last = {0};
     double train_seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {

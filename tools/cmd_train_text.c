@@ -405,26 +405,22 @@ int td_cli_train_text(int argc, char **argv)
     }
     rc = td_cli_text_open(&r->s, "train", &c);
     if (rc == TD_CLI_EXIT_OK && c.resume)
-        rc = td_cli_text_restore(&r->s, c.checkpoint, r->path, sizeof r->path);
+        rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
     if (rc == TD_CLI_EXIT_OK && (!(r->timing = calloc(r->s.n_devices, sizeof *r->timing)) ||
                                  !(r->split = calloc(r->s.n_devices, sizeof *r->split)))) {
         fprintf(stderr, "tandem train: out of memory\n");
         rc = TD_CLI_EXIT_FAILURE;
     }
     /* Across processes: process 0 writes the metrics lines, and each
-     * process its own trace (process q > 0 at FILE.q). */
+     * process its own trace. */
     const char *metrics_path = r->s.process == 0 ? c.metrics : NULL;
-    if (c.trace && r->s.process > 0) {
-        snprintf(r->trace_path, sizeof r->trace_path, "%s.%u", c.trace, r->s.process);
-        c.trace = r->trace_path;
-    }
     if (rc == TD_CLI_EXIT_OK && !td_cli_metrics_open(&r->metrics, metrics_path, c.resume))
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK)
         td_trainer_on_step(r->s.trainer, on_step, r);
+    if (rc == TD_CLI_EXIT_OK)
+        rc = td_cli_trace_begin("train", r->s.ctx, r->s.process, &c.trace, r->trace_path, sizeof r->trace_path);
     td_status st;
-    if (rc == TD_CLI_EXIT_OK && c.trace && (st = td_trace_begin(r->s.ctx, c.trace)) != TD_OK)
-        rc = td_cli_fail("train", r->s.ctx, st, "--trace");
     double seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         print_header(r, start);

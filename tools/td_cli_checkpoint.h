@@ -30,9 +30,17 @@ td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_pos
 int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
                                   unsigned must_match, td_cli_saved_config *storage, td_cli_position *at);
 
-/* Restores the newest valid checkpoint of `dir` into the session's trainer
- * and says which file it was. Returns an exit code. */
-int td_cli_checkpoint_restore(td_cli_session *s, const char *dir, char *path, size_t capacity);
+/* Restores the checkpoint at `path` (a directory's newest valid one, or a
+ * file) into `trainer` and says which file it was. Returns an exit code. */
+int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *trainer, const char *path, char *file,
+                           size_t capacity);
+
+/* --resume: a flag in `must_match` (its `bit`) given with a value other
+ * than the checkpoint's is refused with a message naming both; true then. */
+bool td_cli_resume_differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,
+                           const char *saved);
+bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigned bit, const char *flag,
+                               long long given, long long saved);
 
 /* Whether `dir` holds any checkpoint (valid or not): a new run there would
  * mix its files with an old run's. */
@@ -51,6 +59,10 @@ bool td_cli_metadata_value(const char *command, const td_checkpoint *ck, const c
 bool td_cli_metadata_copy(const char *command, const td_checkpoint *ck, const char *key, char *out, size_t capacity,
                           const char *const *choices);
 bool td_cli_metadata_i64(const char *command, const td_checkpoint *ck, const char *key, int64_t *out);
+/* ... an integer within [lo, hi]; any uint64 (seeds). */
+bool td_cli_metadata_range(const char *command, const td_checkpoint *ck, const char *key, int64_t lo, int64_t hi,
+                           int64_t *out);
+bool td_cli_metadata_u64(const char *command, const td_checkpoint *ck, const char *key, uint64_t *out);
 bool td_cli_metadata_float(const char *command, const td_checkpoint *ck, const char *key, float *out);
 
 /* Opens `path`: a directory's newest valid checkpoint

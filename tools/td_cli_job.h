@@ -16,6 +16,12 @@ uint32_t td_cli_job_devices(td_mesh *mesh, uint32_t processes, uint32_t trainer_
  * job's. Collective across processes. */
 void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer, uint32_t n_devices, FILE *f);
 
+/* Starts --trace (`*trace`, NULL: none): across processes process q > 0
+ * writes FILE.q, built in buf, and *trace then points at it (the merge at
+ * td_cli_trace_finish reads them). Returns an exit code. */
+int td_cli_trace_begin(const char *command, td_context *ctx, uint32_t process, const char **trace, char *buf,
+                       size_t capacity);
+
 /* Ends a run's --trace (written whatever the outcome `rc`: a trace of a
  * failed run is the one wanted most); across processes, once every file is
  * written, process 0 merges them into `path`. Returns `rc`, or the failure

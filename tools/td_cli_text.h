@@ -147,8 +147,4 @@ int td_cli_text_checkpoint_config(const char *command, const td_checkpoint *ck, 
 int td_cli_text_read_config(const char *command, const char *path, td_cli_text_config *c, unsigned keep,
                             unsigned must_match, td_cli_text_saved *storage, uint64_t *step);
 
-/* Restores the checkpoint at `path` (directory or file) into the
- * session's trainer and says which file it was. Returns an exit code. */
-int td_cli_text_restore(td_cli_text_session *s, const char *path, char *file, size_t capacity);
-
 #endif

@@ -256,12 +256,6 @@ static bool run_call(td_device *dev, const td_kernel_call *c)
     return true;
 }
 
-static bool is_row_kernel(int32_t k)
-{
-    return (k >= TD_KERNEL_SOFTMAX && k <= TD_KERNEL_SCATTER_ADD_ROWS) || k == TD_KERNEL_LAYER_NORM ||
-           k == TD_KERNEL_LAYER_NORM_BACKWARD;
-}
-
 /* The row kernels index with caller-given ids and sizes: their ranges are
  * checked here so that a bad call is a status, not a stray host access. */
 static td_status check_row_call(td_device *dev, size_t i, const td_kernel_call *c)
@@ -357,7 +351,7 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
         if (calls[i].kernel < 0 || calls[i].kernel >= TD_KERNEL_COUNT)
             return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "kernel call %zu has unknown kernel id %d", i,
                                 calls[i].kernel);
-        if (is_row_kernel(calls[i].kernel)) {
+        if (td_is_row_kernel(calls[i].kernel)) {
             td_status s = check_row_call(dev, i, &calls[i]);
             if (s != TD_OK)
                 return s;

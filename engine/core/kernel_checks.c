@@ -94,6 +94,21 @@ static int64_t mul_or_neg(int64_t a, int64_t b)
     return a * b;
 }
 
+bool td_is_row_kernel(int32_t kernel)
+{
+    switch (kernel) {
+    case TD_KERNEL_SOFTMAX:
+    case TD_KERNEL_ARGMAX:
+    case TD_KERNEL_CAST:
+    case TD_KERNEL_DROPOUT_MASK:
+    case TD_KERNEL_GATHER_ROWS:
+    case TD_KERNEL_SCATTER_ADD_ROWS:
+    case TD_KERNEL_LAYER_NORM:
+    case TD_KERNEL_LAYER_NORM_BACKWARD: return true;
+    default: return false;
+    }
+}
+
 int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], char *why, size_t why_size)
 {
     for (int s = 0; s < TD_ROW_SLOTS; s++)

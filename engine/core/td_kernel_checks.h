@@ -6,6 +6,7 @@
 #ifndef TD_KERNEL_CHECKS_H
 #define TD_KERNEL_CHECKS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,5 +36,7 @@ enum { TD_ROW_OUT = 0, TD_ROW_OUT2, TD_ROW_A, TD_ROW_B, TD_ROW_C, TD_ROW_SLOTS }
  * or -1 with a message naming the bad parameter and what was expected in
  * why (negative or overflowing sizes, an unknown mode or source type). */
 int td_row_kernel_extents(const td_kernel_call *c, int64_t need[TD_ROW_SLOTS], char *why, size_t why_size);
+/* Whether td_row_kernel_extents knows `kernel` (the list above). */
+bool td_is_row_kernel(int32_t kernel);
 
 #endif

@@ -59,6 +59,10 @@ td_status td_text_file_open(td_context *ctx, const char *fn, const char *path, i
  * ends early (it changed since it was sized), is TD_ERR_IO naming `path`. */
 td_status td_text_file_read(td_context *ctx, const char *fn, const char *path, int fd, size_t offset, void *dst,
                             size_t bytes);
+/* Opens f again, checks it still holds the f->bytes its sizing pass found,
+ * reads `bytes` bytes from `offset` into dst and closes it. */
+td_status td_text_file_reread(td_context *ctx, const char *fn, const td_text_file *f, size_t offset, void *dst,
+                              size_t bytes);
 
 /* A file of bytes read into tokens[0 .. f->bytes - 1], one per byte. */
 td_status td_text_read_bytes(td_context *ctx, const td_text_file *f, uint16_t *tokens);

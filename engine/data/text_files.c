@@ -229,26 +229,33 @@ td_status td_text_file_read(td_context *ctx, const char *fn, const char *path, i
     return TD_OK;
 }
 
-td_status td_text_read_bytes(td_context *ctx, const td_text_file *f, uint16_t *tokens)
+td_status td_text_file_reread(td_context *ctx, const char *fn, const td_text_file *f, size_t offset, void *dst,
+                              size_t bytes)
 {
-    int fd;
-    size_t size;
-    td_status s = td_text_file_open(ctx, FN, f->path, &fd, &size);
+    int fd = -1;
+    size_t size = 0;
+    td_status s = td_text_file_open(ctx, fn, f->path, &fd, &size);
     if (s != TD_OK)
         return s;
     if (size != f->bytes)
-        s = td_error_set(ctx, TD_ERR_IO, "%s: '%s' changed size while being read, from %zu to %zu bytes", FN,
+        s = td_error_set(ctx, TD_ERR_IO, "%s: '%s' changed size while being read, from %zu to %zu bytes", fn,
                          f->path, f->bytes, size);
+    if (s == TD_OK)
+        s = td_text_file_read(ctx, fn, f->path, fd, offset, dst, bytes);
+    close(fd);
+    return s;
+}
+
+td_status td_text_read_bytes(td_context *ctx, const td_text_file *f, uint16_t *tokens)
+{
     /* The bytes land in the first half of their tokens' memory and are
      * widened from the back: token i (bytes 2i, 2i+1) is written after byte
      * i was read, and the bytes still to read (j < i) all lie below 2i. */
     unsigned char *raw = (unsigned char *)tokens;
-    if (s == TD_OK)
-        s = td_text_file_read(ctx, FN, f->path, fd, 0, raw, size);
-    close(fd);
+    td_status s = td_text_file_reread(ctx, FN, f, 0, raw, f->bytes);
     if (s != TD_OK)
         return s;
-    for (size_t i = size; i-- > 0;)
+    for (size_t i = f->bytes; i-- > 0;)
         tokens[i] = raw[i];
     return TD_OK;
 }

@@ -84,17 +84,7 @@ td_status td_text_shard_size(td_context *ctx, td_text_file *f)
 
 td_status td_text_shard_read(td_context *ctx, const td_text_file *f, uint16_t *tokens)
 {
-    int fd;
-    size_t size;
-    td_status s = td_text_file_open(ctx, FN, f->path, &fd, &size);
-    if (s != TD_OK)
-        return s;
-    if (size != f->bytes)
-        s = td_error_set(ctx, TD_ERR_IO, "%s: '%s' changed size while being read, from %zu to %zu bytes", FN,
-                         f->path, f->bytes, size);
-    if (s == TD_OK)
-        s = td_text_file_read(ctx, FN, f->path, fd, SHARD_HEADER_BYTES, tokens, 2 * f->tokens);
-    close(fd);
+    td_status s = td_text_file_reread(ctx, FN, f, SHARD_HEADER_BYTES, tokens, 2 * f->tokens);
     if (s != TD_OK)
         return s;
     /* In place: token i's two bytes become token i, low byte first. */

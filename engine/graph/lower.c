@@ -367,6 +367,13 @@ td_arg td_emit_arg(const td_emit_ctx *e, td_node id)
     return a;
 }
 
+td_rows_params td_rows_of(const td_shape *s, int32_t mode, float epsilon)
+{
+    td_rows_params p = {0, s->rank ? s->dims[s->rank - 1] : 1, mode, epsilon};
+    p.rows = p.cols ? td_shape_count(s) / p.cols : 0;
+    return p;
+}
+
 void td_dense_strides(const td_shape *s, int64_t *strides)
 {
     int64_t st = 1;

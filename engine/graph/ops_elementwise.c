@@ -218,3 +218,14 @@ td_status td_graph_mse(td_graph *g, td_node pred, td_node target, td_node *out)
         return s;
     return td_graph_mean(g, sq, 0, NULL, false, out);
 }
+
+td_status td_graph_affine(td_graph *g, td_node y, td_node scale, td_node bias, td_node *out)
+{
+    td_status s = TD_OK;
+    if (scale != TD_NO_NODE && (s = td_graph_mul(g, y, scale, &y)) != TD_OK)
+        return s;
+    if (bias != TD_NO_NODE && (s = td_graph_add(g, y, bias, &y)) != TD_OK)
+        return s;
+    *out = y;
+    return TD_OK;
+}

@@ -269,10 +269,5 @@ td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bia
         (s = td_graph_add(g, v, eps, &ve)) != TD_OK || (s = td_graph_emit_ew(g, TD_EW_RSQRT, 0.0f, ve, ve, &inv)) != TD_OK ||
         (s = td_graph_mul(g, xc, inv, &y)) != TD_OK)
         return s;
-    if (scale != TD_NO_NODE && (s = td_graph_mul(g, y, scale, &y)) != TD_OK)
-        return s;
-    if (bias != TD_NO_NODE && (s = td_graph_add(g, y, bias, &y)) != TD_OK)
-        return s;
-    *out = y;
-    return TD_OK;
+    return td_graph_affine(g, y, scale, bias, out);
 }

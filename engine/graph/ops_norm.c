@@ -7,18 +7,6 @@
  * passes) the normalization used to be. */
 #include "td_op.h"
 
-static int64_t cols_of(const td_shape *s)
-{
-    return s->rank ? s->dims[s->rank - 1] : 1;
-}
-
-static td_rows_params norm_params(const td_shape *s, float epsilon)
-{
-    td_rows_params p = {0, cols_of(s), 0, epsilon};
-    p.rows = p.cols ? td_shape_count(s) / p.cols : 0;
-    return p;
-}
-
 static td_status infer_norm(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out, uint32_t devices)
 {
     (void)devices;
@@ -31,7 +19,7 @@ static td_status infer_norm(const td_graph *g, td_node id, const td_shape *const
 
 static uint64_t extra_norm(const td_graph *g, const td_plan *plan, td_node id)
 {
-    td_rows_params p = norm_params(&plan->shapes[id], 0.0f);
+    td_rows_params p = td_rows_of(&plan->shapes[id], 0, 0.0f);
     (void)g;
     return 2 * (uint64_t)p.rows; /* {mean, rstd} per row */
 }
@@ -44,7 +32,7 @@ static void emit_norm(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     c->out2 = c->out;
     c->out2.offset = e->plan->slots[id].extra;
     c->a = td_emit_arg(e, nd->in[0]);
-    c->p.rows = norm_params(&e->plan->shapes[id], nd->attr.value);
+    c->p.rows = td_rows_of(&e->plan->shapes[id], 0, nd->attr.value);
 }
 
 static td_status grad_norm(td_grad_ctx *c, td_node id, td_node gy)
@@ -74,7 +62,7 @@ static void emit_norm_grad(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     c->b = td_emit_arg(e, norm);
     c->c = c->b;
     c->c.offset = e->plan->slots[norm].extra;
-    c->p.rows = norm_params(&e->plan->shapes[id], 0.0f);
+    c->p.rows = td_rows_of(&e->plan->shapes[id], 0, 0.0f);
 }
 
 const td_op_def td_op_layer_norm = {"layer_norm", 0, infer_norm, grad_norm, NULL, extra_norm, emit_norm};
@@ -112,10 +100,5 @@ td_status td_graph_layer_norm(td_graph *g, td_node x, td_node scale, td_node bia
     td_node y;
     if ((s = td_graph_append(g, &d, &y)) != TD_OK)
         return s;
-    if (scale != TD_NO_NODE && (s = td_graph_mul(g, y, scale, &y)) != TD_OK)
-        return s;
-    if (bias != TD_NO_NODE && (s = td_graph_add(g, y, bias, &y)) != TD_OK)
-        return s;
-    *out = y;
-    return TD_OK;
+    return td_graph_affine(g, y, scale, bias, out);
 }

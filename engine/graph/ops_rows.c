@@ -4,21 +4,6 @@
 
 #include "td_op.h"
 
-static int64_t cols_of(const td_shape *s)
-{
-    return s->rank ? s->dims[s->rank - 1] : 1;
-}
-
-static td_rows_params rows_params(const td_shape *s, int32_t mode)
-{
-    td_rows_params p = {0, cols_of(s), mode, 0.0f};
-    int64_t cols = p.cols ? p.cols : 1;
-    p.rows = td_shape_count(s) / cols;
-    if (p.cols == 0)
-        p.rows = 0;
-    return p;
-}
-
 static td_status infer_same(const td_graph *g, td_node id, const td_shape *const *in, td_shape *out,
                             uint32_t devices)
 {
@@ -44,7 +29,7 @@ static void emit_softmax(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     c->kernel = TD_KERNEL_SOFTMAX;
     c->a = td_emit_arg(e, n->in[0]);
     c->out = td_emit_arg(e, id);
-    c->p.rows = rows_params(&e->plan->shapes[id], n->attr.rows_mode);
+    c->p.rows = td_rows_of(&e->plan->shapes[id], n->attr.rows_mode, 0.0f);
 }
 
 /* softmax:     dx = y * (gy - sum(gy * y))
@@ -90,7 +75,7 @@ static void emit_argmax(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     c->kernel = TD_KERNEL_ARGMAX;
     c->a = td_emit_arg(e, n->in[0]);
     c->out = td_emit_arg(e, id);
-    c->p.rows = rows_params(&e->plan->shapes[n->in[0]], 0);
+    c->p.rows = td_rows_of(&e->plan->shapes[n->in[0]], 0, 0.0f);
 }
 
 static void emit_cast(const td_emit_ctx *e, td_node id, td_kernel_call *c)

@@ -115,6 +115,10 @@ struct td_graph {
     uint32_t n_updates, updates_capacity;
 };
 
+/* y * scale + bias, each when it is a node (not TD_NO_NODE): the affine
+ * tail of layer and batch normalization. */
+td_status td_graph_affine(td_graph *g, td_node y, td_node scale, td_node bias, td_node *out);
+
 /* Infers the shape of node `id` from its inputs' shapes in `shapes`, with
  * sharded inputs divided over `devices` (1 = global shapes). On failure sets
  * the context error and returns the status. */

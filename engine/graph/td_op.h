@@ -68,6 +68,9 @@ td_status td_grad_add(td_grad_ctx *c, td_node target, td_node contribution);
 /* ---- services for lowering (lower.c) ---- */
 
 td_arg td_emit_arg(const td_emit_ctx *e, td_node id);
+/* A shape as the row kernels see it: rows x cols, cols its last axis (a
+ * scalar is one row of one; an empty last axis, no rows). */
+td_rows_params td_rows_of(const td_shape *s, int32_t mode, float epsilon);
 /* Dense row-major strides of a shape. */
 void td_dense_strides(const td_shape *s, int64_t *strides);
 /* A rank-r view padded to the kernels' rank 4 (leading 1s, stride 0). */

@@ -44,6 +44,26 @@ static td_gpt_options tiny_options(void)
     return o;
 }
 
+/* tokens and targets i32 [B, seq] and mask f32 [B], sharded, into
+ * td_model_gpt_loss; the graph's parameters listed. */
+typedef struct gpt_loss_graph {
+    td_graph *g;
+    td_node tokens, targets, mask, loss;
+    td_node params[MAX_PARAMS];
+    uint32_t n_params;
+} gpt_loss_graph;
+
+static void build_loss_graph(td_context *ctx, int64_t B, int64_t seq, const td_gpt_options *o, gpt_loss_graph *m)
+{
+    const int64_t td[2] = {B, seq};
+    TEST_OK(ctx, td_graph_create(ctx, &m->g));
+    TEST_OK(ctx, td_graph_input(m->g, "tokens", TD_I32, 2, td, TD_SHARDED, &m->tokens));
+    TEST_OK(ctx, td_graph_input(m->g, "targets", TD_I32, 2, td, TD_SHARDED, &m->targets));
+    TEST_OK(ctx, td_graph_input(m->g, "mask", TD_F32, 1, &B, TD_SHARDED, &m->mask));
+    TEST_OK(ctx, td_model_gpt_loss(m->g, m->tokens, m->targets, m->mask, o, &m->loss));
+    TEST_OK(ctx, td_graph_params(m->g, MAX_PARAMS, m->params, &m->n_params));
+}
+
 /* The graph with batch B; parameters set to random values large enough
  * that every part of the model matters (GPT-2's 0.02 would leave the
  * attention nearly uniform). */
@@ -454,28 +474,19 @@ static td_memory_report memory_of(const char *spec, int64_t B, int64_t seq, uint
 {
     td_context *ctx = test_context(0);
     td_mesh *mesh = test_mesh(ctx, spec);
-    td_graph *g;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    const int64_t td[2] = {B, seq};
-    td_node tokens, targets, mask, loss;
-    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
-    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
     td_gpt_options o;
     TEST_OK(ctx, td_gpt_options_init(&o));
     o.vocab = 64;
     o.context = 64;
     o.layers = 2;
     o.width = 32;
-    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
-    td_node params[64];
-    uint32_t n;
-    TEST_OK(ctx, td_graph_params(g, 64, params, &n));
+    gpt_loss_graph m;
+    build_loss_graph(ctx, B, seq, &o, &m);
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAMW;
     td_trainer *t;
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     td_memory_report r = {.struct_size = sizeof r};
     TEST_OK(ctx, td_trainer_memory_report(t, device, &r));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "device 7", td_trainer_memory_report(t, 7, &r));
@@ -521,27 +532,21 @@ Test(gpt, memory_report_follows_the_per_device_batch_and_the_context)
 static void loss_and_grads(bool recompute, float **values, size_t *n_values, uint64_t *arena_bytes)
 {
     td_context *ctx = test_context(0);
-    const int64_t B = 4;
-    td_graph *g;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    const int64_t td[2] = {B, T};
-    td_node tokens, targets, mask, loss;
-    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
-    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
+    const int64_t B = 4, td[2] = {B, T};
     td_gpt_options o = tiny_options();
     o.dropout = 0.25f;
     o.recompute = recompute;
-    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
-    td_node params[MAX_PARAMS];
-    uint32_t n;
-    TEST_OK(ctx, td_graph_params(g, MAX_PARAMS, params, &n));
+    gpt_loss_graph m;
+    build_loss_graph(ctx, B, T, &o, &m);
+    td_graph *g = m.g;
+    td_node tokens = m.tokens, targets = m.targets, mask = m.mask, *params = m.params;
+    uint32_t n = m.n_params;
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.learning_rate = 0.1f;
     td_trainer *t;
     td_mesh *mesh = test_mesh(ctx, "cpu:2");
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    TEST_OK(ctx, td_trainer_create(g, mesh, m.loss, n, params, &to, &t));
     td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
     td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
     fill_tokens(tok, 11);
@@ -631,25 +636,18 @@ static void check_no_allocation(const char *spec, bool skip_when_unavailable)
     td_text *text = NULL;
     TEST_OK(ctx, td_text_open(ctx, path, NULL, &text));
     const int64_t B = 5, seq = 8, td[2] = {B, seq};
-    td_graph *g;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    td_node tokens, targets, mask, loss;
-    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
-    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
     td_gpt_options o;
     TEST_OK(ctx, td_gpt_options_init(&o));
     o.layers = 2, o.heads = 2, o.width = 16, o.context = 16, o.dropout = 0.1f, o.recompute = true;
-    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
-    td_node params[64];
-    uint32_t n;
-    TEST_OK(ctx, td_graph_params(g, 64, params, &n));
+    gpt_loss_graph m;
+    build_loss_graph(ctx, B, seq, &o, &m);
+    td_node tokens = m.tokens, targets = m.targets, mask = m.mask;
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAMW;
     to.learning_rate = 1e-3f;
     td_trainer *t;
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n, params, &to, &t));
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
     td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
     TEST_OK(ctx, td_batch_mask(ctx, mk, (size_t)B));

@@ -151,17 +151,10 @@ bool td_call_extents(const td_kernel_call *call, td_arg_extent ext[TD_ROW_SLOTS]
             reads(&ext[TD_ROW_B], td_conv_pooled_count(&call->p.pool.geo));
         reads(&ext[TD_ROW_C], td_conv_pooled_count(&call->p.pool.geo));
         return true;
-    case TD_KERNEL_SOFTMAX:
-    case TD_KERNEL_ARGMAX:
-    case TD_KERNEL_CAST:
-    case TD_KERNEL_DROPOUT_MASK:
-    case TD_KERNEL_GATHER_ROWS:
-    case TD_KERNEL_SCATTER_ADD_ROWS:
-    case TD_KERNEL_LAYER_NORM:
-    case TD_KERNEL_LAYER_NORM_BACKWARD:
+    default:
+        if (!td_is_row_kernel(call->kernel))
+            return false;
         row_kernel_extents(call, ext);
         return true;
-    default:
-        return false;
     }
 }
