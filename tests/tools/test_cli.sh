@@ -105,6 +105,13 @@ if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1
   fail "an unwritable --trace path is not named: $(cat err)"
 fi
 
+# A seed above 2^63 (--seed takes any uint64) resumes: the checkpoint's
+# metadata is read back as a uint64.
+expect_rc 0 "train with seed 2^64-1" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+  --seed 18446744073709551615 --checkpoint seed-ck
+expect_rc 0 "resume with seed 2^64-1" "$tandem" train --model linreg --devices cpu:1 --epochs 2 --checkpoint seed-ck \
+  --resume
+
 # --trace onto something that is not a regular file: refused by name before
 # the run, the node left as it was (a scratch node here, never one in /dev).
 mkfifo trace-fifo
