@@ -1,16 +1,22 @@
 /* The CPU backend: a simulated device is host memory plus the worker thread
  * that drives it. Its "queue" executes each enqueued operation at once on
  * that thread, so tickets are complete as soon as they are issued. GEMM goes
- * to CBLAS with one BLAS thread per device, in tiles a cancel can stop
- * between (cpu_gemm.c); everything else runs the reference kernels. */
+ * to CBLAS with one BLAS thread per calling thread, in tiles a cancel can
+ * stop between (cpu_gemm.c); everything else runs the reference kernels.
+ * When the context's host pool has more threads than CPU devices, a call
+ * is split into parts (cpu_split.c) and a run of independent GEMMs (a
+ * batched product's) into its calls, which the device's worker and the
+ * pool's spare threads run together. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cpu_gemm.h"
+#include "cpu_split.h"
 #include "td_backend.h"
 #include "td_context_internal.h"
+#include "td_host_pool.h"
 #include "td_reference.h"
 
 struct td_device {
@@ -20,6 +26,7 @@ struct td_device {
     /* Set once, by cpu_cancel from another thread; read by this device's
      * worker between kernel calls and GEMM tiles (atomics on both sides). */
     bool cancelled;
+    td_host_pool *pool; /* the context's; this device is one of its users */
 };
 
 struct td_buffer {
@@ -34,11 +41,16 @@ struct td_staging {
 struct td_segment {
     size_t count;
     td_kernel_call *calls;
+    /* run_end[i]: one past the last call of the run of mutually
+     * independent GEMMs starting at call i (i + 1 when none follows). */
+    uint32_t *run_end;
 };
 
-/* OpenBLAS keeps a process-wide thread count. Device threads already give
- * the parallelism; BLAS threads on top would oversubscribe the cores. The
- * symbol is weak so that another CBLAS still links. */
+/* OpenBLAS keeps a process-wide thread count. Device threads and the host
+ * pool already give the parallelism, splitting a GEMM by rows so the bits
+ * do not depend on the thread count; BLAS threads on top would
+ * oversubscribe the cores. The symbol is weak so that another CBLAS still
+ * links. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
 
 static void read_cpuinfo(char *name, size_t name_size, char *vendor, size_t vendor_size)
@@ -110,6 +122,12 @@ static td_status cpu_open(td_context *ctx, uint32_t index, uint32_t instance, td
         return TD_OOM(ctx, "a cpu device", sizeof *dev);
     dev->ctx = ctx;
     dev->instance = instance;
+    dev->pool = td_context_host_pool_acquire(ctx);
+    if (!dev->pool) {
+        td_free(ctx, dev);
+        return td_last_status(ctx) != TD_OK ? td_last_status(ctx)
+                                            : td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "the host thread pool");
+    }
     if (openblas_set_num_threads)
         openblas_set_num_threads(1);
     *out = dev;
@@ -118,6 +136,7 @@ static td_status cpu_open(td_context *ctx, uint32_t index, uint32_t instance, td
 
 static void cpu_close(td_device *dev)
 {
+    td_context_host_pool_release(dev->ctx);
     td_free(dev->ctx, dev);
 }
 
@@ -345,6 +364,30 @@ static td_status check_conv_call(td_device *dev, size_t i, const td_kernel_call 
     return st;
 }
 
+/* Runs of GEMMs that touch disjoint outputs and read nothing another
+ * writes: a batched product lowers to one GEMM per batch entry, each too
+ * small to split, so the pool runs the calls themselves side by side. */
+static void find_gemm_runs(const td_kernel_call *calls, size_t count, uint32_t *run_end)
+{
+    size_t i = 0;
+    while (i < count) {
+        size_t end = i + 1;
+        if (!td_cpu_gemms_conflict(&calls[i], &calls[i])) {
+            while (end < count) {
+                bool free_of_run = !td_cpu_gemms_conflict(&calls[end], &calls[end]);
+                for (size_t j = i; free_of_run && j < end; j++)
+                    free_of_run = !td_cpu_gemms_conflict(&calls[j], &calls[end]);
+                if (!free_of_run)
+                    break;
+                end++;
+            }
+        }
+        for (size_t j = i; j < end; j++)
+            run_end[j] = (uint32_t)end;
+        i = end;
+    }
+}
+
 static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls, size_t count, td_segment **out)
 {
     for (size_t i = 0; i < count; i++) {
@@ -371,32 +414,82 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
         if (st != TD_OK)
             return st;
     }
+    if (count > UINT32_MAX - 1)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment of %zu calls: at most %u are taken",
+                            count, UINT32_MAX - 1);
     td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
-    if (!seg || !copy) {
+    uint32_t *run_end = td_alloc(dev->ctx, sizeof *run_end * (count ? count : 1));
+    if (!seg || !copy || !run_end) {
         td_free(dev->ctx, seg);
         td_free(dev->ctx, copy);
-        return TD_OOM(dev->ctx, "a cpu segment", sizeof *copy * count);
+        td_free(dev->ctx, run_end);
+        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end) * count);
     }
     if (count)
         memcpy(copy, calls, sizeof *copy * count);
+    find_gemm_runs(copy, count, run_end);
     seg->count = count;
     seg->calls = copy;
+    seg->run_end = run_end;
     *out = seg;
     return TD_OK;
 }
 
-/* Stops between calls, and inside a GEMM between tiles, once the device
- * is cancelled: a worker the engine gave up on leaves within one tile or
- * one other call (those are not split: they are bounded by the memory
- * they touch, not by m n k), not at the end of the segment. No message:
- * the engine's timeout already named the device, and the caller may be
- * reading that message. */
+/* One job of the pool: the parts of one call, or the calls of one run. */
+typedef struct shared_run {
+    td_device *dev;
+    const td_kernel_call *calls; /* the split call, or the run's first call */
+    int64_t parts;               /* > 0: parts of calls[0]; 0: the run's calls */
+    bool stopped;                /* a part saw the cancel (atomic) */
+} shared_run;
+
+static void run_task(void *arg, int64_t task)
+{
+    shared_run *r = arg;
+    if (__atomic_load_n(&r->dev->cancelled, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
+        return;
+    }
+    td_kernel_call part;
+    const td_kernel_call *c = &r->calls[task];
+    if (r->parts) {
+        td_cpu_split_part(&r->calls[0], r->parts, task, &part);
+        c = &part;
+    }
+    if (!run_call(r->dev, c))
+        __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
+}
+
+/* Stops between calls and parts, and inside a GEMM between tiles, once the
+ * device is cancelled: a worker the engine gave up on leaves within one
+ * tile or one other part (bounded by the memory it touches, not by m n k),
+ * not at the end of the segment. No message: the engine's timeout already
+ * named the device, and the caller may be reading that message.
+ * With spare pool threads, a call that splits runs as parts and a run of
+ * independent GEMMs as its calls; the parts are the same whatever the
+ * team, so are the bits. */
 static td_status cpu_segment_run(td_device *dev, td_segment *seg)
 {
-    for (size_t i = 0; i < seg->count; i++)
-        if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE) || !run_call(dev, &seg->calls[i]))
+    uint32_t team = td_host_pool_team(dev->pool);
+    for (size_t i = 0; i < seg->count;) {
+        if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE))
             return TD_ERR_DEVICE_LOST;
+        const td_kernel_call *c = &seg->calls[i];
+        size_t run = seg->run_end[i] - i;
+        int64_t parts = team > 1 && run == 1 ? td_cpu_split_parts(c, team, td_host_pool_split_everything(dev->pool)) : 1;
+        if (team > 1 && (run > 1 || parts > 1)) {
+            shared_run r = {dev, c, run > 1 ? 0 : parts, false};
+            td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
+            if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
+                return TD_ERR_DEVICE_LOST;
+            i += run;
+            continue;
+        }
+        if (!run_call(dev, c))
+            return TD_ERR_DEVICE_LOST;
+        i++;
+    }
     return TD_OK;
 }
 
@@ -411,6 +504,7 @@ static void cpu_segment_destroy(td_device *dev, td_segment *seg)
     if (!seg)
         return;
     td_free(dev->ctx, seg->calls);
+    td_free(dev->ctx, seg->run_end);
     td_free(dev->ctx, seg);
 }
 

@@ -52,7 +52,7 @@ td_status td_context_create(const td_context_options *options, td_context **out)
     memset(ctx, 0, sizeof *ctx);
     ctx->options = opts;
     ctx->owned.next = ctx->owned.prev = &ctx->owned;
-    if (pthread_mutex_init(&ctx->error_lock, NULL) != 0) {
+    if (pthread_mutex_init(&ctx->error_lock, NULL) != 0 || pthread_mutex_init(&ctx->pool_lock, NULL) != 0) {
         if (opts.allocator.free)
             opts.allocator.free(opts.allocator.user, ctx);
         else
@@ -67,6 +67,7 @@ static void context_free(td_context *ctx)
 {
     if (ctx->abandoned)
         return; /* a stuck worker may still report an error into it */
+    pthread_mutex_destroy(&ctx->pool_lock);
     pthread_mutex_destroy(&ctx->error_lock);
     if (ctx->options.allocator.free)
         ctx->options.allocator.free(ctx->options.allocator.user, ctx);

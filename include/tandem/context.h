@@ -83,6 +83,12 @@ typedef struct td_context_options {
      * TD_ERR_STATE. The caller must then destroy every handle: the last
      * one's destroy frees what remains of the context. */
     bool keep_handles;
+    /* Threads the simulated CPU devices may use, their own included: with
+     * fewer CPU devices than threads, each device's kernels are split
+     * over the spare ones (results are bitwise the same at any count).
+     * 0, the default: the machine's online cores, divided among the
+     * processes Open MPI started on it. */
+    uint32_t cpu_threads;
 } td_context_options;
 
 /* Fills `options` with the defaults (no allocator hooks, silent log, 60 s

@@ -14,12 +14,14 @@
 #include <string.h>
 
 #include "td_conformance.h"
+#include "td_host_pool.h"
 #include "tandem/context.h"
 
 /* The devices of one backend, all opened: a case's inputs and reference
  * results are made once for all of them. */
 typedef struct backend_devices {
     td_context *ctx;
+    td_context *split_ctx; /* the CPU backend's second device, see open_all */
     size_t count;
     td_conformance_device *devices;
 } backend_devices;
@@ -36,7 +38,11 @@ static backend_devices open_all(const td_backend_ops *ops)
         td_context_destroy(all.ctx);
         cr_skip_test("no %s device: %s", ops->name, info.reason);
     }
-    all.devices = calloc(info.device_count, sizeof *all.devices);
+    /* A backend whose devices run on the host pool also runs every case
+     * with each call cut into as many parts as it allows (up to three, on
+     * pool threads): the parts must give the whole call's bits. */
+    bool pooled = ops->caps & TD_BACKEND_SIMULATED;
+    all.devices = calloc(info.device_count + pooled, sizeof *all.devices);
     cr_assert_not_null(all.devices);
     for (uint32_t index = 0; index < info.device_count; index++) {
         td_conformance_device *d = &all.devices[index];
@@ -48,6 +54,23 @@ static backend_devices open_all(const td_backend_ops *ops)
                      td_last_error(all.ctx));
         all.count++;
     }
+    if (pooled) {
+        td_context_options options;
+        td_context_options_init(&options);
+        options.cpu_threads = 3;
+        cr_assert_eq(td_context_create(&options, &all.split_ctx), TD_OK);
+        /* Held across the open so the flag stays with the device's pool. */
+        td_host_pool *pool = td_context_host_pool_acquire(all.split_ctx);
+        cr_assert_not_null(pool, "%s", td_last_error(all.split_ctx));
+        td_host_pool_set_split_everything(pool, true);
+        td_conformance_device *d = &all.devices[all.count];
+        *d = (td_conformance_device){.ops = ops, .ctx = all.split_ctx};
+        snprintf(d->label, sizeof d->label, "%s:0 (every call in parts on 3 pool threads)", ops->name);
+        cr_assert_eq(ops->open(all.split_ctx, 0, 0, &d->dev), TD_OK, "open %s: %s", d->label,
+                     td_last_error(all.split_ctx));
+        td_context_host_pool_release(all.split_ctx);
+        all.count++;
+    }
     return all;
 }
 
@@ -57,6 +80,7 @@ static void close_all(backend_devices *all)
         all->devices[i].ops->close(all->devices[i].dev);
     free(all->devices);
     td_context_destroy(all->ctx);
+    td_context_destroy(all->split_ctx);
 }
 
 /* Logs each device's tally; returns the failures of all of them. */

@@ -1,0 +1,234 @@
+/* The host thread pool (engine/core/td_host_pool.h) and the CPU devices
+ * that lend their spare cores through it: every task runs exactly once
+ * whoever calls, teams follow the devices open, and a GPT trains to the
+ * same bits with one thread or several, allocating nothing per step. (The
+ * kernel conformance suite runs every kernel case split into parts.) */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine_test_util.h"
+#include "td_host_pool.h"
+#include "tandem/models.h"
+
+static td_context *context_with_threads(uint32_t threads, test_alloc_counter *counter)
+{
+    td_context_options o;
+    td_context_options_init(&o);
+    o.cpu_threads = threads;
+    o.timeout_ms = 30000;
+    if (counter) {
+        memset(counter, 0, sizeof *counter);
+        pthread_mutex_init(&counter->lock, NULL);
+        o.allocator.alloc = test_counting_alloc;
+        o.allocator.free = test_counting_free;
+        o.allocator.user = counter;
+    }
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&o, &ctx), TD_OK);
+    return ctx;
+}
+
+enum { TASKS = 1000 };
+
+typedef struct tally {
+    atomic_int runs[TASKS];
+} tally;
+
+static void count_task(void *arg, int64_t task)
+{
+    tally *t = arg;
+    atomic_fetch_add(&t->runs[task], 1);
+}
+
+typedef struct caller {
+    td_host_pool *pool;
+    tally *tally;
+    int64_t count;
+} caller;
+
+static void *call_many(void *arg)
+{
+    caller *c = arg;
+    for (int r = 0; r < 200; r++)
+        td_host_pool_run(c->pool, c->count, count_task, c->tally);
+    return NULL;
+}
+
+/* Four callers (four devices' workers) at once on a pool of three threads,
+ * runs of 0, 1, 7 and 1000 tasks: each task of each run, exactly once. */
+Test(host_pool, every_task_runs_exactly_once_with_callers_at_once)
+{
+    td_context *ctx = context_with_threads(3, NULL);
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    cr_assert_eq(td_host_pool_threads(pool), 3);
+    cr_assert_eq(td_host_pool_team(pool), 3, "one user: the whole pool");
+    cr_assert_eq(td_context_host_pool_acquire(ctx), pool, "one pool per context");
+    cr_assert_eq(td_host_pool_team(pool), 1, "two users of three threads: one each");
+    td_context_host_pool_release(ctx);
+    cr_assert_eq(td_host_pool_team(pool), 3);
+    static const int64_t counts[4] = {0, 1, 7, TASKS};
+    static tally tallies[4];
+    caller callers[4];
+    pthread_t threads[4];
+    memset(tallies, 0, sizeof tallies);
+    for (int i = 0; i < 4; i++) {
+        callers[i] = (caller){pool, &tallies[i], counts[i]};
+        cr_assert_eq(pthread_create(&threads[i], NULL, call_many, &callers[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < 4; i++)
+        for (int64_t t = 0; t < TASKS; t++)
+            cr_assert_eq(atomic_load(&tallies[i].runs[t]), t < counts[i] ? 200 : 0,
+                         "caller %d, task %lld ran %d times", i, (long long)t, atomic_load(&tallies[i].runs[t]));
+    td_context_host_pool_release(ctx);
+    td_context_destroy(ctx);
+}
+
+/* Processes mpirun placed on one machine share its cores; a number the
+ * caller gives is taken as it is. */
+Test(host_pool, default_size_shares_the_cores_among_local_processes)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert_eq(td_host_pool_default_threads(5), 5);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    cr_assert_eq(td_host_pool_default_threads(0), (uint32_t)cores);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    cr_assert_eq(td_host_pool_default_threads(0), cores / 2 > 0 ? (uint32_t)(cores / 2) : 1u);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "100000", 1);
+    cr_assert_eq(td_host_pool_default_threads(0), 1);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
+/* A text file the GPT below trains on. */
+static void write_text(char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 2000; i++)
+        fprintf(f, "%d little pools of %d threads split %d calls.\n", i, i % 7 + 1, 3 * i);
+    fclose(f);
+}
+
+enum { GPT_STEPS = 4 };
+
+typedef struct gpt_run {
+    float losses[GPT_STEPS];
+    float *params;
+    size_t n_values;
+    size_t steady_allocs;
+} gpt_run;
+
+/* GPT_STEPS AdamW steps with dropout on `spec` with a pool of `threads`,
+ * batch B: shapes large enough that GEMMs (512 rows a device at 8
+ * sequences each), the elementwise ops and the
+ * row kernels are split, and the attention's batched products run as
+ * independent GEMMs side by side. */
+static void train_gpt(const char *path, const char *spec, int64_t B, uint32_t threads, gpt_run *out)
+{
+    test_alloc_counter counter;
+    td_context *ctx = context_with_threads(threads, &counter);
+    td_mesh *mesh = test_mesh(ctx, spec);
+    td_text *text = NULL;
+    TEST_OK(ctx, td_text_open(ctx, path, NULL, &text));
+    const int64_t seq = 64, td[2] = {B, seq};
+    td_gpt_options o;
+    TEST_OK(ctx, td_gpt_options_init(&o));
+    o.layers = 2, o.heads = 2, o.width = 64, o.context = 64, o.dropout = 0.1f;
+    td_graph *g;
+    td_node tokens, targets, mask, loss, params[64];
+    uint32_t n_params;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    TEST_OK(ctx, td_graph_input(g, "tokens", TD_I32, 2, td, TD_SHARDED, &tokens));
+    TEST_OK(ctx, td_graph_input(g, "targets", TD_I32, 2, td, TD_SHARDED, &targets));
+    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
+    TEST_OK(ctx, td_model_gpt_loss(g, tokens, targets, mask, &o, &loss));
+    TEST_OK(ctx, td_graph_params(g, 64, params, &n_params));
+    td_trainer_options to;
+    TEST_OK(ctx, td_trainer_options_init(&to));
+    to.optimizer = TD_OPTIMIZER_ADAMW;
+    to.learning_rate = 3e-3f;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
+    td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
+    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
+    TEST_OK(ctx, td_batch_mask(ctx, mk, (size_t)B));
+    td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
+    size_t before = 0;
+    for (uint64_t step = 0; step < GPT_STEPS; step++) {
+        TEST_OK(ctx, td_text_batch(text, 5, step, (size_t)B, (size_t)seq, tok, tgt));
+        TEST_OK(ctx, td_trainer_step(t, 3, b, &out->losses[step]));
+        if (step == 0)
+            before = counter.allocs;
+    }
+    out->steady_allocs = counter.allocs - before;
+    bool identical = false;
+    TEST_OK(ctx, td_trainer_replicas_identical(t, &identical));
+    cr_assert(identical, "%s with %u threads: replicas differ", spec, threads);
+    out->n_values = 0;
+    td_tensor *values[64];
+    for (uint32_t i = 0; i < n_params; i++) {
+        uint32_t rank;
+        int64_t dims[TD_MAX_RANK];
+        TEST_OK(ctx, td_graph_shape(g, params[i], &rank, dims));
+        values[i] = test_tensor(ctx, TD_F32, rank, dims);
+        TEST_OK(ctx, td_trainer_read_param(t, params[i], 0, values[i]));
+        out->n_values += test_count(values[i]);
+    }
+    out->params = malloc(out->n_values * sizeof(float));
+    size_t at = 0;
+    for (uint32_t i = 0; i < n_params; i++) {
+        memcpy(out->params + at, test_f32(values[i]), test_count(values[i]) * sizeof(float));
+        at += test_count(values[i]);
+        td_tensor_destroy(values[i]);
+    }
+    td_tensor_destroy(tok);
+    td_tensor_destroy(tgt);
+    td_tensor_destroy(mk);
+    td_context_destroy(ctx);
+}
+
+static void check_same_bits(const char *spec, int64_t B, uint32_t threads_a, uint32_t threads_b)
+{
+    char path[] = "/tmp/tandem_pool_textXXXXXX";
+    write_text(path);
+    gpt_run a, b;
+    train_gpt(path, spec, B, threads_a, &a);
+    train_gpt(path, spec, B, threads_b, &b);
+    unlink(path);
+    cr_assert_eq(a.n_values, b.n_values);
+    for (int s = 0; s < GPT_STEPS; s++)
+        cr_assert(memcmp(&a.losses[s], &b.losses[s], sizeof(float)) == 0,
+                  "%s step %d: loss %.9g with %u threads, %.9g with %u", spec, s, (double)a.losses[s], threads_a,
+                  (double)b.losses[s], threads_b);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.n_values; i++)
+        differ += memcmp(&a.params[i], &b.params[i], sizeof(float)) != 0;
+    cr_assert_eq(differ, 0, "%s: %zu of %zu parameters differ between %u and %u threads", spec, differ, a.n_values,
+                 threads_a, threads_b);
+    cr_assert_lt(a.losses[GPT_STEPS - 1], a.losses[0], "the loss should fall: %g then %g", (double)a.losses[0],
+                 (double)a.losses[GPT_STEPS - 1]);
+    cr_expect_eq(a.steady_allocs, 0, "%zu host allocations in steady-state steps (%u threads)", a.steady_allocs,
+                 threads_a);
+    cr_expect_eq(b.steady_allocs, 0, "%zu host allocations in steady-state steps (%u threads)", b.steady_allocs,
+                 threads_b);
+    free(a.params);
+    free(b.params);
+}
+
+Test(host_pool, one_device_trains_to_the_same_bits_on_one_thread_or_three, .timeout = 120)
+{
+    check_same_bits("cpu:1", 8, 1, 3);
+}
+
+Test(host_pool, two_devices_sharing_four_threads_train_to_their_bits_alone, .timeout = 120)
+{
+    check_same_bits("cpu:2", 16, 2, 4);
+}
