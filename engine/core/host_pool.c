@@ -17,6 +17,7 @@
 #include "td_context_state.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -104,9 +105,13 @@ static void *helper_main(void *arg)
             unsigned seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
             pthread_mutex_unlock(&pool->lock);
             int64_t until = now_ns() + SPIN_NS;
-            while (atomic_load_explicit(&pool->generation, memory_order_acquire) == seen && now_ns() < until)
+            while (atomic_load_explicit(&pool->generation, memory_order_acquire) == seen && now_ns() < until) {
                 for (int i = 0; i < 64; i++)
                     cpu_relax();
+                /* On a machine busy with other work, give its threads the
+                 * core rather than spin them off it. */
+                sched_yield();
+            }
             pthread_mutex_lock(&pool->lock);
             continue;
         }
