@@ -116,7 +116,7 @@ int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size
     if (s.units == 0)
         return 1;
     double min_work = c->kernel == TD_KERNEL_GEMM ? MIN_PART_MACS : MIN_PART_ELEMS;
-    int64_t parts = s.units / s.granule;
+    int64_t parts = (s.units + s.granule - 1) / s.granule;
     if (parts > (int64_t)team)
         parts = team;
     if (!any_size && (double)parts * min_work > s.work)
@@ -133,7 +133,7 @@ void td_cpu_split_part(const td_kernel_call *c, int64_t parts, int64_t part, td_
 {
     *sub = *c;
     td_cpu_split s = td_cpu_split_of(c);
-    int64_t whole = s.units / s.granule;
+    int64_t whole = (s.units + s.granule - 1) / s.granule;
     int64_t begin = s.granule * (part * whole / parts);
     int64_t end = part + 1 == parts ? s.units : s.granule * ((part + 1) * whole / parts);
     int64_t n = end - begin;

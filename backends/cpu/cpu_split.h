@@ -27,13 +27,15 @@ typedef struct td_cpu_split {
 td_cpu_split td_cpu_split_of(const td_kernel_call *c);
 
 /* How many parts c is worth splitting into for a team of `team` threads:
- * at most team, at most units / granule, and (unless any_size) only while
+ * at most team, at most ceil(units / granule), and (unless any_size) only while
  * each part keeps enough work to pay for its hand-over. 1: run it whole. */
 int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size);
 
-/* Part `part` of `parts` of c (parts <= units / granule): *sub is c over
- * units [granule * floor(part * whole / parts), the next part's start),
- * whole = units / granule, the last part ending at `units`. */
+/* Part `part` of `parts` of c (parts <= ceil(units / granule)): *sub is c
+ * over units [granule * floor(part * whole / parts), the next part's
+ * start), whole = ceil(units / granule), the last part ending at `units`
+ * (so only the last part may hold less than a granule: a GEMM of 256
+ * rows is parts of 192 and 64). */
 void td_cpu_split_part(const td_kernel_call *c, int64_t parts, int64_t part, td_kernel_call *sub);
 
 /* Whether two calls may not run at once or in either order: true unless

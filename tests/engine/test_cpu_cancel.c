@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cpu_gemm.h"
+#include "cpu_split.h"
 #include "engine_test_util.h"
 #include "td_mesh_internal.h"
 
@@ -87,6 +88,71 @@ Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
         free(b);
         free(one);
         free(tiled);
+    }
+}
+
+/* The host pool's GEMM parts (cpu_split.c): a call cut into 2 to 4 parts
+ * at multiples of 192 rows, the last taking the rest (a 256-row call is
+ * 192 + 64), each part run as its own tiled call: bit for bit the single
+ * CBLAS call, for the GPT's shapes (124M's 256-row forward, the character
+ * model's 768-row one and their weight gradients) and awkward ones. */
+Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
+{
+    static const gemm_case cases[] = {
+        {256, 2304, 768, 0, 0, 0, 0, 1.0f, 0.0f}, {256, 768, 3072, 0, 1, 0, 0, 1.0f, 0.0f},
+        {768, 3072, 256, 1, 0, 0, 0, 1.0f, 1.0f}, {768, 384, 128, 0, 0, 0, 0, 1.0f, 0.0f},
+        {512, 128, 768, 1, 0, 0, 0, 1.0f, 1.0f},  {500, 300, 64, 0, 0, 4, 20, 0.5f, 0.25f},
+        {777, 256, 128, 1, 1, 0, 0, 1.0f, 0.0f},  {2000, 512, 784, 0, 0, 0, 0, 1.0f, 0.0f},
+    };
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
+    test_rng rng = {0xB17E5ull};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const gemm_case *gc = &cases[t];
+        td_kernel_call call = {.kernel = TD_KERNEL_GEMM};
+        td_gemm_params *g = &call.p.gemm;
+        *g = (td_gemm_params){.trans_a = gc->trans_a, .trans_b = gc->trans_b, .m = gc->m, .n = gc->n, .k = gc->k,
+                              .alpha = gc->alpha, .beta = gc->beta};
+        g->lda = (gc->trans_a ? gc->m : gc->k) + gc->lda_pad;
+        g->ldb = gc->trans_b ? gc->k : gc->n;
+        g->ldc = gc->n + gc->ldc_pad;
+        const int64_t a_rows = gc->trans_a ? gc->k : gc->m, b_rows = gc->trans_b ? gc->n : gc->k;
+        const size_t a_n = (size_t)(a_rows * g->lda), b_n = (size_t)(b_rows * g->ldb), c_n = (size_t)(gc->m * g->ldc);
+        float *a = malloc(a_n * sizeof *a), *b = malloc(b_n * sizeof *b);
+        float *one = malloc(c_n * sizeof *one), *parted = malloc(c_n * sizeof *parted);
+        cr_assert(a && b && one && parted);
+        test_fill_uniform(&rng, a, a_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, b, b_n, -1.0f, 1.0f);
+        float *c0 = malloc(c_n * sizeof *c0);
+        cr_assert(c0);
+        test_fill_uniform(&rng, c0, c_n, -1.0f, 1.0f);
+        memcpy(one, c0, c_n * sizeof *one);
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                    (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
+                    g->beta, one, (blasint)g->ldc);
+        const int64_t most = (gc->m + TD_CPU_GEMM_TILE_ROWS - 1) / TD_CPU_GEMM_TILE_ROWS;
+        for (int64_t parts = 2; parts <= 4 && parts <= most; parts++) {
+            memcpy(parted, c0, c_n * sizeof *parted);
+            int64_t rows = 0;
+            for (int64_t part = 0; part < parts; part++) {
+                td_kernel_call sub;
+                td_cpu_split_part(&call, parts, part, &sub);
+                cr_assert_eq(sub.out.offset % (uint64_t)(TD_CPU_GEMM_TILE_ROWS * g->ldc), 0,
+                             "case %zu: part %lld starts inside a 192-row tile", t, (long long)part);
+                rows += sub.p.gemm.m;
+                cr_assert(td_cpu_gemm(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset, b + sub.b.offset, NULL));
+            }
+            cr_assert_eq(rows, g->m, "case %zu: %lld parts cover %lld of %lld rows", t, (long long)parts,
+                         (long long)rows, (long long)g->m);
+            cr_assert(memcmp(one, parted, c_n * sizeof *one) == 0,
+                      "case %zu (%lld x %lld x %lld) in %lld parts differs from one call", t, (long long)g->m,
+                      (long long)g->n, (long long)g->k, (long long)parts);
+        }
+        free(a);
+        free(b);
+        free(c0);
+        free(one);
+        free(parted);
     }
 }
 
