@@ -232,12 +232,14 @@ bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigne
 int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
                                   unsigned must_match, td_cli_saved_config *storage, td_cli_position *at)
 {
+    /* A silent context: the session's, which opens the same file next to
+     * restore it, warns about the corrupt files it skips (once, not twice). */
     td_context *ctx;
     td_status s = td_context_create(NULL, &ctx);
     if (s != TD_OK)
         return td_cli_fail(command, NULL, s, "creating a context");
     td_checkpoint *ck = NULL;
-    if ((s = td_checkpoint_open_latest(ctx, dir, &ck)) != TD_OK) {
+    if ((s = td_cli_checkpoint_open_path(ctx, dir, &ck)) != TD_OK) {
         int rc = td_cli_fail(command, ctx, s, "--checkpoint");
         td_context_destroy(ctx);
         return rc;
@@ -344,6 +346,14 @@ bool td_cli_checkpoint_model(const char *path, char *model, size_t capacity)
     td_checkpoint_close(ck);
     td_context_destroy(ctx);
     return found;
+}
+
+bool td_cli_resume_nothing_yet(const char *command, const char *dir)
+{
+    if (td_cli_checkpoint_dir_used(dir))
+        return false;
+    fprintf(stderr, "tandem %s: --resume: no checkpoint in '%s' yet; starting a new run\n", command, dir);
+    return true;
 }
 
 int td_cli_checkpoint_prepare_dir(const char *command, const char *dir, bool resume)

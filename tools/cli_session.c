@@ -247,7 +247,7 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     s->command = command;
     s->config = *config;
     s->classifier = strcmp(config->model, "linreg") != 0;
-    td_status st = td_context_create(NULL, &s->ctx);
+    td_status st = td_cli_context_create(command, &s->ctx);
     if (st != TD_OK) {
         fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
         return TD_CLI_EXIT_FAILURE;
@@ -257,7 +257,7 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     if (rc != TD_CLI_EXIT_OK)
         return rc;
     if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
-        return fail(s, st, "--devices");
+        return td_cli_fail_devices(command, s->ctx, st);
     uint32_t first_device = 0;
     td_processes_mesh(s->mesh, &s->n_devices, &first_device); /* the job's devices, every process's */
     if (config->batch < s->n_devices) { /* a batch they do not divide is split as evenly as it goes */

@@ -279,7 +279,8 @@ int td_cli_train(int argc, char **argv)
         FLAG("--steps", TD_CLI_INT, &c.steps, 1, 1e12, TD_CLI_SET_STEPS, "N",
              "instead of --epochs: N global batches in all, a multiple of --accumulate (the last epoch may end early)"),
         FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_SET_BATCH, "N",
-             "global batch; a multiple of the device count (default 128)"),
+             "global batch, at least one example per device; split evenly, the first devices one more when the "
+             "count does not divide it (default 128)"),
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
          "default adam (linreg: sgd); momentum is SGD with momentum 0.9"},
         FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_SET_LR, "X",
@@ -299,7 +300,8 @@ int td_cli_train(int argc, char **argv)
              "train on N examples per epoch (generated data: N examples in all)"),
         FLAG("--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, "DIR",
              "save after every epoch and on SIGINT/SIGTERM, keeping the newest 3"),
-        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
+        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "",
+             "continue from the newest valid checkpoint in DIR (none yet: a new run, said on stderr)"),
         FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
              "JSON lines per step and per epoch (appended to when resuming)"),
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
@@ -322,6 +324,8 @@ int td_cli_train(int argc, char **argv)
         fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
+        c.resume = false;
     if ((set & TD_CLI_SET_STEPS) && (set & TD_CLI_SET_EPOCHS)) {
         fprintf(stderr, "tandem train: give --epochs %lld or --steps %lld, not both\n", (long long)c.epochs,
                 (long long)c.steps);

@@ -338,7 +338,8 @@ int td_cli_train_text(int argc, char **argv)
              "validation batches per evaluation; 0: every window (default 0)"),
         FLAG("--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, "DIR",
              "save with each validation, at the end and on SIGINT/SIGTERM, keeping the newest 3"),
-        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
+        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "",
+             "continue from the newest valid checkpoint in DIR (none yet: a new run, said on stderr)"),
         FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
              "JSON lines per step and per validation (appended to when resuming)"),
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
@@ -372,6 +373,8 @@ int td_cli_train_text(int argc, char **argv)
                 c.init);
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
+        c.resume = false;
     c.given = set;
     c.context = c.sequence; /* --init or --resume: the file's */
     float weights[64];

@@ -7,10 +7,12 @@
 # gnuplot); the GPT on a small text this script writes: train, resume,
 # SIGTERM, eval, sample (bytes, and GPT-2 ids with llm.c's files), --init
 # from llm.c-layout weights, --recompute.
-# Usage: test_cli.sh PATH/TO/tandem
+# Usage: test_cli.sh PATH/TO/tandem [PATH/TO/linreg PATH/TO/mnist_mlp]
 set -euo pipefail
 
 tandem=$(realpath "$1")
+linreg=${2:+$(realpath "$2")}
+mnist_mlp=${3:+$(realpath "$3")}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-cli-test-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -73,6 +75,31 @@ for sub in "" train eval plot devices sample "train --model gpt"; do
   fi
 done
 
+echo "== version"
+for v in version --version; do
+  if expect_rc 0 "tandem $v" "$tandem" $v && ! grep -qE '^tandem [0-9]+\.[0-9]+\.[0-9]+$' out; then
+    fail "tandem $v prints no version: $(cat out)"
+  fi
+done
+# Uneven shards exist: the batch need not be a multiple of the devices.
+"$tandem" train --help | grep -q "multiple of the device" && fail "train --help: the batch as a multiple of the devices"
+
+echo "== the demos' command lines"
+if [ -n "$linreg" ]; then
+  if expect_rc 0 "linreg --help" "$linreg" --help && ! grep -q "usage" out; then
+    fail "linreg --help prints no usage: $(cat out)"
+  fi
+  expect_usage_error "--bogus" "linreg --bogus" "$linreg" --bogus
+  # Four simulated devices are four instances of cpu:0: each line names its own.
+  if expect_rc 0 "linreg cpu:2" "$linreg" --devices cpu:2; then
+    grep -q "\[0\] cpu:0#1 " out && grep -q "\[1\] cpu:0#2 " out || fail "linreg's device labels: $(head -3 out)"
+  fi
+fi
+if [ -n "$mnist_mlp" ] && expect_rc 0 "mnist_mlp --help" "$mnist_mlp" --help; then
+  cat err >>out # its usage goes to stderr
+  grep -qi "convolution" out && ! grep -qi "mlp's hidden" out && fail "mnist_mlp --help speaks of convolutions only"
+fi
+
 echo "== bad command lines"
 expect_usage_error "--bogus" "unknown flag" "$tandem" train --bogus
 expect_usage_error "--epochs" "epochs 0" "$tandem" train --epochs 0
@@ -97,9 +124,11 @@ expect_usage_error "--epochs" "an mlp flag for the gpt" "$tandem" train --model 
 expect_usage_error "--checkpoint" "sample without a checkpoint" "$tandem" sample
 expect_usage_error "'-1'" "sample temperature -1" "$tandem" sample --checkpoint x --temperature -1
 expect_usage_error "'a,b'" "sample ids not numbers" "$tandem" sample --checkpoint x --prompt-ids a,b
-if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
-  fail "an unknown device spec is not named: $(cat err)"
-fi
+# A spec naming no device is a bad value (exit 2, as the README says); a
+# backend that is there but refuses would be a failure (1).
+expect_usage_error "nodevice" "unknown device" "$tandem" train --model linreg --devices nodevice:0
+expect_usage_error "gpu:0" "gpu:0 is no backend" "$tandem" train --model linreg --devices gpu:0
+expect_usage_error "cpu:0" "zero devices" "$tandem" train --model linreg --devices cpu:0
 if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace /nonexistent-dir/t.json &&
   ! grep -q "/nonexistent-dir/t.json" err; then
   fail "an unwritable --trace path is not named: $(cat err)"
@@ -111,6 +140,24 @@ expect_rc 0 "train with seed 2^64-1" "$tandem" train --model linreg --devices cp
   --seed 18446744073709551615 --checkpoint seed-ck
 expect_rc 0 "resume with seed 2^64-1" "$tandem" train --model linreg --devices cpu:1 --epochs 2 --checkpoint seed-ck \
   --resume
+
+echo "== eval of one checkpoint file; a corrupt newest checkpoint is skipped, and said"
+if expect_rc 0 "eval of a file" "$tandem" eval --checkpoint seed-ck/ckpt-00000032.safetensors --devices cpu:1; then
+  grep -q '"checkpoint":"seed-ck/ckpt-00000032.safetensors"' out || fail "eval of a file evaluated another: $(tail -1 out)"
+fi
+mkdir torn && cp seed-ck/ckpt-00000032.safetensors seed-ck/ckpt-00000064.safetensors torn/
+head -c 200 seed-ck/ckpt-00000064.safetensors >torn/ckpt-00000064.safetensors
+if expect_rc 0 "eval past a torn checkpoint" "$tandem" eval --checkpoint torn --devices cpu:1; then
+  grep -q "warning: .*torn/ckpt-00000064.safetensors" err || fail "the torn checkpoint was skipped silently: $(cat err)"
+  grep -q '"checkpoint":"torn/ckpt-00000032.safetensors"' out || fail "eval did not fall back: $(tail -1 out)"
+fi
+
+echo "== --resume with no checkpoint yet starts a new run"
+if expect_rc 0 "resume into an empty directory" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+  --checkpoint fresh --resume; then
+  grep -q "no checkpoint in 'fresh' yet; starting a new run" err || fail "the new start is not said: $(cat err)"
+  [ -f fresh/ckpt-00000032.safetensors ] || fail "the fresh run wrote no checkpoint: $(ls fresh)"
+fi
 
 # --trace onto something that is not a regular file: refused by name before
 # the run, the node left as it was (a scratch node here, never one in /dev).
@@ -354,6 +401,11 @@ PY
     cmp -s gck/ckpt-00000020.safetensors ghalf/ckpt-00000020.safetensors ||
       fail "10 + 10 gpt steps resumed do not write the 20-step run's checkpoint bitwise"
   fi
+  if expect_rc 0 "gpt --resume with no checkpoint yet" "$tandem" train "${tiny[@]}" --steps 2 --eval-every 0 \
+    --checkpoint gfresh --resume; then
+    grep -q "no checkpoint in 'gfresh' yet; starting a new run" err || fail "gpt: the new start is not said: $(cat err)"
+    [ -f gfresh/ckpt-00000002.safetensors ] || fail "gpt: the fresh run wrote no checkpoint: $(ls gfresh)"
+  fi
   echo "== gpt: eval"
   if expect_rc 0 "gpt eval" "$tandem" eval --checkpoint gck --devices cpu:2; then
     [ "$(json_field out val_loss)" = "$(json_field gpt.out val_loss)" ] ||
@@ -387,6 +439,8 @@ PY
   fi
   if expect_rc 0 "greedy" "$tandem" sample "${sample[@]}" --temperature 0 --seed 1; then
     cp out g1
+    expect_rc 0 "greedy from the newest file" "$tandem" sample --checkpoint gck/ckpt-00000020.safetensors --prompt "the " \
+      --tokens 40 --temperature 0 --seed 1 && { cmp -s g1 out || fail "sample of the newest file differs from its directory's"; }
     expect_rc 0 "greedy, another seed, cpu:2" "$tandem" sample "${sample[@]}" --temperature 0 --seed 2 --devices cpu:2 &&
       { cmp -s g1 out || fail "greedy sampling depends on the seed or the mesh"; }
   fi
