@@ -348,6 +348,26 @@ bool td_cli_checkpoint_model(const char *path, char *model, size_t capacity)
     return found;
 }
 
+int td_cli_checkpoint_require(const char *command, const char *dir)
+{
+    td_context *ctx;
+    if (td_context_create(NULL, &ctx) != TD_OK)
+        return TD_CLI_EXIT_OK; /* the run's own context creation will say why */
+    /* checkpoint.h: without checkpoints every function answers
+     * TD_ERR_UNSUPPORTED; with them a NULL path is only a bad argument,
+     * found before any file is touched. */
+    td_checkpoint *ck = NULL;
+    const bool built = td_checkpoint_open(ctx, NULL, &ck) != TD_ERR_UNSUPPORTED;
+    td_context_destroy(ctx);
+    if (built)
+        return TD_CLI_EXIT_OK;
+    fprintf(stderr,
+            "tandem %s: --checkpoint '%s': this tandem was built without checkpoints (-Dcheckpoint=disabled, or "
+            "libjansson-dev missing at build time); leave out --checkpoint and --resume, or rebuild with them\n",
+            command, dir);
+    return TD_CLI_EXIT_USAGE;
+}
+
 bool td_cli_resume_nothing_yet(const char *command, const char *dir)
 {
     if (td_cli_checkpoint_dir_used(dir))

@@ -324,6 +324,8 @@ int td_cli_train(int argc, char **argv)
         fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.checkpoint && (rc = td_cli_checkpoint_require("train", c.checkpoint)) != TD_CLI_EXIT_OK)
+        return rc;
     if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
         c.resume = false;
     if ((set & TD_CLI_SET_STEPS) && (set & TD_CLI_SET_EPOCHS)) {

@@ -373,6 +373,8 @@ int td_cli_train_text(int argc, char **argv)
                 c.init);
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.checkpoint && (rc = td_cli_checkpoint_require("train", c.checkpoint)) != TD_CLI_EXIT_OK)
+        return rc;
     if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
         c.resume = false;
     c.given = set;

@@ -47,6 +47,11 @@ bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigne
  * mix its files with an old run's. */
 bool td_cli_checkpoint_dir_used(const char *dir);
 
+/* A run asked for --checkpoint `dir` in a build without checkpoints: said
+ * and refused (TD_CLI_EXIT_USAGE) before the run starts, rather than after
+ * its first epoch when the first save fails. TD_CLI_EXIT_OK otherwise. */
+int td_cli_checkpoint_require(const char *command, const char *dir);
+
 /* --resume where `dir` holds no checkpoint yet (absent, or no ckpt-*
  * file: a restart script passes --resume from the first run on): says on
  * stderr that the run starts anew and returns true; the caller then runs
