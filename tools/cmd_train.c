@@ -284,7 +284,9 @@ int td_cli_train(int argc, char **argv)
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
          "default adam (linreg: sgd); momentum is SGD with momentum 0.9"},
         FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_SET_LR, "X",
-             "learning rate, the peak of a schedule (default 1e-3; cnn 2e-3, 5e-3 with --batch-norm; sgd 1e-2; linreg 0.05)"),
+             "learning rate, the peak of a schedule (default: the optimizer's, sgd and momentum 0.01, adam, adamw "
+             "and rmsprop 1e-3; linreg with sgd or momentum 0.05; cnn with adam, adamw or rmsprop 2e-3, 5e-3 with "
+             "--batch-norm)"),
         {"--schedule", TD_CLI_CHOICE, &c.schedule, 0, 0, 0, td_cli_schedules, TD_CLI_SET_SCHEDULE, "NAME",
          "the rate over the run (default constant; cnn cosine, warmup-cosine with --batch-norm); warmup-cosine "
          "warms up over the first tenth"},

@@ -173,6 +173,15 @@ if mknod trace-node c 1 3 2>/dev/null; then
   [ -c trace-node ] || fail "--trace replaced the character device at its path"
 fi
 
+echo "== learning rates per optimizer"
+# --optimizer alone takes that optimizer's rate, not linreg's SGD rate.
+if expect_rc 0 "linreg with adam" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --optimizer adam; then
+  grep -q "adam lr 0.001 " out || fail "linreg --optimizer adam does not default to 1e-3: $(head -1 out)"
+fi
+if expect_rc 0 "linreg with sgd" "$tandem" train --model linreg --devices cpu:1 --epochs 1; then
+  grep -q "sgd lr 0.05 " out || fail "linreg's sgd rate changed: $(head -1 out)"
+fi
+
 echo "== linreg"
 if expect_rc 0 "linreg" "$tandem" train --model linreg --devices cpu:2 --epochs 3; then
   python3 -c 'import json,sys; r=json.loads(open("out").read().strip().splitlines()[-1]); sys.exit(0 if r["test_loss"] < 0.05 and r["replicas_bitwise_identical"] else 1)' ||
@@ -400,6 +409,9 @@ PY
     grep -q "resumed from ghalf/ckpt-00000010.safetensors at step 10" out || fail "resume not said: $(head -3 out)"
     cmp -s gck/ckpt-00000020.safetensors ghalf/ckpt-00000020.safetensors ||
       fail "10 + 10 gpt steps resumed do not write the 20-step run's checkpoint bitwise"
+  fi
+  if expect_rc 0 "gpt with sgd" "$tandem" train "${tiny[@]}" --steps 1 --eval-every 0 --optimizer sgd; then
+    grep -q "sgd lr 0.01 " out || fail "gpt --optimizer sgd keeps adamw's rate: $(head -1 out)"
   fi
   if expect_rc 0 "gpt --resume with no checkpoint yet" "$tandem" train "${tiny[@]}" --steps 2 --eval-every 0 \
     --checkpoint gfresh --resume; then
