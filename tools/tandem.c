@@ -84,7 +84,7 @@ static void usage(FILE *f)
                "       tandem train --model gpt [--data FILE|DIR] [--steps N] [--init FILE] [--checkpoint DIR] ...\n"
                "       tandem eval --checkpoint DIR | --init FILE [--devices SPEC] [--data PATH]\n"
                "       tandem sample --checkpoint DIR | --init FILE [--prompt TEXT] [--tokens N] [--temperature X]\n"
-               "       tandem plot METRICS -o FILE.png\n"
+               "       tandem plot METRICS -o FILE.png|.svg|.pdf\n"
                "       tandem devices [--json]\n"
                "       tandem version | tandem --version\n"
                "`tandem COMMAND --help` describes each command's flags.\n"

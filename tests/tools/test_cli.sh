@@ -556,6 +556,22 @@ if command -v gnuplot >/dev/null 2>&1; then
   if [ -f m.jsonl ] && expect_rc 0 "plot" "$tandem" plot m.jsonl -o curves.png; then
     [ "$(head -c 4 curves.png | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot did not write a PNG"
   fi
+  # The format is the extension's; an unknown one is named, not drawn as PNG.
+  if [ -f m.jsonl ] && expect_rc 0 "plot to SVG" "$tandem" plot m.jsonl -o curves.svg; then
+    grep -q "<svg" curves.svg || fail "plot -o curves.svg did not write SVG: $(head -c 8 curves.svg | od -An -c)"
+  fi
+  if [ -f m.jsonl ] && expect_rc 0 "plot to PDF" "$tandem" plot m.jsonl -o curves.pdf; then
+    [ "$(head -c 4 curves.pdf)" = "%PDF" ] || fail "plot -o curves.pdf did not write PDF"
+  fi
+  expect_usage_error "'.gif'" "plot to an unknown format" "$tandem" plot m.jsonl -o curves.gif
+  # A run whose every loss is null (it diverged): tandem says so, not gnuplot.
+  if [ -f m.jsonl ]; then
+    sed -E 's/"(loss|train_loss|test_loss)":[-+0-9.eE]+/"\1":null/g' m.jsonl >nulls.jsonl
+    if expect_rc 1 "plot of null losses" "$tandem" plot nulls.jsonl -o nulls.png; then
+      grep -q "^tandem plot: 'nulls.jsonl': every loss .* is null" err && [ "$(wc -l <err)" -eq 1 ] ||
+        fail "null losses: not one tandem message: $(cat err)"
+    fi
+  fi
   if [ -f g.jsonl ] && expect_rc 0 "plot a gpt run" "$tandem" plot g.jsonl -o gpt.png; then
     grep -q "3 validations" out || fail "plot of a gpt run: $(cat out)"
   fi
