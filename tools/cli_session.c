@@ -366,13 +366,20 @@ td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t co
     return st;
 }
 
-td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, size_t count, double *loss,
-                                  double *accuracy)
+size_t td_cli_session_eval_count(const td_cli_session *s)
 {
-    const size_t B = (size_t)s->config.batch;
+    const size_t limit = (size_t)s->config.eval_limit;
+    return limit && limit < s->test.count ? limit : s->test.count;
+}
+
+td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, size_t count, double *loss,
+                                  double *accuracy, td_cli_eval_progress_fn on_batch, void *user)
+{
+    const size_t B = (size_t)s->config.batch, batches = (count + B - 1) / B;
     uint64_t first = 0, mine = 0;
     td_status st = td_evaluator_load(s->evaluator, s->trainer);
     for (size_t start = 0; start < count && st == TD_OK; start += B) {
+        const double t0 = td_cli_now();
         size_t valid = count - start < B ? count - start : B;
         for (size_t i = 0; i < valid; i++)
             s->index[i] = (uint32_t)(start + i);
@@ -382,6 +389,8 @@ td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, 
             break;
         const td_binding b[3] = {{s->x, s->batch.x}, {s->y, s->batch.y}, {s->mask, s->batch.mask}};
         st = td_evaluator_run(s->evaluator, 3, b);
+        if (st == TD_OK && on_batch)
+            on_batch(user, start / B + 1, batches, td_cli_now() - t0);
     }
     float values[2] = {0.0f, 0.0f};
     if (st == TD_OK)

@@ -79,7 +79,7 @@ int td_cli_eval(int argc, char **argv)
     double loss = 0.0, accuracy = 0.0, seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         const double t0 = td_cli_now();
-        td_status st = td_cli_session_evaluate(&s, &s.test, s.test.count, &loss, &accuracy);
+        td_status st = td_cli_session_evaluate(&s, &s.test, s.test.count, &loss, &accuracy, NULL, NULL);
         seconds = td_cli_now() - t0;
         if (st != TD_OK)
             rc = td_cli_fail("eval", s.ctx, st, "evaluating");

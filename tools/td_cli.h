@@ -34,6 +34,8 @@ typedef struct td_cli_config {
     int64_t steps;      /* global batches of the whole run, instead of whole epochs; 0 = by epochs */
     int64_t batch;      /* global */
     int64_t limit;      /* training examples per epoch; 0 = all */
+    int64_t eval_limit; /* test examples per evaluation; 0 = all */
+    int64_t eval_every; /* epochs between evaluations (the last epoch's always runs); 0 = the last only */
     int64_t accumulate; /* micro-batches per update */
     uint64_t seed;
     float lr;

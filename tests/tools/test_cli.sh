@@ -216,6 +216,27 @@ fi
 expect_rc 1 "an evaluation that fails" "$tandem" train "${evalloss[@]}" --checkpoint evalfail || true
 [ -f evalfail/ckpt-00000008.safetensors ] || fail "the epoch's checkpoint depends on its evaluation: $(ls evalfail)"
 
+echo "== evaluation: --eval-limit, --eval-every, its time and its progress"
+ev=(--model mlp --data generated --limit 256 --batch 64 --devices cpu:2 --seed 4)
+if expect_rc 0 "--eval-every 2 of 3 epochs, --eval-limit 100" "$tandem" train "${ev[@]}" --epochs 3 --eval-every 2 \
+  --eval-limit 100 --metrics ev.jsonl; then
+  [ "$(json_field out test_examples)" = 100 ] || fail "--eval-limit 100: $(tail -1 out)"
+  grep -q "^epoch 1/3: .*not evaluated (--eval-every 2)" out && grep -q "^epoch 3/3: .*test loss .*(evaluation " out ||
+    fail "--eval-every 2 of 3 epochs: $(cat out)"
+  python3 - ev.jsonl <<'PY' || fail "--eval-every metrics: $(grep epoch ev.jsonl)"
+import json, sys
+epochs = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "epoch"]
+assert [e["test_loss"] is None for e in epochs] == [True, False, False], epochs
+for e in epochs:  # the epoch's seconds hold its evaluation's
+    assert (e["eval_seconds"] == 0) if e["test_loss"] is None else (0 < e["eval_seconds"] < e["seconds"]), e
+PY
+fi
+# On a terminal (script(1) gives the run one) the evaluation shows its batches.
+if command -v script >/dev/null 2>&1; then
+  script -qec "$tandem train ${ev[*]} --epochs 1" /dev/null >tty.out 2>&1 || fail "train on a terminal: $(cat tty.out)"
+  grep -aq "evaluating, batch 16/16" tty.out || fail "no evaluation progress on a terminal: $(tr '\r' '\n' <tty.out)"
+fi
+
 echo "== a slow device and a speed-aware split"
 if expect_rc 0 "balance auto" "$tandem" train --model mlp --data generated --limit 640 --batch 64 --epochs 2 \
   --devices "cpu:1,cpu:1@slow=3" --balance auto --metrics balance.jsonl; then
