@@ -73,11 +73,35 @@ static td_status copy_rows(td_context *ctx, const td_tensor *x, const td_tensor 
     return TD_OK;
 }
 
-static void usage(void)
+/* To stdout for --help (asked for: exit 0), to stderr after a bad flag. */
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: linreg [--devices SPEC] [--seed N]\n"
-                    "  SPEC: e.g. cpu:4, opencl:0,opencl:1,cpu:2, vulkan:0x2 (default cpu:4); under mpirun,\n"
-                    "  each process's own: the job trains on all of them\n");
+    fprintf(f, "usage: linreg [--devices SPEC] [--seed N]\n"
+               "  SPEC: e.g. cpu:4, opencl:0,opencl:1,cpu:2, vulkan:0x2 (default cpu:4); under mpirun,\n"
+               "  each process's own: the job trains on all of them\n"
+               "  --seed N: the true parameters, the data and the noise (default 0)\n");
+}
+
+/* Mesh position i as "backend:index", with "#k" (k from 1) when the mesh
+ * holds that device more than once -- cpu:4 is four instances of cpu:0,
+ * vulkan:0x2 two of vulkan:0 -- so that every line names another device. */
+static void device_label(td_mesh *mesh, uint32_t n, uint32_t i, char *out, size_t capacity)
+{
+    td_device_info me, other;
+    td_mesh_device_info(mesh, i, &me);
+    uint32_t instance = 0, instances = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        td_mesh_device_info(mesh, j, &other);
+        if (strcmp(other.backend, me.backend) == 0 && other.index == me.index) {
+            instances++;
+            if (j <= i)
+                instance = instances;
+        }
+    }
+    if (instances > 1)
+        snprintf(out, capacity, "%s:%u#%u", me.backend, me.index, instance);
+    else
+        snprintf(out, capacity, "%s:%u", me.backend, me.index);
 }
 
 int main(int argc, char **argv)
@@ -85,17 +109,26 @@ int main(int argc, char **argv)
     const char *spec = "cpu:4";
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) {
+        const bool has_value = i + 1 < argc;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if ((strcmp(argv[i], "--devices") == 0 || strcmp(argv[i], "--seed") == 0) && !has_value) {
+            fprintf(stderr, "linreg: %s needs a value\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (strcmp(argv[i], "--devices") == 0) {
             spec = argv[++i];
-        } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--seed") == 0) {
             char *end;
             seed = strtoull(argv[++i], &end, 10);
-            if (*end) {
-                fprintf(stderr, "linreg: --seed expects a number, got '%s'\n", argv[i]);
+            if (end == argv[i] || *end || argv[i][0] == '-') {
+                fprintf(stderr, "linreg: --seed expects an unsigned integer, got '%s'\n", argv[i]);
                 return 2;
             }
         } else {
-            usage();
+            fprintf(stderr, "linreg: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
             return 2;
         }
     }
@@ -125,7 +158,9 @@ int main(int argc, char **argv)
     for (uint32_t i = 0; i < n_local; i++) {
         td_device_info info;
         td_mesh_device_info(mesh, i, &info);
-        printf("  [%u] %s:%u %s\n", i, info.backend, info.index, info.name);
+        char label[48];
+        device_label(mesh, n_local, i, label, sizeof label);
+        printf("  [%u] %s %s\n", i, label, info.name);
     }
 
     /* Data, exactly as the seed makes it: true parameters and features from

@@ -16,7 +16,7 @@ typedef struct demo_options {
     const char *data;
     float learning_rate;
     int64_t limit; /* train on the first `limit` examples of each epoch's order (0 = all) */
-    bool batch_norm;     /* --batch-norm: the model normalises after its convolutions */
+    bool batch_norm;     /* --batch-norm: the model normalises its hidden layers (mlp) or convolutions (cnn) */
     float dropout;       /* --dropout P: rate before the classifier (0 = none) */
     uint32_t accumulate; /* --accumulate K: micro-batches per update (1 = none) */
     /* --schedule: "constant", "cosine" (decays to 0 over the run, optax's

@@ -232,12 +232,14 @@ bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigne
 int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_config *c, unsigned keep,
                                   unsigned must_match, td_cli_saved_config *storage, td_cli_position *at)
 {
+    /* A silent context: the session's, which opens the same file next to
+     * restore it, warns about the corrupt files it skips (once, not twice). */
     td_context *ctx;
     td_status s = td_context_create(NULL, &ctx);
     if (s != TD_OK)
         return td_cli_fail(command, NULL, s, "creating a context");
     td_checkpoint *ck = NULL;
-    if ((s = td_checkpoint_open_latest(ctx, dir, &ck)) != TD_OK) {
+    if ((s = td_cli_checkpoint_open_path(ctx, dir, &ck)) != TD_OK) {
         int rc = td_cli_fail(command, ctx, s, "--checkpoint");
         td_context_destroy(ctx);
         return rc;
@@ -279,6 +281,8 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->trace = given.trace;
     c->on_device_loss = given.on_device_loss;
     c->balance = given.balance;
+    c->eval_limit = given.eval_limit; /* how the run is watched, not what it trains */
+    c->eval_every = given.eval_every;
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
     if (keep & (TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS)) { /* the run's length is the caller's: one or the other */
@@ -344,6 +348,34 @@ bool td_cli_checkpoint_model(const char *path, char *model, size_t capacity)
     td_checkpoint_close(ck);
     td_context_destroy(ctx);
     return found;
+}
+
+int td_cli_checkpoint_require(const char *command, const char *dir)
+{
+    td_context *ctx;
+    if (td_context_create(NULL, &ctx) != TD_OK)
+        return TD_CLI_EXIT_OK; /* the run's own context creation will say why */
+    /* checkpoint.h: without checkpoints every function answers
+     * TD_ERR_UNSUPPORTED; with them a NULL path is only a bad argument,
+     * found before any file is touched. */
+    td_checkpoint *ck = NULL;
+    const bool built = td_checkpoint_open(ctx, NULL, &ck) != TD_ERR_UNSUPPORTED;
+    td_context_destroy(ctx);
+    if (built)
+        return TD_CLI_EXIT_OK;
+    fprintf(stderr,
+            "tandem %s: --checkpoint '%s': this tandem was built without checkpoints (-Dcheckpoint=disabled, or "
+            "libjansson-dev missing at build time); leave out --checkpoint and --resume, or rebuild with them\n",
+            command, dir);
+    return TD_CLI_EXIT_USAGE;
+}
+
+bool td_cli_resume_nothing_yet(const char *command, const char *dir)
+{
+    if (td_cli_checkpoint_dir_used(dir))
+        return false;
+    fprintf(stderr, "tandem %s: --resume: no checkpoint in '%s' yet; starting a new run\n", command, dir);
+    return true;
 }
 
 int td_cli_checkpoint_prepare_dir(const char *command, const char *dir, bool resume)

@@ -23,6 +23,31 @@ int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *w
     return TD_CLI_EXIT_FAILURE;
 }
 
+/* The log callback: only warnings and errors reach it (log_level), and it
+ * may run on a device's worker thread, where stdio's own lock keeps the
+ * line whole. The command's name is the user pointer. */
+static void log_to_stderr(void *user, td_log_level level, const char *message)
+{
+    fprintf(stderr, "tandem %s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
+}
+
+td_status td_cli_context_create(const char *command, td_context **out)
+{
+    td_context_options o;
+    td_context_options_init(&o);
+    o.log = log_to_stderr;
+    o.log_user = (void *)command;
+    o.log_level = TD_LOG_WARN;
+    return td_context_create(&o, out);
+}
+
+int td_cli_fail_devices(const char *command, td_context *ctx, td_status s)
+{
+    td_cli_fail(command, ctx, s, "--devices");
+    const bool bad_spec = s == TD_ERR_UNKNOWN_DEVICE || s == TD_ERR_NO_DEVICE || s == TD_ERR_INVALID_ARGUMENT;
+    return bad_spec ? TD_CLI_EXIT_USAGE : TD_CLI_EXIT_FAILURE;
+}
+
 bool td_cli_agree(td_context *ctx, uint32_t processes, bool mine)
 {
     if (processes < 2)

@@ -229,7 +229,7 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
     s->command = command;
     s->config = *config;
     s->processes = 1;
-    td_status st = td_context_create(NULL, &s->ctx);
+    td_status st = td_cli_context_create(command, &s->ctx);
     if (st != TD_OK) {
         fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
         return TD_CLI_EXIT_FAILURE;
@@ -258,7 +258,7 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
     if ((rc = open_text(s)) != TD_CLI_EXIT_OK)
         return rc;
     if ((st = td_mesh_create(s->ctx, config->devices, &s->mesh)) != TD_OK)
-        return fail(s, st, "--devices");
+        return td_cli_fail_devices(command, s->ctx, st);
     uint32_t first_device = 0;
     td_processes_mesh(s->mesh, &s->n_devices, &first_device);
     if (config->batch < s->n_devices) {

@@ -10,9 +10,9 @@
 #include "td_cli_session.h"
 
 static const char usage_text[] =
-    "usage: tandem eval --checkpoint DIR [--devices SPEC] [--data PATH] [--batch N]\n"
+    "usage: tandem eval --checkpoint DIR|FILE [--devices SPEC] [--data PATH] [--batch N]\n"
     "       tandem eval --checkpoint DIR|FILE | --init FILE  [--data PATH] [--context T] [--eval-batches N]  (gpt)\n"
-    "Evaluates the newest valid checkpoint in DIR on the test set (Fashion-MNIST t10k, or the generated\n"
+    "Evaluates a checkpoint FILE, or the newest valid one in DIR, on the test set (Fashion-MNIST t10k, or the generated\n"
     "test set the run used); a gpt checkpoint (DIR, or one file), or GPT-2 weights (--init), on the\n"
     "validation windows of its text (or --data), with bits per byte for byte text. Prints a line and a\n"
     "final JSON line. Exit codes: 0, 1 failed, 2 bad command line.";
@@ -23,12 +23,13 @@ int td_cli_eval(int argc, char **argv)
     int64_t eval_batches = -1, sequence = 0;
     const char *init = NULL;
     const td_cli_flag flags[] = {
-        {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "DIR", "the run's checkpoint directory"},
+        {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "PATH",
+         "a checkpoint file, or the run's directory (its newest valid file)"},
         {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
         {"--data", TD_CLI_STRING, &c.data, 0, 0, 0, NULL, TD_CLI_SET_DATA, "DIR",
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
-         "global batch, a multiple of the device count (default: the run's)"},
+         "global batch, at least one example per device (default: the run's)"},
         {"--eval-batches", TD_CLI_INT, &eval_batches, 0, 1e12, 0, NULL, 0, "N",
          "gpt: validation batches to evaluate; 0: every window (default 0)"},
         {"--context", TD_CLI_INT, &sequence, 1, 1 << 20, 0, NULL, 0, "T",
@@ -78,7 +79,7 @@ int td_cli_eval(int argc, char **argv)
     double loss = 0.0, accuracy = 0.0, seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         const double t0 = td_cli_now();
-        td_status st = td_cli_session_evaluate(&s, &s.test, s.test.count, &loss, &accuracy);
+        td_status st = td_cli_session_evaluate(&s, &s.test, s.test.count, &loss, &accuracy, NULL, NULL);
         seconds = td_cli_now() - t0;
         if (st != TD_OK)
             rc = td_cli_fail("eval", s.ctx, st, "evaluating");

@@ -1,5 +1,6 @@
-/* `tandem plot METRICS -o FILE.png`: loss and accuracy curves from a
- * `tandem train --metrics` file, drawn by gnuplot.
+/* `tandem plot METRICS -o FILE.png|.svg|.pdf`: loss and accuracy curves
+ * from a `tandem train --metrics` file, drawn by gnuplot in the format the
+ * file's extension names.
  *
  * The JSON lines are read with Jansson (the library the checkpoints
  * already use); the curves go to a temporary folder as gnuplot data files
@@ -10,6 +11,7 @@
  * the records from there on, so the curves show the run that counted. */
 #include <errno.h>
 #include <math.h>
+#include <strings.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +24,40 @@
 extern char **environ;
 
 static const char usage_text[] =
-    "usage: tandem plot METRICS -o FILE.png\n"
+    "usage: tandem plot METRICS -o FILE.png|FILE.svg|FILE.pdf\n"
     "Draws the loss and accuracy curves (training per step and per epoch, test per epoch) of a\n"
     "`tandem train --metrics METRICS` file with gnuplot (Debian: gnuplot-nox). A --model gpt run's\n"
-    "validations are drawn as its test points, over passes through the training tokens.";
+    "validations are drawn as its test points, over passes through the training tokens. The picture's\n"
+    "format is its extension's: PNG, SVG or PDF (gnuplot's pngcairo, svg and pdfcairo terminals).";
+
+/* The picture's format, by the output's extension (any case): the gnuplot
+ * terminal and its size, in the terminal's unit, for one panel or two. */
+typedef struct plot_format {
+    const char *extension, *terminal, *one_panel, *two_panels;
+} plot_format;
+
+static const plot_format plot_formats[] = {
+    {".png", "pngcairo", "640,480", "1200,480"},
+    {".svg", "svg", "640,480", "1200,480"},
+    {".pdf", "pdfcairo", "6.4in,4.8in", "12in,4.8in"},
+};
+
+/* NULL after naming the extension and the known ones, for one that is
+ * not known (or none: a format is never guessed). */
+static const plot_format *format_of(const char *out)
+{
+    const char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
+    const char *extension = dot && (!slash || dot > slash) ? dot : NULL;
+    for (size_t i = 0; extension && i < sizeof plot_formats / sizeof plot_formats[0]; i++)
+        if (strcasecmp(extension, plot_formats[i].extension) == 0)
+            return &plot_formats[i];
+    if (extension)
+        fprintf(stderr, "tandem plot: -o '%s': the extension '%s' names no format tandem plot writes; expected .png, "
+                        ".svg or .pdf\n", out, extension);
+    else
+        fprintf(stderr, "tandem plot: -o '%s' has no extension; expected .png, .svg or .pdf\n", out);
+    return NULL;
+}
 
 #ifdef TD_CLI_HAVE_JANSSON
 #include <jansson.h>
@@ -39,6 +71,9 @@ typedef struct epoch_point {
 } epoch_point;
 
 typedef struct curves {
+    /* Whether any record has a finite value there: a column of nulls (a run
+     * whose loss overflowed writes null) would stop gnuplot with an error. */
+    bool step_loss, epoch_train_loss, epoch_test_loss, step_accuracy, epoch_train_accuracy, epoch_test_accuracy;
     step_point *steps;
     size_t n_steps, cap_steps;
     epoch_point *epochs;
@@ -103,6 +138,8 @@ static int read_metrics(const char *path, curves *c)
             else
                 c->steps[c->n_steps++] = p;
             c->has_accuracy = c->has_accuracy || isfinite(p.accuracy);
+            c->step_loss = c->step_loss || isfinite(p.loss);
+            c->step_accuracy = c->step_accuracy || isfinite(p.accuracy);
         } else if (strcmp(kind, "epoch") == 0 || strcmp(kind, "eval") == 0) {
             /* A validation is drawn as an epoch's point: at its passes over
              * the training tokens, the interval's training loss beside it. */
@@ -111,6 +148,10 @@ static int read_metrics(const char *path, curves *c)
                              number_of(o, "train_accuracy"), number_of(o, eval ? "val_loss" : "test_loss"),
                              number_of(o, "test_accuracy")};
             c->validations = c->validations || eval;
+            c->epoch_train_loss = c->epoch_train_loss || isfinite(p.train_loss);
+            c->epoch_test_loss = c->epoch_test_loss || isfinite(p.test_loss);
+            c->epoch_train_accuracy = c->epoch_train_accuracy || isfinite(p.train_accuracy);
+            c->epoch_test_accuracy = c->epoch_test_accuracy || isfinite(p.test_accuracy);
             while (c->n_epochs && !(c->epochs[c->n_epochs - 1].epoch < p.epoch))
                 c->n_epochs--;
             if (!grow((void **)&c->epochs, &c->cap_epochs, c->n_epochs, sizeof p))
@@ -126,6 +167,12 @@ static int read_metrics(const char *path, curves *c)
         fprintf(stderr, "tandem plot: out of memory reading '%s'\n", path);
     else if (!c->n_steps && !c->n_epochs) {
         fprintf(stderr, "tandem plot: '%s' holds no step or epoch records (written by tandem train --metrics?)\n", path);
+        rc = TD_CLI_EXIT_FAILURE;
+    } else if (!c->step_loss && !c->epoch_train_loss && !c->epoch_test_loss) {
+        fprintf(stderr,
+                "tandem plot: '%s': every loss of its %zu step and %zu %s records is null (not a finite number: "
+                "did the run diverge? try a lower --lr); there is no curve to draw\n",
+                path, c->n_steps, c->n_epochs, c->validations ? "validation" : "epoch");
         rc = TD_CLI_EXIT_FAILURE;
     }
     return rc;
@@ -204,13 +251,14 @@ static void plot(FILE *f, const char *const clauses[4], const bool present[4])
 }
 
 static bool write_script(const curves *c, const char *script, const char *steps, const char *epochs,
-                         const char *out, const char *title)
+                         const char *out, const plot_format *format, const char *title)
 {
     FILE *f = fopen(script, "w");
     if (!f)
         return false;
     const bool two = c->has_accuracy;
-    fprintf(f, "set terminal pngcairo size %d,480 font 'sans,10'\nset output ", two ? 1200 : 640);
+    fprintf(f, "set terminal %s size %s font 'sans,10'\nset output ", format->terminal,
+            two ? format->two_panels : format->one_panel);
     quoted(f, out);
     fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right\nset xlabel '%s'\n",
             c->validations ? "passes over the training tokens" : "epoch");
@@ -228,7 +276,6 @@ static bool write_script(const curves *c, const char *script, const char *steps,
     /* Linear regression's loss falls by orders of magnitude. */
     if (!two)
         fprintf(f, "set logscale y\n");
-    const bool st = c->n_steps > 0, ep = c->n_epochs > 0;
     const char *loss[4] = {
         "steps using 1:2 with lines lc rgb '#c6dbef' title 'train (step)'",
         "steps using 1:3 with lines lw 2 lc rgb '#2171b5' title 'train (moving average)'",
@@ -237,7 +284,7 @@ static bool write_script(const curves *c, const char *script, const char *steps,
         c->validations ? "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'validation'"
                        : "epochs using 1:4 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
     };
-    const bool present[4] = {st, st, ep, ep};
+    const bool present[4] = {c->step_loss, c->step_loss, c->epoch_train_loss, c->epoch_test_loss};
     fprintf(f, "set ylabel 'loss'\n");
     plot(f, loss, present);
     if (two) {
@@ -247,14 +294,16 @@ static bool write_script(const curves *c, const char *script, const char *steps,
             "epochs using 1:3 with linespoints pt 7 lc rgb '#00441b' title 'train (epoch)'",
             "epochs using 1:5 with linespoints pt 5 lw 2 lc rgb '#cb181d' title 'test (epoch)'",
         };
+        const bool acc_present[4] = {c->step_accuracy, c->step_accuracy, c->epoch_train_accuracy,
+                                     c->epoch_test_accuracy};
         fprintf(f, "set key bottom right\nset ylabel 'accuracy'\nset yrange [0:1]\n");
-        plot(f, acc, present);
+        plot(f, acc, acc_present);
         fprintf(f, "unset multiplot\n");
     }
     return fclose(f) == 0;
 }
 
-static int run_gnuplot(const char *script)
+static int run_gnuplot(const char *script, const plot_format *format)
 {
     char *const args[] = {"gnuplot", (char *)script, NULL};
     pid_t pid;
@@ -274,8 +323,11 @@ static int run_gnuplot(const char *script)
             return TD_CLI_EXIT_FAILURE;
         }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "tandem plot: gnuplot failed (%s %d)\n", WIFEXITED(status) ? "exit status" : "signal",
-                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        fprintf(stderr, "tandem plot: gnuplot failed (%s %d)%s%s%s\n", WIFEXITED(status) ? "exit status" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                strcmp(format->terminal, "pngcairo") != 0 ? "; does this gnuplot have the " : "",
+                strcmp(format->terminal, "pngcairo") != 0 ? format->terminal : "",
+                strcmp(format->terminal, "pngcairo") != 0 ? " terminal (gnuplot -e 'set terminal')?" : "");
         return TD_CLI_EXIT_FAILURE;
     }
     return TD_CLI_EXIT_OK;
@@ -288,8 +340,9 @@ int td_cli_plot(int argc, char **argv)
     const char *out = NULL;
     const char *title = NULL;
     const td_cli_flag flags[] = {
-        {"-o", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE.png", "where the picture goes (required)"},
-        {"--output", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE.png", "the same as -o"},
+        {"-o", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE",
+         "where the picture goes (required), as its extension says: .png, .svg or .pdf"},
+        {"--output", TD_CLI_STRING, &out, 0, 0, 0, NULL, 0, "FILE", "the same as -o"},
         {"--title", TD_CLI_STRING, &title, 0, 0, 0, NULL, 0, "TEXT", "the picture's title (default: the file's name)"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
@@ -304,11 +357,15 @@ int td_cli_plot(int argc, char **argv)
         return TD_CLI_EXIT_USAGE;
     if (n_positional != 1 || !out) {
         fprintf(stderr, "tandem plot: %s (see tandem plot --help)\n",
-                n_positional != 1 ? "the METRICS file is required" : "-o FILE.png is required");
+                n_positional != 1 ? "the METRICS file is required" : "-o FILE.png|.svg|.pdf is required");
         return TD_CLI_EXIT_USAGE;
     }
+    const plot_format *format = format_of(out);
+    if (!format)
+        return TD_CLI_EXIT_USAGE;
 #ifndef TD_CLI_HAVE_JANSSON
     (void)title;
+    (void)format;
     fprintf(stderr, "tandem plot: this tandem was built without Jansson (libjansson-dev), which reads the metrics\n");
     return TD_CLI_EXIT_FAILURE;
 #else
@@ -325,11 +382,11 @@ int td_cli_plot(int argc, char **argv)
             snprintf(epochs, sizeof epochs, "%s/epochs.dat", dir);
             snprintf(script, sizeof script, "%s/curves.gp", dir);
             if (!write_data(&c, steps, epochs) ||
-                !write_script(&c, script, steps, epochs, out, title ? title : positional[0])) {
+                !write_script(&c, script, steps, epochs, out, format, title ? title : positional[0])) {
                 fprintf(stderr, "tandem plot: cannot write to '%s': %s\n", dir, strerror(errno));
                 rc = TD_CLI_EXIT_FAILURE;
             } else {
-                rc = run_gnuplot(script);
+                rc = run_gnuplot(script, format);
             }
             unlink(steps);
             unlink(epochs);

@@ -303,7 +303,7 @@ static int open_model(sampler *s, const sample_options *o)
 {
     td_status st = td_mesh_create(s->ctx, o->devices, &s->mesh);
     if (st != TD_OK)
-        return fail(s, st, "--devices");
+        return td_cli_fail_devices("sample", s->ctx, st);
     td_mesh_size(s->mesh, &s->n_devices);
     /* The longest input is the prompt and all but the last new token. */
     const size_t longest = s->prompt_length + (size_t)o->tokens - 1;
@@ -509,7 +509,7 @@ int td_cli_sample(int argc, char **argv)
         fprintf(stderr, "tandem sample: out of memory\n");
         return TD_CLI_EXIT_FAILURE;
     }
-    td_status st = td_context_create(NULL, &s->ctx);
+    td_status st = td_cli_context_create("sample", &s->ctx);
     if (st != TD_OK) {
         fprintf(stderr, "tandem sample: cannot create a context: %s\n", td_status_describe(st));
         free(s);

@@ -9,7 +9,10 @@
  * checkpoint never holds half a round), writes a checkpoint and exits with
  * 128 + the signal's number. An epoch's checkpoint is written before its
  * evaluation on the test set, so an evaluation that fails never costs the
- * epoch's training. */
+ * epoch's training. Evaluations (--eval-every epochs and after the last,
+ * on --eval-limit test examples) count in the epoch's seconds and in the
+ * ETA; the samples/s are the training's alone. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +36,10 @@ static const char usage_text[] =
     "--checkpoint).";
 
 typedef struct epoch_result {
-    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+    double train_loss, train_accuracy, test_loss, test_accuracy;
+    double seconds;      /* the epoch's, its evaluation included */
+    double eval_seconds; /* 0 for an epoch not evaluated */
+    double samples_per_second; /* the training's */
 } epoch_result;
 
 typedef struct train_run {
@@ -46,6 +52,7 @@ typedef struct train_run {
     float lr;               /* the last step's learning rate, likewise */
     char path[4096];
     char trace_path[4096];  /* this process's trace, across processes */
+    int64_t evaluating;     /* the epoch (from 1) being evaluated, for the progress line */
 } train_run;
 
 static uint32_t devices_now(train_run *r, uint32_t trainer_devices);
@@ -105,14 +112,32 @@ static uint32_t devices_now(train_run *r, uint32_t trainer_devices)
     return td_cli_job_devices(r->s.mesh, r->s.processes, trainer_devices);
 }
 
-/* Evaluates on the test set, saying on stderr when the mesh lost devices
- * meanwhile (--on-device-loss continue: the evaluation went on without
- * them, and so does training). */
+/* td_cli_eval_progress_fn: the evaluation's batch on the progress line. */
+static void on_eval_batch(void *user, size_t done, size_t batches, double seconds)
+{
+    train_run *r = user;
+    (void)batches;
+    if (r->s.process == 0)
+        td_cli_progress_eval_batch(&r->progress, r->evaluating, done, seconds);
+}
+
+/* Whether epoch `epoch` (from 0) is evaluated: every --eval-every epochs,
+ * and always the run's last, whose result the final line reports. */
+static bool evaluated(const td_cli_config *c, uint64_t epoch)
+{
+    return epoch + 1 == (uint64_t)c->epochs || (c->eval_every > 0 && (epoch + 1) % (uint64_t)c->eval_every == 0);
+}
+
+/* Evaluates on the test set (--eval-limit of it), saying on stderr when
+ * the mesh lost devices meanwhile (--on-device-loss continue: the
+ * evaluation went on without them, and so does training). */
 static td_status evaluate_epoch(train_run *r, uint64_t epoch, epoch_result *last)
 {
     td_cli_session *s = &r->s;
     const uint32_t before = devices_now(r, 0);
-    td_status st = td_cli_session_evaluate(s, &s->test, s->test.count, &last->test_loss, &last->test_accuracy);
+    r->evaluating = (int64_t)epoch + 1;
+    td_status st = td_cli_session_evaluate(s, &s->test, td_cli_session_eval_count(s), &last->test_loss,
+                                           &last->test_accuracy, on_eval_batch, r);
     const uint32_t after = devices_now(r, 0);
     td_cli_progress_clear(&r->progress);
     if (after < before && s->process == 0)
@@ -126,9 +151,14 @@ static void print_header(const train_run *r, td_cli_position start)
     const td_cli_config *c = &r->s.config;
     printf("tandem train: %s on %u device(s) [%s], data %s (%zu training examples per epoch, %zu test), global batch "
            "%lld, %zu steps per epoch, %s lr %g (%s), accumulate %lld, batch norm %s, dropout %g, seed %llu\n",
-           c->model, r->s.n_devices, c->devices, c->data, r->s.per_epoch, r->s.test.count, (long long)c->batch,
+           c->model, r->s.n_devices, c->devices, c->data, r->s.per_epoch, td_cli_session_eval_count(&r->s),
+           (long long)c->batch,
            r->s.steps_per_epoch, c->optimizer, (double)c->lr, c->schedule, (long long)c->accumulate,
            c->batch_norm ? "on" : "off", (double)c->dropout, (unsigned long long)c->seed);
+    if (c->eval_every == 0)
+        printf("evaluation: after the last epoch only (--eval-every 0)\n");
+    else if (c->eval_every != 1)
+        printf("evaluation: every %lld epochs and after the last\n", (long long)c->eval_every);
     if (c->steps)
         printf("--steps %lld: %lld epoch(s), the last one %lld step(s)\n", (long long)c->steps, (long long)c->epochs,
                (long long)(c->steps - (c->epochs - 1) * (int64_t)r->s.steps_per_epoch));
@@ -147,6 +177,10 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
     const uint64_t total = c->steps ? (uint64_t)c->steps : (uint64_t)c->epochs * steps;
     const uint64_t remaining = total - (start.epoch * steps + start.position);
     td_cli_progress_init(&r->progress, c->epochs, steps, remaining);
+    uint64_t evaluations = 0;
+    for (uint64_t epoch = start.epoch; epoch < (uint64_t)c->epochs; epoch++)
+        evaluations += evaluated(c, epoch);
+    td_cli_progress_evaluations(&r->progress, evaluations, (td_cli_session_eval_count(s) + B - 1) / B);
     bool want_save = false, saved;
     int rc;
     td_status st;
@@ -211,7 +245,6 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         const double train_seconds = td_cli_now() - t_epoch;
         last->train_loss = examples > 0 ? loss_sum / examples : 0.0;
         last->train_accuracy = examples > 0 ? acc_sum / examples : 0.0;
-        last->seconds = train_seconds;
         last->samples_per_second = train_seconds > 0 ? examples / train_seconds : 0.0;
         /* The epoch's checkpoint before its evaluation: it holds the
          * training, which an evaluation that fails must not take with it. */
@@ -222,26 +255,38 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                 return rc;
             want_save = !saved;
         }
-        if ((st = evaluate_epoch(r, epoch, last)) != TD_OK) {
+        const bool evaluate = evaluated(c, epoch);
+        const double t_eval = td_cli_now();
+        if (evaluate && (st = evaluate_epoch(r, epoch, last)) != TD_OK) {
             if (c->checkpoint)
                 print_epoch_checkpoint(r, saved);
             return td_cli_fail("train", s->ctx, st, "evaluating on the test set");
         }
-        char part[96] = "";
+        last->eval_seconds = evaluate ? td_cli_now() - t_eval : 0.0;
+        last->seconds = td_cli_now() - t_epoch;
+        char part[96] = "", test[96], eval_time[48] = "";
         if (end < steps)
             snprintf(part, sizeof part, " (%zu of %zu steps: --steps %lld)", end, steps, (long long)c->steps);
-        if (s->classifier)
-            printf("epoch %llu/%lld%s: train loss %.4f accuracy %.4f, test loss %.4f accuracy %.4f, %.1f s, %.0f "
-                   "samples/s\n",
-                   (unsigned long long)epoch + 1, (long long)c->epochs, part, last->train_loss, last->train_accuracy,
-                   last->test_loss, last->test_accuracy, train_seconds, last->samples_per_second);
+        if (!evaluate)
+            snprintf(test, sizeof test, "not evaluated (--eval-every %lld)", (long long)c->eval_every);
+        else if (s->classifier)
+            snprintf(test, sizeof test, "test loss %.4f accuracy %.4f", last->test_loss, last->test_accuracy);
         else
-            printf("epoch %llu/%lld%s: train loss %.6f, test loss %.6f, %.2f s, %.0f samples/s\n",
-                   (unsigned long long)epoch + 1, (long long)c->epochs, part, last->train_loss, last->test_loss,
-                   train_seconds, last->samples_per_second);
+            snprintf(test, sizeof test, "test loss %.6f", last->test_loss);
+        if (evaluate)
+            snprintf(eval_time, sizeof eval_time, " (evaluation %.*f s)", s->classifier ? 1 : 2, last->eval_seconds);
+        if (s->classifier)
+            printf("epoch %llu/%lld%s: train loss %.4f accuracy %.4f, %s, %.1f s%s, %.0f samples/s\n",
+                   (unsigned long long)epoch + 1, (long long)c->epochs, part, last->train_loss, last->train_accuracy,
+                   test, last->seconds, eval_time, last->samples_per_second);
+        else
+            printf("epoch %llu/%lld%s: train loss %.6f, %s, %.2f s%s, %.0f samples/s\n", (unsigned long long)epoch + 1,
+                   (long long)c->epochs, part, last->train_loss, test, last->seconds, eval_time,
+                   last->samples_per_second);
         const td_cli_epoch_record rec = {
             .epoch = (int64_t)epoch + 1, .train_loss = last->train_loss, .train_accuracy = last->train_accuracy,
-            .test_loss = last->test_loss, .test_accuracy = last->test_accuracy, .seconds = train_seconds,
+            .test_loss = evaluate ? last->test_loss : NAN, .test_accuracy = evaluate ? last->test_accuracy : NAN,
+            .seconds = last->seconds, .eval_seconds = last->eval_seconds,
             .samples_per_second = last->samples_per_second, .has_accuracy = s->classifier};
         td_cli_metrics_epoch(&r->metrics, &rec);
         td_trace_span_end(s->ctx);
@@ -269,7 +314,7 @@ int td_cli_train(int argc, char **argv)
                     strcmp(saved_model, "gpt") == 0)
         return td_cli_train_text(argc, argv);
     td_cli_config c = {.model = "mlp", .devices = "cpu:4", .data = TD_FASHION_MNIST_DIR, .schedule = "constant",
-                       .epochs = 5, .batch = 128, .accumulate = 1};
+                       .epochs = 5, .batch = 128, .accumulate = 1, .eval_every = 1};
     const td_cli_flag flags[] = {
         {"--model", TD_CLI_CHOICE, &c.model, 0, 0, 0, td_cli_models, TD_CLI_SET_MODEL, "NAME", "the model (default mlp)"},
         FLAG("--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, "SPEC", "e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)"),
@@ -279,11 +324,14 @@ int td_cli_train(int argc, char **argv)
         FLAG("--steps", TD_CLI_INT, &c.steps, 1, 1e12, TD_CLI_SET_STEPS, "N",
              "instead of --epochs: N global batches in all, a multiple of --accumulate (the last epoch may end early)"),
         FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_SET_BATCH, "N",
-             "global batch; a multiple of the device count (default 128)"),
+             "global batch, at least one example per device; split evenly, the first devices one more when the "
+             "count does not divide it (default 128)"),
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
          "default adam (linreg: sgd); momentum is SGD with momentum 0.9"},
         FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_SET_LR, "X",
-             "learning rate, the peak of a schedule (default 1e-3; cnn 2e-3, 5e-3 with --batch-norm; sgd 1e-2; linreg 0.05)"),
+             "learning rate, the peak of a schedule (default: the optimizer's, sgd and momentum 0.01, adam, adamw "
+             "and rmsprop 1e-3; linreg with sgd or momentum 0.05; cnn with adam, adamw or rmsprop 2e-3, 5e-3 with "
+             "--batch-norm)"),
         {"--schedule", TD_CLI_CHOICE, &c.schedule, 0, 0, 0, td_cli_schedules, TD_CLI_SET_SCHEDULE, "NAME",
          "the rate over the run (default constant; cnn cosine, warmup-cosine with --batch-norm); warmup-cosine "
          "warms up over the first tenth"},
@@ -297,9 +345,15 @@ int td_cli_train(int argc, char **argv)
         {"--dropout", TD_CLI_FLOAT, &c.dropout, 0, 1, 1, NULL, TD_CLI_SET_DROPOUT, "P", "dropout rate (default 0)"},
         FLAG("--limit", TD_CLI_INT, &c.limit, 1, 1e12, TD_CLI_SET_LIMIT, "N",
              "train on N examples per epoch (generated data: N examples in all)"),
+        FLAG("--eval-limit", TD_CLI_INT, &c.eval_limit, 1, 1e12, 0, "N",
+             "evaluate on the first N test examples (default: all of them)"),
+        FLAG("--eval-every", TD_CLI_INT, &c.eval_every, 0, 1e6, 0, "N",
+             "evaluate on the test set every N epochs and after the last; 0: after the last only (default 1; "
+             "--model gpt counts it in steps)"),
         FLAG("--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, "DIR",
              "save after every epoch and on SIGINT/SIGTERM, keeping the newest 3"),
-        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
+        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "",
+             "continue from the newest valid checkpoint in DIR (none yet: a new run, said on stderr)"),
         FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
              "JSON lines per step and per epoch (appended to when resuming)"),
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
@@ -322,6 +376,10 @@ int td_cli_train(int argc, char **argv)
         fprintf(stderr, "tandem train: --resume needs --checkpoint DIR\n");
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.checkpoint && (rc = td_cli_checkpoint_require("train", c.checkpoint)) != TD_CLI_EXIT_OK)
+        return rc;
+    if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
+        c.resume = false;
     if ((set & TD_CLI_SET_STEPS) && (set & TD_CLI_SET_EPOCHS)) {
         fprintf(stderr, "tandem train: give --epochs %lld or --steps %lld, not both\n", (long long)c.epochs,
                 (long long)c.steps);
@@ -405,8 +463,8 @@ int td_cli_train(int argc, char **argv)
             else
                 printf("nothing to train: the checkpoint is at the end of epoch %llu of %lld (raise --epochs)\n",
                        (unsigned long long)start.epoch, (long long)c.epochs);
-            td_status st = td_cli_session_evaluate(&r->s, &r->s.test, r->s.test.count, &last.test_loss,
-                                                   &last.test_accuracy);
+            td_status st = td_cli_session_evaluate(&r->s, &r->s.test, td_cli_session_eval_count(&r->s), &last.test_loss,
+                                                   &last.test_accuracy, NULL, NULL);
             if (st != TD_OK)
                 rc = td_cli_fail("train", r->s.ctx, st, "evaluating on the test set");
         }
@@ -424,10 +482,11 @@ int td_cli_train(int argc, char **argv)
         td_trainer_progress(r->s.trainer, &p);
         printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"processes\":%u,\"device_count\":%u,"
                "\"epochs\":%lld,\"steps\":%lld,"
-               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,",
+               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,"
+               "\"test_examples\":%zu,",
                c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.steps,
                (long long)c.batch, c.optimizer,
-               (unsigned long long)p.updates, last.train_loss, last.test_loss);
+               (unsigned long long)p.updates, last.train_loss, last.test_loss, td_cli_session_eval_count(&r->s));
         if (r->s.classifier)
             printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
         printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",", train_seconds,

@@ -319,7 +319,8 @@ int td_cli_train_text(int argc, char **argv)
         FLAG("--steps", TD_CLI_INT, &c.steps, 1, 4294967295.0, TD_CLI_TEXT_SET_STEPS, "N",
              "optimizer steps of the run, a resumed one's included (default 2000)"),
         FLAG("--lr", TD_CLI_FLOAT, &c.lr, 1e-9, 1e3, TD_CLI_TEXT_SET_LR, "X",
-             "learning rate, the peak of a schedule (default 1e-3)"),
+             "learning rate, the peak of a schedule (default: the optimizer's, 1e-3 for adamw, adam and rmsprop, "
+             "0.01 for sgd and momentum)"),
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_TEXT_SET_OPTIMIZER, "NAME",
          "default adamw; momentum is SGD with momentum 0.9"},
         FLAG("--weight-decay", TD_CLI_FLOAT, &c.weight_decay, 0, 1e3, TD_CLI_TEXT_SET_WEIGHT_DECAY, "X",
@@ -338,7 +339,8 @@ int td_cli_train_text(int argc, char **argv)
              "validation batches per evaluation; 0: every window (default 0)"),
         FLAG("--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, "DIR",
              "save with each validation, at the end and on SIGINT/SIGTERM, keeping the newest 3"),
-        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "", "continue from the newest valid checkpoint in DIR"),
+        FLAG("--resume", TD_CLI_SWITCH, &c.resume, 0, 0, 0, "",
+             "continue from the newest valid checkpoint in DIR (none yet: a new run, said on stderr)"),
         FLAG("--metrics", TD_CLI_STRING, &c.metrics, 0, 0, 0, "FILE",
              "JSON lines per step and per validation (appended to when resuming)"),
         FLAG("--trace", TD_CLI_STRING, &c.trace, 0, 0, 0, "FILE",
@@ -372,6 +374,10 @@ int td_cli_train_text(int argc, char **argv)
                 c.init);
         return TD_CLI_EXIT_USAGE;
     }
+    if (c.checkpoint && (rc = td_cli_checkpoint_require("train", c.checkpoint)) != TD_CLI_EXIT_OK)
+        return rc;
+    if (c.resume && td_cli_resume_nothing_yet("train", c.checkpoint))
+        c.resume = false;
     c.given = set;
     c.context = c.sequence; /* --init or --resume: the file's */
     float weights[64];
@@ -394,6 +400,12 @@ int td_cli_train_text(int argc, char **argv)
         fprintf(stderr, "tandem train: --width %lld is not a multiple of --heads %lld\n", (long long)c.width,
                 (long long)c.heads);
         return TD_CLI_EXIT_USAGE;
+    }
+    if (!c.resume && !(set & TD_CLI_TEXT_SET_LR)) {
+        /* Another --optimizer than AdamW takes its own rate, not AdamW's. */
+        td_trainer_options o;
+        td_cli_text_optimizer(c.optimizer, &o);
+        c.lr = td_optimizer_default_learning_rate(o.optimizer);
     }
     if (c.checkpoint && (rc = td_cli_checkpoint_prepare_dir("train", c.checkpoint, c.resume)) != TD_CLI_EXIT_OK)
         return rc;

@@ -77,6 +77,7 @@ void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r)
     if (r->has_accuracy)
         number(f, "test_accuracy", r->test_accuracy);
     number(f, "seconds", r->seconds);
+    number(f, "eval_seconds", r->eval_seconds);
     number(f, "samples_per_second", r->samples_per_second);
     fprintf(f, "}\n");
     /* An epoch line is worth having on disk if the run dies later. */

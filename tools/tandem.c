@@ -4,7 +4,7 @@
  *   tandem sample ...         text from a GPT checkpoint (cmd_sample.c)
  *   tandem plot ...           draw a metrics file (cmd_plot.c)
  *   tandem devices [--json]   every device of every backend compiled in
- *   tandem version            library version */
+ *   tandem version            the library's version (also tandem --version) */
 #include <stdio.h>
 #include <string.h>
 
@@ -84,9 +84,9 @@ static void usage(FILE *f)
                "       tandem train --model gpt [--data FILE|DIR] [--steps N] [--init FILE] [--checkpoint DIR] ...\n"
                "       tandem eval --checkpoint DIR | --init FILE [--devices SPEC] [--data PATH]\n"
                "       tandem sample --checkpoint DIR | --init FILE [--prompt TEXT] [--tokens N] [--temperature X]\n"
-               "       tandem plot METRICS -o FILE.png\n"
+               "       tandem plot METRICS -o FILE.png|.svg|.pdf\n"
                "       tandem devices [--json]\n"
-               "       tandem version\n"
+               "       tandem version | tandem --version\n"
                "`tandem COMMAND --help` describes each command's flags.\n"
                "Exit codes: 0 done, 1 failed, 2 bad command line, 128+N stopped by signal N after writing its\n"
                "checkpoint (130 SIGINT, 143 SIGTERM).\n");
@@ -104,7 +104,7 @@ static int run_devices(int argc, char **argv)
         return 2;
     }
     td_context *ctx;
-    td_status s = td_context_create(NULL, &ctx);
+    td_status s = td_cli_context_create("devices", &ctx);
     if (s != TD_OK) {
         fprintf(stderr, "tandem: cannot create a context: %s\n", td_status_describe(s));
         return 1;
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         return td_cli_plot(argc - 1, argv + 1);
     if (strcmp(command, "devices") == 0)
         return run_devices(argc, argv);
-    if (strcmp(command, "version") == 0 && argc == 2) {
+    if ((strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) && argc == 2) {
         printf("tandem %s\n", td_version_string());
         return 0;
     }

@@ -34,6 +34,8 @@ typedef struct td_cli_config {
     int64_t steps;      /* global batches of the whole run, instead of whole epochs; 0 = by epochs */
     int64_t batch;      /* global */
     int64_t limit;      /* training examples per epoch; 0 = all */
+    int64_t eval_limit; /* test examples per evaluation; 0 = all */
+    int64_t eval_every; /* epochs between evaluations (the last epoch's always runs); 0 = the last only */
     int64_t accumulate; /* micro-batches per update */
     uint64_t seed;
     float lr;
@@ -98,6 +100,18 @@ int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *w
 /* Merges the traces of a job's processes (PATH.1 ... into PATH, process
  * 0's); an exit code. */
 int td_cli_trace_merge(const char *path, uint32_t processes);
+
+/* A context whose library warnings (a corrupt checkpoint skipped, a
+ * device dropped, trace events dropped) go to stderr as "tandem
+ * <command>: warning: ...": a silent context hid them from the user.
+ * Returns the status of td_context_create. */
+td_status td_cli_context_create(const char *command, td_context **out);
+
+/* A td_mesh_create that failed: a spec naming no known device, selecting
+ * none or malformed is a bad command line (TD_CLI_EXIT_USAGE), a backend
+ * or driver that refuses is a failure (TD_CLI_EXIT_FAILURE). Prints the
+ * message and returns the exit code. */
+int td_cli_fail_devices(const char *command, td_context *ctx, td_status s);
 
 /* Across processes, messages name the process that printed them. */
 void td_cli_set_process(uint32_t process, uint32_t processes);

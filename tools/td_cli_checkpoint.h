@@ -22,7 +22,8 @@ typedef struct td_cli_position {
  * config and `at` in the metadata; the file's path goes to path. */
 td_status td_cli_checkpoint_write(td_cli_session *s, const char *dir, td_cli_position at, char *path, size_t capacity);
 
-/* Reads the newest valid checkpoint of `dir` into *c: model, data,
+/* Reads the checkpoint at `dir` (a directory's newest valid one, or a
+ * file) into *c: model, data,
  * optimizer, schedule, epochs, batch, limit, accumulate, seed, lr,
  * dropout, batch norm. Options in `keep` (TD_CLI_SET_* bits) are left as
  * they are, and those in `must_match` that differ from the file's are an
@@ -45,6 +46,18 @@ bool td_cli_resume_differs_int(const char *command, unsigned must_match, unsigne
 /* Whether `dir` holds any checkpoint (valid or not): a new run there would
  * mix its files with an old run's. */
 bool td_cli_checkpoint_dir_used(const char *dir);
+
+/* A run asked for --checkpoint `dir` in a build without checkpoints: said
+ * and refused (TD_CLI_EXIT_USAGE) before the run starts, rather than after
+ * its first epoch when the first save fails. TD_CLI_EXIT_OK otherwise. */
+int td_cli_checkpoint_require(const char *command, const char *dir);
+
+/* --resume where `dir` holds no checkpoint yet (absent, or no ckpt-*
+ * file: a restart script passes --resume from the first run on): says on
+ * stderr that the run starts anew and returns true; the caller then runs
+ * as without --resume. A directory with checkpoints, even only corrupt
+ * ones, is resumed (and fails naming them) rather than overwritten. */
+bool td_cli_resume_nothing_yet(const char *command, const char *dir);
 
 /* Makes `dir` when it does not exist; a new run (not `resume`) refuses a
  * directory that holds another run's checkpoints. Returns an exit code. */

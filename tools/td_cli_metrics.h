@@ -36,7 +36,10 @@ typedef struct td_cli_step_record {
 
 typedef struct td_cli_epoch_record {
     int64_t epoch;
-    double train_loss, train_accuracy, test_loss, test_accuracy, seconds, samples_per_second;
+    double train_loss, train_accuracy, test_loss, test_accuracy; /* test: NaN (null) when not evaluated */
+    double seconds;      /* the epoch's, its evaluation included */
+    double eval_seconds; /* the evaluation's (0: none) */
+    double samples_per_second; /* the training's */
     bool has_accuracy;
 } td_cli_epoch_record;
 

@@ -54,10 +54,19 @@ td_status td_cli_session_step(td_cli_session *s, const uint32_t *rows, size_t co
  * any process asks to (`mine`), agreed between steps. Alone: `mine`. */
 bool td_cli_session_agree(td_cli_session *s, bool mine);
 
+/* Called after each batch of an evaluation: `done` of `batches` batches,
+ * the last one taking `seconds`. */
+typedef void (*td_cli_eval_progress_fn)(void *user, size_t done, size_t batches, double seconds);
+
 /* Loss and accuracy (0 for linreg) of the trainer's current parameters on
- * the first `count` examples of `split`, through the evaluator. */
+ * the first `count` examples of `split`, through the evaluator; on_batch
+ * (may be NULL) after each batch. */
 td_status td_cli_session_evaluate(td_cli_session *s, const td_cli_split *split, size_t count, double *loss,
-                                  double *accuracy);
+                                  double *accuracy, td_cli_eval_progress_fn on_batch, void *user);
+
+/* The test examples an evaluation of this run covers: --eval-limit, at
+ * most the test set. */
+size_t td_cli_session_eval_count(const td_cli_session *s);
 
 /* The optimizer names the CLI accepts, NULL-terminated, and the others'. */
 extern const char *const td_cli_models[];

@@ -173,6 +173,10 @@ td_status td_trace_begin(td_context *ctx, const char *path)
         trace_free(t);
         return TD_OOM(ctx, "a trace's tracks", sizeof *t->tracks * 8);
     }
+    /* grow() does not zero what it adds: every field of the host's track is
+     * set here, its sort index too (written by td_trace_end). */
+    t->tracks[0].key = NULL;
+    t->tracks[0].sort = 0;
     snprintf(t->tracks[0].label, LABEL_MAX, "host");
     t->n_tracks = 1;
     t->origin = td_trace_now();

@@ -126,8 +126,11 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     t->optimizer = td_trainer_optimizer_for(opts.optimizer);
     t->state_floats = t->optimizer->state_floats(&opts);
     t->schedule = opts.schedule;
-    if (t->schedule.kind == TD_SCHEDULE_CONSTANT)
-        t->schedule.init_value = opts.learning_rate;
+    if (t->schedule.kind == TD_SCHEDULE_CONSTANT) {
+        if (opts.learning_rate == 0.0f) /* checked: a known optimizer, whose default this is */
+            t->options.learning_rate = td_optimizer_default_learning_rate(opts.optimizer);
+        t->schedule.init_value = t->options.learning_rate;
+    }
     t->n_params = n_params;
     t->n_ranges = n_ranges;
     t->n_metrics = opts.n_metrics;

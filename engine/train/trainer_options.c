@@ -16,7 +16,7 @@ td_status td_trainer_options_init(td_trainer_options *o)
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
     o->optimizer = TD_OPTIMIZER_SGD;
-    o->learning_rate = 0.01f;
+    o->learning_rate = 0.0f; /* the optimizer's own (td_optimizer_default_learning_rate), chosen at create */
     o->schedule.kind = TD_SCHEDULE_CONSTANT;
     o->b1 = 0.9f;
     o->b2 = 0.999f;
@@ -55,13 +55,36 @@ static td_status check_finite_fields(td_context *ctx, const td_trainer_options *
     return TD_OK;
 }
 
+float td_optimizer_default_learning_rate(td_optimizer_kind kind)
+{
+    /* The rates optax's examples start from: plain SGD takes larger steps
+     * than the adaptive optimizers, whose steps are already normalised by
+     * the gradients' scale. */
+    switch (kind) {
+    case TD_OPTIMIZER_SGD:
+        return 0.01f;
+    case TD_OPTIMIZER_ADAM:
+    case TD_OPTIMIZER_ADAMW:
+    case TD_OPTIMIZER_RMSPROP:
+        return 1e-3f;
+    default:
+        return 0.0f;
+    }
+}
+
 td_status td_trainer_check_options(td_context *ctx, const td_trainer_options *o)
 {
     td_status s = check_finite_fields(ctx, o);
     if (s != TD_OK)
         return s;
-    if (o->schedule.kind == TD_SCHEDULE_CONSTANT && (!isfinite(o->learning_rate) || !(o->learning_rate > 0.0f)))
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: learning_rate %g must be finite and > 0",
+    /* The kind first: an unknown one has no default rate to speak of. */
+    if (td_optimizer_default_learning_rate(o->optimizer) == 0.0f)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: optimizer %d is not a td_optimizer_kind",
+                            (int)o->optimizer);
+    /* 0 stands for the optimizer's default, filled in by td_trainer_create. */
+    if (o->schedule.kind == TD_SCHEDULE_CONSTANT && (!isfinite(o->learning_rate) || !(o->learning_rate >= 0.0f)))
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: learning_rate %g must be finite and > 0 (or 0: the optimizer's default)",
                             (double)o->learning_rate);
     if (o->schedule.kind != TD_SCHEDULE_CONSTANT && (s = td_schedule_check(ctx, &o->schedule, "td_trainer_create")) != TD_OK)
         return s;

@@ -26,6 +26,12 @@ typedef enum td_optimizer_kind {
     TD_OPTIMIZER_RMSPROP = 3, /* optax.rmsprop: decay, eps, momentum (0 = none), nesterov */
 } td_optimizer_kind;
 
+/* The learning rate an optimizer starts from when the caller names none
+ * (td_trainer_options.learning_rate 0): SGD 0.01 (with or without
+ * momentum); ADAM, ADAMW and RMSPROP 1e-3, the rate optax's examples use
+ * for them. 0 for a value that is no td_optimizer_kind. */
+TD_API float td_optimizer_default_learning_rate(td_optimizer_kind kind);
+
 typedef enum td_schedule_kind {
     TD_SCHEDULE_CONSTANT = 0,          /* init_value at every step */
     TD_SCHEDULE_EXPONENTIAL_DECAY = 1, /* optax.exponential_decay */

@@ -40,7 +40,11 @@ typedef enum td_balance {
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
     td_optimizer_kind optimizer;
-    float learning_rate; /* the rate when schedule.kind is TD_SCHEDULE_CONSTANT */
+    /* The rate when schedule.kind is TD_SCHEDULE_CONSTANT; 0 (the default)
+     * takes the optimizer's own, td_optimizer_default_learning_rate (SGD
+     * 0.01, ADAM, ADAMW and RMSPROP 1e-3), so that changing `optimizer`
+     * alone does not keep another optimizer's rate. */
+    float learning_rate;
     td_schedule schedule; /* other kinds carry their own values */
     float momentum;       /* SGD, RMSPROP: 0 = no momentum trace */
     bool nesterov;        /* SGD, RMSPROP with momentum */
@@ -137,9 +141,10 @@ typedef struct td_step_timing {
 } td_step_timing;
 
 /* Fills `options` with the defaults: SGD without momentum at a constant
- * 0.01, no clipping, and optax's defaults for the other optimizers (b1 0.9,
- * b2 0.999, eps 1e-8, weight_decay 1e-4, decay 0.9), so that changing
- * `optimizer` alone gives optax's optimizer of that name. */
+ * rate of the optimizer's default (learning_rate 0: SGD 0.01, the others
+ * 1e-3), no clipping, and optax's defaults for the other optimizers (b1
+ * 0.9, b2 0.999, eps 1e-8, weight_decay 1e-4, decay 0.9), so that changing
+ * `optimizer` alone gives optax's optimizer of that name at its own rate. */
 TD_API td_status td_trainer_options_init(td_trainer_options *options);
 
 /* Builds value_and_grad of `loss` (a scalar node) with respect to `params`

@@ -491,7 +491,6 @@ Test(optimizers, bad_hyper_parameters_are_refused)
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, learning_rate), NAN, "learning_rate"},
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, learning_rate), INFINITY, "learning_rate"},
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, learning_rate), -0.1f, "learning_rate"},
-        {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, learning_rate), 0.0f, "learning_rate"},
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, momentum), -0.5f, "momentum"},
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, momentum), 1.0f, "momentum"},
         {TD_OPTIMIZER_SGD, offsetof(td_trainer_options, momentum), NAN, "momentum"},
@@ -512,6 +511,7 @@ Test(optimizers, bad_hyper_parameters_are_refused)
         {TD_OPTIMIZER_RMSPROP, offsetof(td_trainer_options, decay), NAN, "decay"},
         {TD_OPTIMIZER_RMSPROP, offsetof(td_trainer_options, momentum), 2.0f, "momentum"},
     };
+    /* learning_rate 0 is not among them: it asks for the optimizer's default. */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         td_trainer_options o = options_for(bad[i].kind, 0.01f);
         memcpy((char *)&o + bad[i].field_offset, &bad[i].value, sizeof(float));
@@ -559,6 +559,31 @@ Test(optimizers, old_struct_size_gets_the_new_defaults)
     double ref[NP];
     run_reference(&plain, true, 2, ref);
     expect_params_close(got, ref, PARAM_TOL, "old struct_size");
+}
+
+Test(optimizers, each_optimizer_has_its_own_default_learning_rate)
+{
+    /* Naming the optimizer alone must not keep SGD's rate: learning_rate
+     * left at its default trains as the optimizer's own rate given. */
+    const struct {
+        td_optimizer_kind kind;
+        float rate;
+    } cases[] = {{TD_OPTIMIZER_SGD, 0.01f}, {TD_OPTIMIZER_ADAM, 1e-3f}, {TD_OPTIMIZER_ADAMW, 1e-3f},
+                 {TD_OPTIMIZER_RMSPROP, 1e-3f}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cr_assert_eq(td_optimizer_default_learning_rate(cases[k].kind), cases[k].rate, "kind %d",
+                     (int)cases[k].kind);
+        td_trainer_options o;
+        td_trainer_options_init(&o);
+        o.optimizer = cases[k].kind;
+        float got[NP];
+        run_trainer("cpu:1", &o, true, STEPS, got);
+        td_trainer_options given = options_for(cases[k].kind, cases[k].rate);
+        double ref[NP];
+        run_reference(&given, true, STEPS, ref);
+        expect_params_close(got, ref, PARAM_TOL, "the optimizer's default rate");
+    }
+    cr_assert_eq(td_optimizer_default_learning_rate((td_optimizer_kind)9), 0.0f);
 }
 
 /* ---- zero parameters, memory ---- */

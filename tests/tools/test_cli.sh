@@ -7,10 +7,12 @@
 # gnuplot); the GPT on a small text this script writes: train, resume,
 # SIGTERM, eval, sample (bytes, and GPT-2 ids with llm.c's files), --init
 # from llm.c-layout weights, --recompute.
-# Usage: test_cli.sh PATH/TO/tandem
+# Usage: test_cli.sh PATH/TO/tandem [PATH/TO/linreg PATH/TO/mnist_mlp]
 set -euo pipefail
 
 tandem=$(realpath "$1")
+linreg=${2:+$(realpath "$2")}
+mnist_mlp=${3:+$(realpath "$3")}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-cli-test-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -73,6 +75,31 @@ for sub in "" train eval plot devices sample "train --model gpt"; do
   fi
 done
 
+echo "== version"
+for v in version --version; do
+  if expect_rc 0 "tandem $v" "$tandem" $v && ! grep -qE '^tandem [0-9]+\.[0-9]+\.[0-9]+$' out; then
+    fail "tandem $v prints no version: $(cat out)"
+  fi
+done
+# Uneven shards exist: the batch need not be a multiple of the devices.
+"$tandem" train --help | grep -q "multiple of the device" && fail "train --help: the batch as a multiple of the devices"
+
+echo "== the demos' command lines"
+if [ -n "$linreg" ]; then
+  if expect_rc 0 "linreg --help" "$linreg" --help && ! grep -q "usage" out; then
+    fail "linreg --help prints no usage: $(cat out)"
+  fi
+  expect_usage_error "--bogus" "linreg --bogus" "$linreg" --bogus
+  # Four simulated devices are four instances of cpu:0: each line names its own.
+  if expect_rc 0 "linreg cpu:2" "$linreg" --devices cpu:2; then
+    grep -q "\[0\] cpu:0#1 " out && grep -q "\[1\] cpu:0#2 " out || fail "linreg's device labels: $(head -3 out)"
+  fi
+fi
+if [ -n "$mnist_mlp" ] && expect_rc 0 "mnist_mlp --help" "$mnist_mlp" --help; then
+  cat err >>out # its usage goes to stderr
+  grep -qi "convolution" out && ! grep -qi "mlp's hidden" out && fail "mnist_mlp --help speaks of convolutions only"
+fi
+
 echo "== bad command lines"
 expect_usage_error "--bogus" "unknown flag" "$tandem" train --bogus
 expect_usage_error "--epochs" "epochs 0" "$tandem" train --epochs 0
@@ -97,9 +124,11 @@ expect_usage_error "--epochs" "an mlp flag for the gpt" "$tandem" train --model 
 expect_usage_error "--checkpoint" "sample without a checkpoint" "$tandem" sample
 expect_usage_error "'-1'" "sample temperature -1" "$tandem" sample --checkpoint x --temperature -1
 expect_usage_error "'a,b'" "sample ids not numbers" "$tandem" sample --checkpoint x --prompt-ids a,b
-if expect_rc 1 "unknown device" "$tandem" train --model linreg --devices nodevice:0 && ! grep -q "nodevice" err; then
-  fail "an unknown device spec is not named: $(cat err)"
-fi
+# A spec naming no device is a bad value (exit 2, as the README says); a
+# backend that is there but refuses would be a failure (1).
+expect_usage_error "nodevice" "unknown device" "$tandem" train --model linreg --devices nodevice:0
+expect_usage_error "gpu:0" "gpu:0 is no backend" "$tandem" train --model linreg --devices gpu:0
+expect_usage_error "cpu:0" "zero devices" "$tandem" train --model linreg --devices cpu:0
 if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace /nonexistent-dir/t.json &&
   ! grep -q "/nonexistent-dir/t.json" err; then
   fail "an unwritable --trace path is not named: $(cat err)"
@@ -111,6 +140,24 @@ expect_rc 0 "train with seed 2^64-1" "$tandem" train --model linreg --devices cp
   --seed 18446744073709551615 --checkpoint seed-ck
 expect_rc 0 "resume with seed 2^64-1" "$tandem" train --model linreg --devices cpu:1 --epochs 2 --checkpoint seed-ck \
   --resume
+
+echo "== eval of one checkpoint file; a corrupt newest checkpoint is skipped, and said"
+if expect_rc 0 "eval of a file" "$tandem" eval --checkpoint seed-ck/ckpt-00000032.safetensors --devices cpu:1; then
+  grep -q '"checkpoint":"seed-ck/ckpt-00000032.safetensors"' out || fail "eval of a file evaluated another: $(tail -1 out)"
+fi
+mkdir torn && cp seed-ck/ckpt-00000032.safetensors seed-ck/ckpt-00000064.safetensors torn/
+head -c 200 seed-ck/ckpt-00000064.safetensors >torn/ckpt-00000064.safetensors
+if expect_rc 0 "eval past a torn checkpoint" "$tandem" eval --checkpoint torn --devices cpu:1; then
+  grep -q "warning: .*torn/ckpt-00000064.safetensors" err || fail "the torn checkpoint was skipped silently: $(cat err)"
+  grep -q '"checkpoint":"torn/ckpt-00000032.safetensors"' out || fail "eval did not fall back: $(tail -1 out)"
+fi
+
+echo "== --resume with no checkpoint yet starts a new run"
+if expect_rc 0 "resume into an empty directory" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+  --checkpoint fresh --resume; then
+  grep -q "no checkpoint in 'fresh' yet; starting a new run" err || fail "the new start is not said: $(cat err)"
+  [ -f fresh/ckpt-00000032.safetensors ] || fail "the fresh run wrote no checkpoint: $(ls fresh)"
+fi
 
 # --trace onto something that is not a regular file: refused by name before
 # the run, the node left as it was (a scratch node here, never one in /dev).
@@ -124,6 +171,15 @@ if mknod trace-node c 1 3 2>/dev/null; then
   expect_rc 1 "--trace onto a character device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
     --trace trace-node || true
   [ -c trace-node ] || fail "--trace replaced the character device at its path"
+fi
+
+echo "== learning rates per optimizer"
+# --optimizer alone takes that optimizer's rate, not linreg's SGD rate.
+if expect_rc 0 "linreg with adam" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --optimizer adam; then
+  grep -q "adam lr 0.001 " out || fail "linreg --optimizer adam does not default to 1e-3: $(head -1 out)"
+fi
+if expect_rc 0 "linreg with sgd" "$tandem" train --model linreg --devices cpu:1 --epochs 1; then
+  grep -q "sgd lr 0.05 " out || fail "linreg's sgd rate changed: $(head -1 out)"
 fi
 
 echo "== linreg"
@@ -159,6 +215,27 @@ fi
 # epoch's checkpoint: that is written before the evaluation.
 expect_rc 1 "an evaluation that fails" "$tandem" train "${evalloss[@]}" --checkpoint evalfail || true
 [ -f evalfail/ckpt-00000008.safetensors ] || fail "the epoch's checkpoint depends on its evaluation: $(ls evalfail)"
+
+echo "== evaluation: --eval-limit, --eval-every, its time and its progress"
+ev=(--model mlp --data generated --limit 256 --batch 64 --devices cpu:2 --seed 4)
+if expect_rc 0 "--eval-every 2 of 3 epochs, --eval-limit 100" "$tandem" train "${ev[@]}" --epochs 3 --eval-every 2 \
+  --eval-limit 100 --metrics ev.jsonl; then
+  [ "$(json_field out test_examples)" = 100 ] || fail "--eval-limit 100: $(tail -1 out)"
+  grep -q "^epoch 1/3: .*not evaluated (--eval-every 2)" out && grep -q "^epoch 3/3: .*test loss .*(evaluation " out ||
+    fail "--eval-every 2 of 3 epochs: $(cat out)"
+  python3 - ev.jsonl <<'PY' || fail "--eval-every metrics: $(grep epoch ev.jsonl)"
+import json, sys
+epochs = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "epoch"]
+assert [e["test_loss"] is None for e in epochs] == [True, False, False], epochs
+for e in epochs:  # the epoch's seconds hold its evaluation's
+    assert (e["eval_seconds"] == 0) if e["test_loss"] is None else (0 < e["eval_seconds"] < e["seconds"]), e
+PY
+fi
+# On a terminal (script(1) gives the run one) the evaluation shows its batches.
+if command -v script >/dev/null 2>&1; then
+  script -qec "$tandem train ${ev[*]} --epochs 1" /dev/null >tty.out 2>&1 || fail "train on a terminal: $(cat tty.out)"
+  grep -aq "evaluating, batch 16/16" tty.out || fail "no evaluation progress on a terminal: $(tr '\r' '\n' <tty.out)"
+fi
 
 echo "== a slow device and a speed-aware split"
 if expect_rc 0 "balance auto" "$tandem" train --model mlp --data generated --limit 640 --batch 64 --epochs 2 \
@@ -354,6 +431,14 @@ PY
     cmp -s gck/ckpt-00000020.safetensors ghalf/ckpt-00000020.safetensors ||
       fail "10 + 10 gpt steps resumed do not write the 20-step run's checkpoint bitwise"
   fi
+  if expect_rc 0 "gpt with sgd" "$tandem" train "${tiny[@]}" --steps 1 --eval-every 0 --optimizer sgd; then
+    grep -q "sgd lr 0.01 " out || fail "gpt --optimizer sgd keeps adamw's rate: $(head -1 out)"
+  fi
+  if expect_rc 0 "gpt --resume with no checkpoint yet" "$tandem" train "${tiny[@]}" --steps 2 --eval-every 0 \
+    --checkpoint gfresh --resume; then
+    grep -q "no checkpoint in 'gfresh' yet; starting a new run" err || fail "gpt: the new start is not said: $(cat err)"
+    [ -f gfresh/ckpt-00000002.safetensors ] || fail "gpt: the fresh run wrote no checkpoint: $(ls gfresh)"
+  fi
   echo "== gpt: eval"
   if expect_rc 0 "gpt eval" "$tandem" eval --checkpoint gck --devices cpu:2; then
     [ "$(json_field out val_loss)" = "$(json_field gpt.out val_loss)" ] ||
@@ -387,6 +472,8 @@ PY
   fi
   if expect_rc 0 "greedy" "$tandem" sample "${sample[@]}" --temperature 0 --seed 1; then
     cp out g1
+    expect_rc 0 "greedy from the newest file" "$tandem" sample --checkpoint gck/ckpt-00000020.safetensors --prompt "the " \
+      --tokens 40 --temperature 0 --seed 1 && { cmp -s g1 out || fail "sample of the newest file differs from its directory's"; }
     expect_rc 0 "greedy, another seed, cpu:2" "$tandem" sample "${sample[@]}" --temperature 0 --seed 2 --devices cpu:2 &&
       { cmp -s g1 out || fail "greedy sampling depends on the seed or the mesh"; }
   fi
@@ -489,6 +576,22 @@ echo "== plot"
 if command -v gnuplot >/dev/null 2>&1; then
   if [ -f m.jsonl ] && expect_rc 0 "plot" "$tandem" plot m.jsonl -o curves.png; then
     [ "$(head -c 4 curves.png | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot did not write a PNG"
+  fi
+  # The format is the extension's; an unknown one is named, not drawn as PNG.
+  if [ -f m.jsonl ] && expect_rc 0 "plot to SVG" "$tandem" plot m.jsonl -o curves.svg; then
+    grep -q "<svg" curves.svg || fail "plot -o curves.svg did not write SVG: $(head -c 8 curves.svg | od -An -c)"
+  fi
+  if [ -f m.jsonl ] && expect_rc 0 "plot to PDF" "$tandem" plot m.jsonl -o curves.pdf; then
+    [ "$(head -c 4 curves.pdf)" = "%PDF" ] || fail "plot -o curves.pdf did not write PDF"
+  fi
+  expect_usage_error "'.gif'" "plot to an unknown format" "$tandem" plot m.jsonl -o curves.gif
+  # A run whose every loss is null (it diverged): tandem says so, not gnuplot.
+  if [ -f m.jsonl ]; then
+    sed -E 's/"(loss|train_loss|test_loss)":[-+0-9.eE]+/"\1":null/g' m.jsonl >nulls.jsonl
+    if expect_rc 1 "plot of null losses" "$tandem" plot nulls.jsonl -o nulls.png; then
+      grep -q "^tandem plot: 'nulls.jsonl': every loss .* is null" err && [ "$(wc -l <err)" -eq 1 ] ||
+        fail "null losses: not one tandem message: $(cat err)"
+    fi
   fi
   if [ -f g.jsonl ] && expect_rc 0 "plot a gpt run" "$tandem" plot g.jsonl -o gpt.png; then
     grep -q "3 validations" out || fail "plot of a gpt run: $(cat out)"
