@@ -297,8 +297,18 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
 int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *trainer, const char *path, char *file,
                            size_t capacity)
 {
+    struct stat info;
+    td_status st;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
+        /* A directory's newest file may be one this trainer cannot take
+         * (another shape, a torn write the listing could not see): the
+         * library falls back to the newest that restores, warning about
+         * each file it skips. */
+        st = td_checkpoint_restore_latest(trainer, path, file, capacity);
+        return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
+    }
     td_checkpoint *ck = NULL;
-    td_status st = td_cli_checkpoint_open_path(ctx, path, &ck);
+    st = td_checkpoint_open(ctx, path, &ck);
     if (st == TD_OK) {
         const char *p = "";
         td_checkpoint_path(ck, &p);
@@ -307,6 +317,20 @@ int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *tra
         td_checkpoint_close(ck);
     }
     return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
+}
+
+bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char *file, const char *key,
+                                uint64_t *value)
+{
+    td_checkpoint *ck = NULL;
+    td_status st = td_checkpoint_open(ctx, file, &ck);
+    if (st != TD_OK) {
+        td_cli_fail(command, ctx, st, "reading the restored checkpoint again");
+        return false;
+    }
+    const bool ok = td_cli_metadata_u64(command, ck, key, value);
+    td_checkpoint_close(ck);
+    return ok;
 }
 
 bool td_cli_checkpoint_dir_used(const char *dir)

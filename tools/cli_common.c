@@ -1,5 +1,6 @@
 /* Small things every subcommand uses: failure messages, the clock, JSON
  * strings. */
+#include <stdio.h>
 #include <time.h>
 
 #include "td_cli.h"
@@ -10,6 +11,25 @@ void td_cli_set_process(uint32_t process, uint32_t processes)
 {
     cli_process = process;
     cli_processes = processes;
+}
+
+/* The library's warnings (a checkpoint skipped for an older one, events a
+ * trace dropped) are things a user must see: stderr, one line each. The
+ * callback runs on worker threads too; one fprintf is one locked write. */
+static void log_to_stderr(void *user, td_log_level level, const char *message)
+{
+    fprintf(stderr, "tandem %s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
+}
+
+td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_context **ctx)
+{
+    td_context_options o;
+    td_context_options_init(&o);
+    o.log = log_to_stderr;
+    o.log_user = (void *)command;
+    o.log_level = TD_LOG_WARN;
+    o.timeout_ms = timeout_ms;
+    return td_context_create(&o, ctx);
 }
 
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what)

@@ -92,6 +92,10 @@ typedef struct td_cli_eval_args {
  * dispatched by td_cli_eval. */
 int td_cli_eval_text(const td_cli_eval_args *a);
 
+/* A context whose warnings go to stderr ("tandem <command>: warning:
+ * ..."), with the given wait timeout (0: the library's default). */
+td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_context **ctx);
+
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what);

@@ -290,6 +290,50 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
     return s;
 }
 
+/* Everything a restore checks before it reads a value: the metadata
+ * against the trainer, then every tensor's presence and shape. On TD_OK
+ * the caller owns *tensors and *entries (td_free both). */
+static td_status check_fits(const td_checkpoint *c, const td_trainer_view *v, restored_counters *counters,
+                            td_ckpt_tensor **tensors, uint32_t *n, const td_st_entry ***entries)
+{
+    *tensors = NULL;
+    *entries = NULL;
+    td_status s = check_metadata(c, v, counters);
+    if (s != TD_OK)
+        return s;
+    if ((s = td_ckpt_layout(v, "td_checkpoint_restore", tensors, n)) != TD_OK)
+        return s;
+    *entries = td_alloc(c->ctx, sizeof **entries * (*n + 1));
+    s = *entries ? match_tensors(c, *tensors, *n, *entries)
+                 : TD_OOM(c->ctx, "checkpoint entries", sizeof **entries * (*n + 1));
+    if (s != TD_OK) {
+        td_free(c->ctx, *entries);
+        td_free(c->ctx, *tensors);
+        *entries = NULL;
+        *tensors = NULL;
+    }
+    return s;
+}
+
+td_status td_ckpt_fits_trainer(td_trainer *t, const char *path)
+{
+    td_trainer_view v;
+    td_trainer_view_get(t, &v);
+    td_checkpoint *c = NULL;
+    td_status s = td_checkpoint_open(v.ctx, path, &c);
+    if (s != TD_OK)
+        return s;
+    restored_counters counters;
+    td_ckpt_tensor *tensors;
+    uint32_t n = 0;
+    const td_st_entry **entries;
+    s = check_fits(c, &v, &counters, &tensors, &n, &entries);
+    td_free(v.ctx, entries);
+    td_free(v.ctx, tensors);
+    td_checkpoint_close(c);
+    return s;
+}
+
 td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
 {
     td_status live = check_checkpoint(c, "td_checkpoint_restore");
@@ -305,24 +349,92 @@ td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
         return td_error_set(c->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_checkpoint_restore: the checkpoint was opened on another context than the trainer's");
     restored_counters counters;
-    td_status s = check_metadata(c, &v, &counters);
-    if (s != TD_OK)
-        return s;
     td_ckpt_tensor *tensors = NULL;
     uint32_t n = 0;
-    if ((s = td_ckpt_layout(&v, "td_checkpoint_restore", &tensors, &n)) != TD_OK)
-        return s;
+    const td_st_entry **entries = NULL;
     td_trace *tr = td_trace_of(c->ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
-    const td_st_entry **entries = td_alloc(c->ctx, sizeof *entries * (n + 1));
-    s = entries ? match_tensors(c, tensors, n, entries) : TD_OOM(c->ctx, "checkpoint entries", sizeof *entries * n);
-    if (s == TD_OK)
-        s = stage_values(c, t, tensors, n, entries);
+    td_status s = check_fits(c, &v, &counters, &tensors, &n, &entries);
+    if (s != TD_OK)
+        return s;
+    s = stage_values(c, t, tensors, n, entries);
     if (s == TD_OK)
         s = td_trainer_commit_restore(t, counters.updates, counters.micro_steps, counters.allreduces);
     td_free(c->ctx, entries);
     td_free(c->ctx, tensors);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "checkpoint restore", NULL, begin, td_trace_now(), 0);
+    return s;
+}
+
+/* A file a restore may skip for an older one: one that is not this
+ * trainer's or cannot be read. Anything else (memory, a device, a
+ * released trainer) would fail the older file too. */
+static bool skippable(td_status s)
+{
+    return s == TD_ERR_CORRUPT_DATA || s == TD_ERR_INVALID_ARGUMENT || s == TD_ERR_SHAPE_MISMATCH || s == TD_ERR_IO;
+}
+
+td_status td_checkpoint_restore_latest(td_trainer *t, const char *dir, char *path, size_t capacity)
+{
+    if (!t)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_trainer_check_live(t, "td_checkpoint_restore_latest");
+    if (s != TD_OK)
+        return s;
+    td_trainer_view v;
+    td_trainer_view_get(t, &v);
+    td_context *ctx = v.ctx;
+    if (!dir)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_restore_latest: dir is NULL");
+    if (path && capacity)
+        path[0] = '\0';
+    /* The longest name a listing keeps, so that a restored file's path
+     * always fits once it is found. */
+    const size_t file_cap = strlen(dir) + sizeof ((td_ckpt_file *)0)->name + 2;
+    if (path && capacity < file_cap)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_checkpoint_restore_latest: path capacity %zu, expected at least %zu for a checkpoint "
+                            "of %s",
+                            capacity, file_cap, dir);
+    td_ckpt_file *files = NULL;
+    size_t n = 0;
+    if ((s = td_ckpt_list(ctx, dir, &files, &n)) != TD_OK)
+        return s;
+    if (n == 0)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s holds no checkpoint (ckpt-<number>.safetensors)",
+                            dir);
+    char *file = td_alloc(ctx, file_cap);
+    if (!file) {
+        td_free(ctx, files);
+        return TD_OOM(ctx, "a checkpoint path", file_cap);
+    }
+    char newest_problem[1024] = "";
+    td_status newest_status = TD_OK;
+    for (size_t i = n; i-- > 0;) {
+        snprintf(file, file_cap, "%s/%s", dir, files[i].name);
+        td_checkpoint *c = NULL;
+        s = td_checkpoint_open(ctx, file, &c);
+        if (s == TD_OK) {
+            s = td_checkpoint_restore(c, t);
+            td_checkpoint_close(c);
+        }
+        if (s == TD_OK || !skippable(s))
+            break;
+        /* A refused file leaves the trainer as it was (restore's rule), so
+         * the one before it may still be tried; loudly. */
+        td_log(ctx, TD_LOG_WARN, "td_checkpoint_restore_latest: skipping %s: %s", file, td_last_error(ctx));
+        if (newest_status == TD_OK) {
+            newest_status = s;
+            snprintf(newest_problem, sizeof newest_problem, "%s", td_last_error(ctx));
+        }
+    }
+    if (s == TD_OK && path)
+        snprintf(path, capacity, "%s", file);
+    td_free(ctx, file);
+    td_free(ctx, files);
+    if (s != TD_OK && skippable(s))
+        return td_error_set(ctx, newest_status, "no checkpoint in %s restores into this trainer (%zu refused); the newest: %s",
+                            dir, n, newest_problem);
     return s;
 }

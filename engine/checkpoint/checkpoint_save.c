@@ -139,7 +139,7 @@ static td_status save(td_trainer *t, const char *path, const td_checkpoint_optio
     if (s == TD_OK && v.process == 0) {
         s = save_file(t, path, o, who);
         if (s == TD_OK && prune_dir)
-            s = td_ckpt_prune(v.ctx, prune_dir, o->keep, v.updates);
+            s = td_ckpt_prune(t, prune_dir, o->keep, v.updates);
     }
     if (v.processes > 1)
         s = agree(v.ctx, &v, who, path, s);

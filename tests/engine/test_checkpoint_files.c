@@ -471,3 +471,101 @@ Test(checkpoint_files, released_trainers_and_checkpoints_answer_state)
     td_graph_destroy(g); /* the last handle: frees what is left of the context */
     ckpt_test_remove_dir(dir);
 }
+
+/* ---- files a directory holds that no restore accepts ---- */
+
+typedef struct log_capture {
+    char text[4096];
+    size_t used;
+} log_capture;
+
+static void capture_log(void *user, td_log_level level, const char *message)
+{
+    log_capture *c = user;
+    if (level < TD_LOG_WARN)
+        return;
+    int n = snprintf(c->text + c->used, sizeof c->text - c->used, "%s\n", message);
+    if (n > 0)
+        c->used += (size_t)n < sizeof c->text - c->used ? (size_t)n : sizeof c->text - c->used - 1;
+}
+
+/* Three higher-numbered files that no restore takes -- two torn, one
+ * well-formed with w of another shape -- must neither push the good
+ * checkpoints out of the newest three nor be restored: the resume takes
+ * the newest good one, and names each file it skipped. */
+Test(checkpoint_files, unloadable_files_neither_count_towards_keep_nor_stop_a_resume)
+{
+    log_capture log = {{0}, 0};
+    td_context_options co;
+    td_context_options_init(&co);
+    co.timeout_ms = 30000;
+    co.log = capture_log;
+    co.log_user = &log;
+    co.log_level = TD_LOG_WARN;
+    td_context *ctx;
+    cr_assert_eq(td_context_create(&co, &ctx), TD_OK);
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    for (int n = 10; n <= 11; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        write_raw(path, "{not json", NULL, 0);
+    }
+    snprintf(path, sizeof path, "%s/ckpt-00000012.safetensors", dir);
+    write_raw(path, "{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", NULL, 16);
+
+    int64_t xd[2] = {4, 3}, yd[2] = {4, 1};
+    td_tensor *xt = test_tensor(ctx, TD_F32, 2, xd), *yt = test_tensor(ctx, TD_F32, 2, yd);
+    for (size_t i = 0; i < 12; i++)
+        test_f32(xt)[i] = (float)i / 12.0f;
+    for (size_t i = 0; i < 4; i++)
+        test_f32(yt)[i] = 1.0f;
+    td_binding b[2] = {{x, xt}, {y, yt}};
+    for (int step = 1; step <= 4; step++) {
+        TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
+        TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    }
+    for (int n = 1; n <= 12; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        const bool expected = (n >= 2 && n <= 4) || n >= 10;
+        cr_assert_eq(ckpt_test_file_exists(path), expected, "%s %s", path, expected ? "was removed" : "was kept");
+    }
+    cr_assert(strstr(log.text, "ckpt-00000012.safetensors"), "the save did not say why it left a file: %s", log.text);
+
+    td_trainer *fresh = linreg_trainer(ctx);
+    log.used = 0;
+    log.text[0] = '\0';
+    char restored[512];
+    TEST_OK(ctx, td_checkpoint_restore_latest(fresh, dir, restored, sizeof restored));
+    cr_assert(strstr(restored, "/ckpt-00000004.safetensors"), "restored %s", restored);
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(fresh, &p));
+    cr_assert_eq(p.updates, 4u);
+    for (int n = 10; n <= 12; n++) {
+        char name[64];
+        snprintf(name, sizeof name, "skipping %s/ckpt-%08d.safetensors", dir, n);
+        cr_assert(strstr(log.text, name), "no warning '%s' in: %s", name, log.text);
+    }
+    cr_assert(strstr(log.text, "has shape [2, 2]"), "the warning does not say why: %s", log.text);
+
+    /* None restores: the newest one's problem, and the trainer as it was. */
+    for (int n = 1; n <= 4; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        unlink(path);
+    }
+    td_trainer *untouched = linreg_trainer(ctx);
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "no checkpoint in",
+               td_checkpoint_restore_latest(untouched, dir, restored, sizeof restored));
+    TEST_OK(ctx, td_trainer_progress(untouched, &p));
+    cr_assert_eq(p.updates, 0u);
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path capacity 8", td_checkpoint_restore_latest(untouched, dir, restored, 8));
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}

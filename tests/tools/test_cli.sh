@@ -66,6 +66,23 @@ open(target, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
 PY
 }
 
+# with_transposed SOURCE TARGET: TARGET is the checkpoint SOURCE with its
+# first non-square matrix's shape reversed: a well-formed file, with the
+# same bytes and metadata, that no trainer of the run's model takes.
+with_transposed() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+source, target = sys.argv[1:3]
+raw = open(source, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = next(k for k, v in header.items() if k != "__metadata__" and len(v["shape"]) == 2 and v["shape"][0] != v["shape"][1])
+header[name]["shape"].reverse()
+text = json.dumps(header).encode()
+open(target, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+}
+
 echo "== help"
 for sub in "" train eval plot devices sample "train --model gpt"; do
   if expect_rc 0 "tandem $sub --help" "$tandem" $sub --help && ! grep -q "usage" out; then
@@ -262,6 +279,20 @@ PY
      expect_rc 0 "resume to two" "$tandem" train --devices cpu:2 --epochs 2 --checkpoint half --resume; then
     cmp -s ck/ckpt-00000010.safetensors half/ckpt-00000010.safetensors ||
       fail "1 + 1 epochs resumed does not write the 2-epoch run's checkpoint bitwise"
+    # Newer files that do not restore -- three torn, one of another shape
+    # -- are skipped, each named, for the newest that does, and the run
+    # goes on from that file's place, bitwise.
+    mkdir fb && cp half/ckpt-00000005.safetensors fb/
+    for n in 96 97 98; do echo torn >"fb/ckpt-000000$n.safetensors"; done
+    with_transposed ck/ckpt-00000010.safetensors fb/ckpt-00000099.safetensors
+    if expect_rc 0 "resume past unloadable files" "$tandem" train --devices cpu:2 --epochs 2 --checkpoint fb --resume; then
+      for n in 96 97 98 99; do
+        grep -q "skipping fb/ckpt-000000$n.safetensors" err || fail "skipped ckpt-000000$n not named: $(cat err)"
+      done
+      cmp -s ck/ckpt-00000010.safetensors fb/ckpt-00000010.safetensors ||
+        fail "the run resumed past unloadable files does not write the 2-epoch run's checkpoint bitwise"
+      [ -f fb/ckpt-00000005.safetensors ] || fail "a valid checkpoint was removed because of unloadable ones: $(ls fb)"
+    fi
   fi
 fi
 
