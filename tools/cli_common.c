@@ -1,5 +1,6 @@
 /* Small things every subcommand uses: failure messages, the clock, JSON
  * strings. */
+#include <math.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -30,6 +31,15 @@ td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_con
     o.log_level = TD_LOG_WARN;
     o.timeout_ms = timeout_ms;
     return td_context_create(&o, ctx);
+}
+
+int td_cli_diverged(const char *command, double loss, uint64_t step)
+{
+    fprintf(stderr,
+            "tandem %s: step %llu: the training loss is %g, expected a finite number: the run diverged (a lower --lr?); "
+            "stopped without saving this state (the last checkpoint, if any, is from before)\n",
+            command, (unsigned long long)step, loss);
+    return TD_CLI_EXIT_FAILURE;
 }
 
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what)
@@ -73,4 +83,12 @@ void td_cli_json_string(FILE *f, const char *s)
             fputc(c, f);
     }
     fputc('"', f);
+}
+
+void td_cli_json_number(FILE *f, const char *format, double v)
+{
+    if (isfinite(v))
+        fprintf(f, format, v);
+    else
+        fputs("null", f);
 }

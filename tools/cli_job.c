@@ -49,8 +49,10 @@ void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer,
     fputc(']', f);
     if (speeds && n_speeds && speeds[0] > 0.0) {
         fprintf(f, ",\"device_speeds\":[");
-        for (uint32_t d = 0; d < n_speeds; d++)
-            fprintf(f, "%s%.1f", d ? "," : "", speeds[d]);
+        for (uint32_t d = 0; d < n_speeds; d++) {
+            fputs(d ? "," : "", f);
+            td_cli_json_number(f, "%.1f", speeds[d]);
+        }
         fputc(']', f);
     }
     free(rows);

@@ -94,10 +94,13 @@ int td_cli_eval(int argc, char **argv)
             printf(", accuracy %.4f", accuracy);
         printf(", %.2f s\n", seconds);
         printf("{\"command\":\"eval\",\"checkpoint\":\"%s\",\"model\":\"%s\",\"devices\":\"%s\",\"device_count\":%u,"
-               "\"updates\":%llu,\"examples\":%zu,\"test_loss\":%.6g",
-               path, c.model, c.devices, s.n_devices, (unsigned long long)p.updates, s.test.count, loss);
-        if (s.classifier)
-            printf(",\"test_accuracy\":%.4f", accuracy);
+               "\"updates\":%llu,\"examples\":%zu,\"test_loss\":",
+               path, c.model, c.devices, s.n_devices, (unsigned long long)p.updates, s.test.count);
+        td_cli_json_number(stdout, "%.6g", loss);
+        if (s.classifier) {
+            printf(",\"test_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", accuracy);
+        }
         printf(",\"seconds\":%.3f}\n", seconds);
     }
     td_cli_session_close(&s);

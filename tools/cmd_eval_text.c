@@ -69,10 +69,13 @@ int td_cli_eval_text(const td_cli_eval_args *a)
         td_cli_json_string(stdout, path);
         printf(",\"model\":\"gpt\",\"devices\":");
         td_cli_json_string(stdout, c.devices);
-        printf(",\"device_count\":%u,\"step\":%llu,\"updates\":%llu,\"windows\":%zu,\"val_loss\":%.6g", s.n_devices,
-               (unsigned long long)step, (unsigned long long)p.updates, windows, loss);
-        if (s.summary.bytes)
-            printf(",\"val_bits_per_byte\":%.6g", bits);
+        printf(",\"device_count\":%u,\"step\":%llu,\"updates\":%llu,\"windows\":%zu,\"val_loss\":", s.n_devices,
+               (unsigned long long)step, (unsigned long long)p.updates, windows);
+        td_cli_json_number(stdout, "%.6g", loss);
+        if (s.summary.bytes) {
+            printf(",\"val_bits_per_byte\":");
+            td_cli_json_number(stdout, "%.6g", bits);
+        }
         printf(",\"seconds\":%.3f}\n", seconds);
     }
     td_demo_end_job_if_failed(s.ctx, s.processes, rc);

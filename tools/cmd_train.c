@@ -10,6 +10,7 @@
  * 128 + the signal's number. An epoch's checkpoint is written before its
  * evaluation on the test set, so an evaluation that fails never costs the
  * epoch's training. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +181,10 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                     .seconds = seconds, .has_accuracy = s->classifier, .n_devices = r->n_timing, .timing = r->timing,
                     .split = r->split};
                 td_cli_metrics_step(&r->metrics, &rec);
+            }
+            if (!isfinite(loss)) {
+                td_cli_progress_clear(&r->progress);
+                return td_cli_diverged("train", loss, after.micro_steps);
             }
             /* The bar shows the epoch's rate so far: one step's rate jumps about. */
             td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, examples / (td_cli_now() - t_epoch), loss);
@@ -428,12 +433,20 @@ int td_cli_train(int argc, char **argv)
         td_trainer_progress(r->s.trainer, &p);
         printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"processes\":%u,\"device_count\":%u,"
                "\"epochs\":%lld,\"steps\":%lld,"
-               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,",
+               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":",
                c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.steps,
-               (long long)c.batch, c.optimizer,
-               (unsigned long long)p.updates, last.train_loss, last.test_loss);
-        if (r->s.classifier)
-            printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
+               (long long)c.batch, c.optimizer, (unsigned long long)p.updates);
+        td_cli_json_number(stdout, "%.6g", last.train_loss);
+        printf(",\"test_loss\":");
+        td_cli_json_number(stdout, "%.6g", last.test_loss);
+        putchar(',');
+        if (r->s.classifier) {
+            printf("\"train_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", last.train_accuracy);
+            printf(",\"test_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", last.test_accuracy);
+            putchar(',');
+        }
         printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",", train_seconds,
                devices_now(r, p.devices), p.devices_lost, c.balance ? c.balance : "even");
         /* Examples per device of a global batch, and (balance auto) the

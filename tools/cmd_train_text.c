@@ -251,6 +251,10 @@ static int run_loop(text_run *r, uint64_t start)
                 .tokens_per_second = tokens_per_step / seconds};
             td_cli_metrics_step(&r->metrics, &rec);
         }
+        if (!isfinite(loss)) {
+            td_cli_progress_clear(&r->progress);
+            return td_cli_diverged("train", loss, step);
+        }
         /* The line shows this run's rate so far: one step's rate jumps about. */
         td_cli_progress_steps(&r->progress, step, tokens_per_step * (double)r->trained / r->train_seconds, loss);
     }
@@ -274,16 +278,16 @@ static void print_summary(text_run *r, double seconds, bool identical)
            (long long)c->sequence, (long long)c->vocab,
            (unsigned long long)s->parameter_count, (long long)c->batch, (long long)c->steps, c->optimizer,
            (double)c->lr, (unsigned long long)p.updates);
-    if (r->has_train_loss)
-        printf("\"train_loss\":%.6g,", r->train_loss);
-    else
-        printf("\"train_loss\":null,");
-    if (r->has_val) {
-        printf("\"val_loss\":%.6g,", r->val_loss);
-        if (s->summary.bytes)
-            printf("\"val_bits_per_byte\":%.6g,", r->val_loss / log(2.0));
-    } else {
-        printf("\"val_loss\":null,");
+    printf("\"train_loss\":");
+    td_cli_json_number(stdout, "%.6g", r->has_train_loss ? r->train_loss : NAN);
+    putchar(',');
+    printf("\"val_loss\":");
+    td_cli_json_number(stdout, "%.6g", r->has_val ? r->val_loss : NAN);
+    putchar(',');
+    if (r->has_val && s->summary.bytes) {
+        printf("\"val_bits_per_byte\":");
+        td_cli_json_number(stdout, "%.6g", r->val_loss / log(2.0));
+        putchar(',');
     }
     printf("\"val_windows\":%zu,\"tokens_per_second\":%.1f,\"train_seconds\":%.3f,\"seconds\":%.3f,"
            "\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",",

@@ -92,6 +92,11 @@ typedef struct td_cli_eval_args {
  * dispatched by td_cli_eval. */
 int td_cli_eval_text(const td_cli_eval_args *a);
 
+/* A training step's loss came back NaN or infinite (its metrics line,
+ * with null, is already written): says so with the step and the value,
+ * and that nothing of this state is saved. Returns TD_CLI_EXIT_FAILURE. */
+int td_cli_diverged(const char *command, double loss, uint64_t step);
+
 /* A context whose warnings go to stderr ("tandem <command>: warning:
  * ..."), with the given wait timeout (0: the library's default). */
 td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_context **ctx);
@@ -116,5 +121,10 @@ double td_cli_now(void);
 
 /* `s` as a JSON string, quotes included. */
 void td_cli_json_string(FILE *f, const char *s);
+
+/* `v` printed with `format` (one double conversion, such as "%.6g"), or
+ * null when it is NaN or infinite: JSON has no such numbers, and a
+ * diverged run's line must still parse. */
+void td_cli_json_number(FILE *f, const char *format, double v);
 
 #endif

@@ -259,6 +259,12 @@ static td_status match_tensors(const td_checkpoint *c, const td_ckpt_tensor *ten
     return TD_OK;
 }
 
+/* A NaN or infinity read back is a diverged run's state (or a damaged
+ * file): restoring it would only make every later step and evaluation
+ * NaN, so it is refused like any other bad value; the spare copies it
+ * went into are never made current. */
+#define NONFINITE_WHY " (a diverged run's state?); the trainer is unchanged"
+
 /* Reads every tensor into the trainer's spare copies. */
 static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ckpt_tensor *tensors, uint32_t n,
                               const td_st_entry *const *entries)
@@ -269,6 +275,9 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
         const td_ckpt_tensor *ct = &tensors[i];
         if (ct->slot < 0) {
             s = td_st_read(c->file, entries[i], 0, ct->count, params + ct->offset);
+            if (s == TD_OK)
+                s = td_ckpt_check_finite(c->ctx, TD_ERR_CORRUPT_DATA, "td_checkpoint_restore", td_st_path(c->file), ct,
+                                         params + ct->offset, ct->count, 0, NONFINITE_WHY);
             continue;
         }
         for (size_t at = ct->offset, end = ct->offset + ct->count; s == TD_OK && at < end;) {
@@ -284,6 +293,9 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
             if (run > end - at)
                 run = end - at;
             s = td_st_read(c->file, entries[i], at - ct->offset, run, p);
+            if (s == TD_OK)
+                s = td_ckpt_check_finite(c->ctx, TD_ERR_CORRUPT_DATA, "td_checkpoint_restore", td_st_path(c->file), ct,
+                                         p, run, at - ct->offset, NONFINITE_WHY);
             at += run;
         }
     }

@@ -83,6 +83,38 @@ static td_status write_tensor(td_atomic_file *f, td_trainer *t, const float *mas
     return s;
 }
 
+/* A diverged trainer (a NaN or infinity in a parameter or the optimizer
+ * state) is refused before the file exists: saving it would replace a
+ * good checkpoint in the directory's newest K with one that every resume
+ * and evaluation would carry on. */
+static td_status check_finite(td_trainer *t, const td_trainer_view *v, const char *who, const char *path,
+                              const td_ckpt_tensor *tensors, uint32_t n)
+{
+    char why[160];
+    snprintf(why, sizeof why, " after update %llu: the training diverged (a lower learning rate?); nothing was written",
+             (unsigned long long)v->updates);
+    const float *master = td_trainer_master(t);
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < n && s == TD_OK; i++) {
+        const td_ckpt_tensor *ct = &tensors[i];
+        if (ct->slot < 0) {
+            s = td_ckpt_check_finite(v->ctx, TD_ERR_STATE, who, path, ct, master + ct->offset, ct->count, 0, why);
+            continue;
+        }
+        for (size_t at = ct->offset, end = ct->offset + ct->count; s == TD_OK && at < end;) {
+            size_t run;
+            const float *p = td_trainer_opt_state_run(t, (uint32_t)ct->slot, at, false, &run);
+            if (!p || run == 0) /* write_tensor names this */
+                break;
+            if (run > end - at)
+                run = end - at;
+            s = td_ckpt_check_finite(v->ctx, TD_ERR_STATE, who, path, ct, p, run, at - ct->offset, why);
+            at += run;
+        }
+    }
+    return s;
+}
+
 static td_status write_file(td_trainer *t, const td_trainer_view *v, const char *who, const char *path,
                             const char *header, size_t header_bytes, const td_ckpt_tensor *tensors, uint32_t n)
 {
@@ -164,6 +196,10 @@ static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_
     uint32_t n = 0;
     if ((s = td_ckpt_layout(&v, who, &tensors, &n)) != TD_OK)
         return s;
+    if ((s = check_finite(t, &v, who, path, tensors, n)) != TD_OK) {
+        td_free(v.ctx, tensors);
+        return s;
+    }
     td_st_tensor *st = td_alloc(v.ctx, sizeof *st * (n + 1));
     const uint32_t n_meta = OWN_KEYS + o->n_metadata;
     const char **keys = td_alloc(v.ctx, sizeof *keys * n_meta), **values = td_alloc(v.ctx, sizeof *values * n_meta);

@@ -6,6 +6,7 @@
  * regression, one parameter w. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,6 +567,54 @@ Test(checkpoint_files, unloadable_files_neither_count_towards_keep_nor_stop_a_re
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path capacity 8", td_checkpoint_restore_latest(untouched, dir, restored, 8));
     td_tensor_destroy(xt);
     td_tensor_destroy(yt);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* ---- a diverged run's state is neither saved nor restored ---- */
+
+Test(checkpoint_files, nan_or_infinite_values_are_neither_saved_nor_restored)
+{
+    td_context *ctx = test_context(30000);
+    char *dir = ckpt_test_temp_dir();
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 4, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    int64_t wd[2] = {4, 1};
+    const float good[4] = {0.5f, -1.5f, 2.0f, 0.25f};
+    td_tensor *values = test_tensor_f32(ctx, 2, wd, good);
+    TEST_OK(ctx, td_trainer_set_param(t, w, values));
+    char path[512];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    TEST_OK(ctx, td_checkpoint_save(t, path, NULL));
+
+    /* Saving: refused before the file is touched, naming the element. */
+    test_f32(values)[2] = NAN;
+    TEST_OK(ctx, td_trainer_set_param(t, w, values));
+    TEST_FAILS(ctx, TD_ERR_STATE, "tensor 'w' holds nan at element 2", td_checkpoint_save(t, path, NULL));
+    TEST_FAILS(ctx, TD_ERR_STATE, "diverged", td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-"), 0);
+    cr_assert_eq(ckpt_test_count_prefixed(dir, ".tmp-"), 0);
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    TEST_OK(ctx, td_checkpoint_restore(c, t)); /* the good file is still the good one */
+    td_checkpoint_close(c);
+
+    /* Restoring: a file holding an infinity leaves the trainer as it was. */
+    const float bad[4] = {1.0f, 2.0f, 3.0f, INFINITY};
+    write_raw(path, "{" META "," ENTRY_W "}", bad, sizeof bad);
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    TEST_FAILS(ctx, TD_ERR_CORRUPT_DATA, "tensor 'w' holds inf at element 3", td_checkpoint_restore(c, t));
+    td_checkpoint_close(c);
+    TEST_OK(ctx, td_trainer_read_param(t, w, 1, values));
+    cr_assert(memcmp(test_f32(values), good, sizeof good) == 0, "a refused restore changed w");
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(t, &p));
+    cr_assert_eq(p.updates, 0u);
+    td_tensor_destroy(values);
     ckpt_test_remove_dir(dir);
     td_context_destroy(ctx);
 }

@@ -122,6 +122,16 @@ if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1
   fail "an unwritable --trace path is not named: $(cat err)"
 fi
 
+# A diverging run stops at the first non-finite loss, saying where, and
+# writes no checkpoint of that state; its metrics lines stay valid JSON.
+if expect_rc 1 "a diverging run" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --lr 1000 \
+    --checkpoint div --metrics div.jsonl; then
+  grep -q "the training loss is inf" err || fail "a diverged run does not say so: $(cat err)"
+  python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' div.jsonl ||
+    fail "the diverged run's metrics are not JSON: $(tail -c 300 div.jsonl)"
+  [ -z "$(ls div)" ] || fail "the diverged run saved a checkpoint: $(ls div)"
+fi
+
 # A seed above 2^63 (--seed takes any uint64) resumes: the checkpoint's
 # metadata is read back as a uint64.
 expect_rc 0 "train with seed 2^64-1" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
