@@ -458,6 +458,15 @@ Test(data, load_mnist_rejects_images_of_the_wrong_rank)
     expect_mnist_failure("t10k", TD_ERR_CORRUPT_DATA, "holds u8 data of rank 2", "images: u8 of rank 3");
 }
 
+Test(data, load_mnist_rejects_an_empty_split_and_images_of_no_pixel)
+{
+    write_fake_mnist("train", 0, 4, 4, 0, NULL);
+    expect_mnist_failure("train", TD_ERR_CORRUPT_DATA, "holds 0 images of 4 x 4", "expected at least one image");
+    static const unsigned char good[2] = {1, 2};
+    write_fake_mnist("t10k", 2, 0, 4, 2, good);
+    expect_mnist_failure("t10k", TD_ERR_CORRUPT_DATA, "holds 2 images of 0 x 4", "at least 1 x 1");
+}
+
 /* ---- the example order ---- */
 
 Test(data, the_order_is_a_permutation_that_depends_only_on_seed_epoch_and_n)

@@ -122,6 +122,33 @@ if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1
   fail "an unwritable --trace path is not named: $(cat err)"
 fi
 
+# write_idx_split DIR SPLIT N H W: an MNIST-layout split of N images of H x W
+# (plain IDX files), labels 0..9 in turn.
+write_idx_split() {
+  python3 - "$@" <<'PY'
+import os, struct, sys
+folder, split, n, h, w = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+os.makedirs(folder, exist_ok=True)
+with open(f"{folder}/{split}-images-idx3-ubyte", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, h, w) + bytes(i % 251 for i in range(n * h * w)))
+with open(f"{folder}/{split}-labels-idx1-ubyte", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+}
+
+# Datasets are checked when they are read, not an epoch later: test images
+# of another size than the training images, and an empty training split.
+write_idx_split odd-idx train 8 6 6
+write_idx_split odd-idx t10k 4 5 5
+if expect_rc 1 "test images of another size" "$tandem" train --model mlp --data odd-idx --devices cpu:1 --epochs 1 --batch 4; then
+  grep -q "test images (t10k) are 5 x 5, expected the training images' 6 x 6" err || fail "the size mismatch is not named: $(cat err)"
+fi
+write_idx_split empty-idx train 0 6 6
+write_idx_split empty-idx t10k 4 6 6
+if expect_rc 1 "an empty training split" "$tandem" train --model mlp --data empty-idx --devices cpu:1 --epochs 1 --batch 4; then
+  grep -q "holds 0 images" err || fail "an empty training split is not named: $(cat err)"
+fi
+
 # A diverging run stops at the first non-finite loss, saying where, and
 # writes no checkpoint of that state; its metrics lines stay valid JSON.
 if expect_rc 1 "a diverging run" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --lr 1000 \
