@@ -175,18 +175,19 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
         !td_cli_metadata_copy(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
         !td_cli_metadata_copy(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
         !td_cli_metadata_copy(command, ck, "data", st->data, sizeof st->data, NULL) ||
-        !td_cli_metadata_i64(command, ck, "epochs", &c->epochs) ||
-        !td_cli_metadata_i64(command, ck, "batch", &c->batch) ||
-        !td_cli_metadata_i64(command, ck, "limit", &c->limit) ||
-        !td_cli_metadata_i64(command, ck, "accumulate", &c->accumulate) ||
+        !td_cli_metadata_range(command, ck, "epochs", 1, TD_CLI_MAX_EPOCHS, &c->epochs) ||
+        !td_cli_metadata_range(command, ck, "batch", 1, TD_CLI_MAX_BATCH, &c->batch) ||
+        !td_cli_metadata_range(command, ck, "limit", 0, TD_CLI_MAX_EXAMPLES, &c->limit) ||
+        !td_cli_metadata_range(command, ck, "accumulate", 1, TD_CLI_MAX_ACCUMULATE, &c->accumulate) ||
         !td_cli_metadata_u64(command, ck, "seed", &c->seed) || !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
         !td_cli_metadata_float(command, ck, "dropout", &c->dropout) ||
-        !td_cli_metadata_i64(command, ck, "batch_norm", &batch_norm) ||
-        !td_cli_metadata_i64(command, ck, "epoch", &epoch) || !td_cli_metadata_i64(command, ck, "position", &position))
+        !td_cli_metadata_range(command, ck, "batch_norm", 0, 1, &batch_norm) ||
+        !td_cli_metadata_range(command, ck, "epoch", 0, TD_CLI_MAX_EPOCHS, &epoch) ||
+        !td_cli_metadata_range(command, ck, "position", 0, TD_CLI_MAX_EXAMPLES, &position))
         return false;
-    if (c->batch < 1 || c->accumulate < 1) {
-        fprintf(stderr, "tandem %s: checkpoint metadata has batch %lld and accumulate %lld; both must be at least 1\n",
-                command, (long long)c->batch, (long long)c->accumulate);
+    if (!(c->lr > 0.0f && c->lr <= 1e3f) || !(c->dropout >= 0.0f && c->dropout < 1.0f)) {
+        fprintf(stderr, "tandem %s: checkpoint metadata has lr %g and dropout %g, expected 0 < lr <= 1000 and 0 <= dropout < 1\n",
+                command, (double)c->lr, (double)c->dropout);
         return false;
     }
     c->model = st->model;
@@ -201,7 +202,7 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     const char *steps = NULL;
     c->steps = 0;
     if (td_checkpoint_metadata(ck, "steps", &steps) == TD_OK && steps &&
-        !td_cli_metadata_i64(command, ck, "steps", &c->steps))
+        !td_cli_metadata_range(command, ck, "steps", 0, TD_CLI_MAX_EXAMPLES, &c->steps))
         return false;
     at->epoch = (uint64_t)epoch;
     at->position = (uint64_t)position;

@@ -48,6 +48,15 @@ typedef struct td_cli_config {
     const char *balance;        /* "even" (NULL), "auto" or weights "W,W,..." (td_balance_parse) */
 } td_cli_config;
 
+/* The ranges of the run's sizes, one place for the flags that set them
+ * and for the checkpoint metadata that records them: a hand-edited or
+ * hostile file gets no more than a command line (a batch of 2^40 would
+ * ask for terabytes). */
+#define TD_CLI_MAX_EPOCHS 1000000
+#define TD_CLI_MAX_BATCH (1 << 20)
+#define TD_CLI_MAX_ACCUMULATE 1024
+#define TD_CLI_MAX_EXAMPLES 1000000000000LL /* --limit and --steps */
+
 /* The flags a config can come from, one bit each, so that --resume can
  * tell what the user asked for from what the defaults say. */
 enum {

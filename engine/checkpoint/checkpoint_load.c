@@ -7,6 +7,7 @@
  * that succeeded do the copies become current: a refused or unreadable file
  * leaves the trainer exactly as it was. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -199,6 +200,20 @@ static td_status check_metadata(const td_checkpoint *c, const td_trainer_view *v
         (s = metadata_u64(c, who, "tandem.micro_steps", &out->micro_steps)) != TD_OK ||
         (s = metadata_u64(c, who, "tandem.allreduces", &out->allreduces)) != TD_OK)
         return s;
+    /* The counters go on from here: one near 2^64 would wrap within the
+     * run (the next file's number among them). No run counts to 2^63. */
+    const struct {
+        const char *key;
+        uint64_t value;
+    } counters[3] = {{"tandem.updates", out->updates},
+                     {"tandem.micro_steps", out->micro_steps},
+                     {"tandem.allreduces", out->allreduces}};
+    for (int i = 0; i < 3; i++)
+        if (counters[i].value > (uint64_t)INT64_MAX)
+            return td_error_set(c->ctx, TD_ERR_CORRUPT_DATA,
+                                "%s: checkpoint %s: metadata '%s' is %llu, expected at most %lld (a count the run could "
+                                "go on from without wrapping)",
+                                who, path, counters[i].key, (unsigned long long)counters[i].value, (long long)INT64_MAX);
     return TD_OK;
 }
 

@@ -143,6 +143,10 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
          TD_ERR_INVALID_ARGUMENT, "optimizer 'adam', this trainer's is 'sgd'"},
         {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":\"12x\"}," ENTRY_W "}",
          16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.updates' is '12x'"},
+        /* A counter the run would wrap going on from it (the next file's number). */
+        {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":"
+         "\"18446744073709551615\",\"tandem.micro_steps\":\"5\",\"tandem.allreduces\":\"5\"}," ENTRY_W "}",
+         16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.updates' is 18446744073709551615, expected at most 9223372036854775807"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const corrupt_case *k = &cases[i];

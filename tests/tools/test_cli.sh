@@ -309,6 +309,15 @@ PY
     fail "an unknown 'inputs' value is not named: $(cat err)"
   fi
 
+  # A hostile batch is refused by the flag's own range, not allocated (2^40
+  # examples would ask for terabytes).
+  mkdir bigbatch
+  with_metadata ck/ckpt-00000010.safetensors bigbatch/ckpt-00000010.safetensors batch 1099511627776
+  if expect_rc 1 "eval with batch 2^40" "$tandem" eval --checkpoint bigbatch --devices cpu:2 &&
+    ! grep -q "'batch' is 1099511627776, expected 1 to 1048576" err; then
+    fail "a checkpoint's batch of 2^40 is not refused by name: $(cat err)"
+  fi
+
   echo "== resume"
   expect_usage_error "already holds" "a new run in a used directory" "$tandem" train "${mlp[@]}" --devices cpu:2 --checkpoint ck
   expect_usage_error "--model" "resume with another model" "$tandem" train --model cnn --checkpoint ck --resume
