@@ -381,11 +381,8 @@ int td_cli_train_text(int argc, char **argv)
     float weights[64];
     uint32_t n_weights;
     td_balance balance;
-    if (c.balance && td_balance_parse(NULL, c.balance, &balance, 64, weights, &n_weights) != TD_OK) {
-        fprintf(stderr, "tandem train: --balance expects even, auto, or up to 64 weights like 3,3,1, got '%s'\n",
-                c.balance);
+    if (c.balance && !td_cli_balance_parse("train", c.balance, &balance, 64, weights, &n_weights))
         return TD_CLI_EXIT_USAGE;
-    }
     td_cli_text_saved saved;
     uint64_t start = 0;
     if (c.resume) {

@@ -28,14 +28,21 @@ td_status td_checkpoint_options_init(td_checkpoint_options *o)
     return TD_OK;
 }
 
-static void options_or_defaults(const td_checkpoint_options *options, td_checkpoint_options *o)
+/* The caller's options over the defaults; the first layout had every
+ * field there is now. */
+static td_status options_or_defaults(td_context *ctx, const char *who, const td_checkpoint_options *options,
+                                     td_checkpoint_options *o)
 {
     td_checkpoint_options_init(o);
-    if (options) {
-        size_t n = options->struct_size ? options->struct_size : sizeof *o;
-        memcpy(o, options, n < sizeof *o ? n : sizeof *o);
-        o->struct_size = sizeof *o;
-    }
+    if (!options)
+        return TD_OK;
+    size_t n;
+    td_status s = td_options_bytes(ctx, who, "td_checkpoint_options", options->struct_size, sizeof *o, sizeof *o, &n);
+    if (s != TD_OK)
+        return s;
+    memcpy(o, options, n);
+    o->struct_size = sizeof *o;
+    return TD_OK;
 }
 
 static td_status check_metadata(td_context *ctx, const char *who, const td_checkpoint_options *o)
@@ -255,8 +262,8 @@ td_status td_checkpoint_save(td_trainer *t, const char *path, const td_checkpoin
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_save: path is %s, expected a file path",
                             path ? "empty" : "NULL");
     td_checkpoint_options o;
-    options_or_defaults(options, &o);
-    return save(t, path, &o, "td_checkpoint_save", NULL);
+    td_status s = options_or_defaults(v.ctx, "td_checkpoint_save", options, &o);
+    return s == TD_OK ? save(t, path, &o, "td_checkpoint_save", NULL) : s;
 }
 
 td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkpoint_options *options, char *path,
@@ -274,7 +281,9 @@ td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkp
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "%s: dir is %s, expected a directory", who,
                             dir ? "empty" : "NULL");
     td_checkpoint_options o;
-    options_or_defaults(options, &o);
+    td_status s = options_or_defaults(v.ctx, who, options, &o);
+    if (s != TD_OK)
+        return s;
     const int need = td_ckpt_path(dir, v.updates, NULL, 0);
     if (path && (size_t)need >= capacity)
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "%s: capacity %zu is too small for the path, expected >= %d",
@@ -283,7 +292,7 @@ td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkp
     if (!file)
         return TD_OOM(v.ctx, "a checkpoint path", (size_t)need + 1);
     td_ckpt_path(dir, v.updates, file, (size_t)need + 1);
-    td_status s = save(t, file, &o, who, dir);
+    s = save(t, file, &o, who, dir);
     if (s == TD_OK && path)
         memcpy(path, file, (size_t)need + 1);
     td_free(v.ctx, file);

@@ -652,3 +652,20 @@ Test(checkpoint_files, a_fifo_is_refused_without_waiting_for_a_writer, .timeout 
     ckpt_test_remove_dir(dir);
     td_context_destroy(ctx);
 }
+
+/* Options whose struct_size cannot hold their fields are a caller's
+ * mistake: refused before anything is written. */
+Test(checkpoint_files, options_too_small_to_hold_their_fields_are_refused)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    td_checkpoint_options too_small;
+    TEST_OK(ctx, td_checkpoint_options_init(&too_small));
+    too_small.struct_size = 3;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_options.struct_size is 3, expected 0 or at least",
+               td_checkpoint_save_dir(t, dir, &too_small, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-"), 0);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}

@@ -233,6 +233,7 @@ if expect_rc 0 "balance by weights" "$tandem" train --model linreg --devices cpu
   [ "$(json_field out split)" = "[8, 20, 32]" ] || fail "--balance 1,2,3 split: $(tail -1 out)"
 fi
 expect_usage_error "--balance" "bad balance" "$tandem" train --balance fastest
+expect_usage_error "weight 1 '1e-46' is 0 as a float" "a weight that is 0 as a float" "$tandem" train --balance 1e-46,1
 expect_rc 1 "a weight per device" "$tandem" train --model linreg --devices cpu:3 --epochs 1 --balance 1,2 || true
 grep -q "expected 3 (one per mesh device)" err || fail "a wrong weight count is not named: $(cat err)"
 
