@@ -149,6 +149,12 @@ if expect_rc 1 "an empty training split" "$tandem" train --model mlp --data empt
   grep -q "holds 0 images" err || fail "an empty training split is not named: $(cat err)"
 fi
 
+# A metrics file that cannot be written says why, naming it.
+if [ -w /dev/full ] && expect_rc 1 "metrics to a full device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+    --metrics /dev/full; then
+  grep -q "writing --metrics '/dev/full': No space left on device" err || fail "a failed --metrics write gives no reason: $(cat err)"
+fi
+
 # A diverging run stops at the first non-finite loss, saying where, and
 # writes no checkpoint of that state; its metrics lines stay valid JSON.
 if expect_rc 1 "a diverging run" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --lr 1000 \
