@@ -280,6 +280,7 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->trace = given.trace;
     c->on_device_loss = given.on_device_loss;
     c->balance = given.balance;
+    c->timeout = given.timeout;
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
     if (keep & (TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS)) { /* the run's length is the caller's: one or the other */

@@ -22,8 +22,11 @@ static void log_to_stderr(void *user, td_log_level level, const char *message)
     fprintf(stderr, "tandem %s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
 }
 
-td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_context **ctx)
+td_status td_cli_context_create(const char *command, float timeout_seconds, td_context **ctx)
 {
+    /* The flag's range keeps the milliseconds within uint32 and above 0. */
+    const double ms = (double)timeout_seconds * 1000.0 + 0.5;
+    const uint32_t timeout_ms = timeout_seconds > 0.0f ? (ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms) : 0u;
     td_context_options o;
     td_context_options_init(&o);
     o.log = log_to_stderr;

@@ -262,7 +262,7 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     s->command = command;
     s->config = *config;
     s->classifier = strcmp(config->model, "linreg") != 0;
-    td_status st = td_cli_context_create(command, 0, &s->ctx);
+    td_status st = td_cli_context_create(command, config->timeout, &s->ctx);
     if (st != TD_OK) {
         fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
         return TD_CLI_EXIT_FAILURE;

@@ -25,6 +25,8 @@ int td_cli_eval(int argc, char **argv)
     const td_cli_flag flags[] = {
         {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "DIR", "the run's checkpoint directory"},
         {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
+        {"--timeout", TD_CLI_FLOAT, &c.timeout, TD_CLI_MIN_TIMEOUT, TD_CLI_MAX_TIMEOUT, 0, NULL, 0, "SECONDS",
+         "bound on every wait for a device (td_context_options.timeout_ms; default 60)"},
         {"--data", TD_CLI_STRING, &c.data, 0, 0, 0, NULL, TD_CLI_SET_DATA, "DIR",
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
@@ -52,7 +54,7 @@ int td_cli_eval(int argc, char **argv)
         return TD_CLI_EXIT_USAGE;
     }
     /* A gpt checkpoint has a config of its own (cmd_eval_text.c). */
-    const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices,
+    const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices, .timeout = c.timeout,
                                    .data = (set & TD_CLI_SET_DATA) ? c.data : NULL,
                                    .batch = (set & TD_CLI_SET_BATCH) ? c.batch : 0, .sequence = sequence,
                                    .eval_batches = eval_batches > 0 ? eval_batches : 0};

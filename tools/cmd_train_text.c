@@ -351,6 +351,9 @@ int td_cli_train_text(int argc, char **argv)
          "fail (default), or continue on the devices left"},
         FLAG("--balance", TD_CLI_STRING, &c.balance, 0, 0, 0, "B",
              "even (default), auto (by each device's measured speed) or weights W,W,... per device"),
+        FLAG("--timeout", TD_CLI_FLOAT, &c.timeout, TD_CLI_MIN_TIMEOUT, TD_CLI_MAX_TIMEOUT, 0, "SECONDS",
+             "bound on every wait for a device or process (td_context_options.timeout_ms; default 60): a device that "
+             "hangs fails its step within about 4 x this"),
         FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
              "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
              "tandem checkpoint file; the model's sizes are the file's"),

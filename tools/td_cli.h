@@ -46,6 +46,7 @@ typedef struct td_cli_config {
     const char *trace;   /* Chrome trace-event JSON path, or NULL */
     const char *on_device_loss; /* "fail" (NULL) or "continue" */
     const char *balance;        /* "even" (NULL), "auto" or weights "W,W,..." (td_balance_parse) */
+    float timeout;              /* --timeout: seconds every wait may take; 0 = the library's default */
 } td_cli_config;
 
 /* The ranges of the run's sizes, one place for the flags that set them
@@ -56,6 +57,10 @@ typedef struct td_cli_config {
 #define TD_CLI_MAX_BATCH (1 << 20)
 #define TD_CLI_MAX_ACCUMULATE 1024
 #define TD_CLI_MAX_EXAMPLES 1000000000000LL /* --limit and --steps */
+/* --timeout: a millisecond, up to the most td_context_options.timeout_ms
+ * holds (UINT32_MAX ms). */
+#define TD_CLI_MIN_TIMEOUT 0.001
+#define TD_CLI_MAX_TIMEOUT 4294967.0
 
 /* The flags a config can come from, one bit each, so that --resume can
  * tell what the user asked for from what the defaults say. */
@@ -91,6 +96,7 @@ typedef struct td_cli_eval_args {
     const char *checkpoint; /* a gpt checkpoint (directory or file), or NULL with init */
     const char *init;       /* GPT-2 weights (td_gpt_weights_read), or NULL */
     const char *devices;
+    float timeout;          /* --timeout seconds; 0: the library's default */
     const char *data;       /* NULL: the run's (with init: the default corpus) */
     int64_t batch;          /* 0: the run's (with init: 12) */
     int64_t sequence;       /* --context: the windows' length; 0: the run's (with init: the file's positions) */
@@ -107,8 +113,9 @@ int td_cli_eval_text(const td_cli_eval_args *a);
 int td_cli_diverged(const char *command, double loss, uint64_t step);
 
 /* A context whose warnings go to stderr ("tandem <command>: warning:
- * ..."), with the given wait timeout (0: the library's default). */
-td_status td_cli_context_create(const char *command, uint32_t timeout_ms, td_context **ctx);
+ * ..."), with --timeout's seconds as its wait bound (0: the library's
+ * default). */
+td_status td_cli_context_create(const char *command, float timeout_seconds, td_context **ctx);
 
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */

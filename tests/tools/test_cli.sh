@@ -149,6 +149,17 @@ if expect_rc 1 "an empty training split" "$tandem" train --model mlp --data empt
   grep -q "holds 0 images" err || fail "an empty training split is not named: $(cat err)"
 fi
 
+# --timeout bounds every wait: an injected hang fails the step within about
+# 4 x the timeout, not the default 60 s's 240 s.
+started=$SECONDS
+if expect_rc 1 "a hang under --timeout 0.5" timeout 60 "$tandem" train --model linreg --devices "cpu:2@hang=3" --epochs 1 \
+    --timeout 0.5; then
+  grep -q "TD_ERR_TIMEOUT.*within 2000 ms" err || fail "a hang under --timeout 0.5 is not a 2 s timeout: $(cat err)"
+  [ $((SECONDS - started)) -lt 30 ] || fail "a hang under --timeout 0.5 took $((SECONDS - started)) s"
+fi
+expect_usage_error "--timeout" "timeout 0" "$tandem" train --timeout 0
+expect_usage_error "--timeout" "eval timeout 0" "$tandem" eval --checkpoint x --timeout 0
+
 # A metrics file that cannot be written says why, naming it.
 if [ -w /dev/full ] && expect_rc 1 "metrics to a full device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
     --metrics /dev/full; then
