@@ -36,10 +36,15 @@ int td_cli_eval_text(const td_cli_eval_args *a)
     td_cli_text_session s;
     char path[4096] = "";
     rc = td_cli_text_open(&s, "eval", &c);
-    if (rc == TD_CLI_EXIT_OK && a->checkpoint)
+    if (rc == TD_CLI_EXIT_OK && a->checkpoint) {
         rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, a->checkpoint, path, sizeof path);
-    else if (rc == TD_CLI_EXIT_OK)
+        /* The step of the file restored (an older one when newer ones did
+         * not restore). */
+        if (rc == TD_CLI_EXIT_OK && !td_cli_checkpoint_read_u64("eval", s.ctx, path, "step", &step))
+            rc = TD_CLI_EXIT_FAILURE;
+    } else if (rc == TD_CLI_EXIT_OK) {
         snprintf(path, sizeof path, "%s", a->init);
+    }
     c = s.config; /* with the sizes of --init */
     double loss = 0.0, seconds = 0.0;
     size_t windows = 0;
