@@ -321,7 +321,7 @@ int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *tra
     return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
 }
 
-bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char *file, const char *key,
+bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char *file, const char *key, uint64_t max,
                                 uint64_t *value)
 {
     td_checkpoint *ck = NULL;
@@ -330,7 +330,12 @@ bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char
         td_cli_fail(command, ctx, st, "reading the restored checkpoint again");
         return false;
     }
-    const bool ok = td_cli_metadata_u64(command, ck, key, value);
+    bool ok = td_cli_metadata_u64(command, ck, key, value);
+    if (ok && *value > max) {
+        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s' is %llu, expected at most %llu\n", command, file, key,
+                (unsigned long long)*value, (unsigned long long)max);
+        ok = false;
+    }
     td_checkpoint_close(ck);
     return ok;
 }

@@ -79,8 +79,9 @@ int td_cli_eval(int argc, char **argv)
         rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, c.checkpoint, path, sizeof path);
     /* The place of the file restored, which may be older than the one the
      * config came from when newer ones did not restore. */
-    if (rc == TD_CLI_EXIT_OK && (!td_cli_checkpoint_read_u64("eval", s.ctx, path, "epoch", &at.epoch) ||
-                                 !td_cli_checkpoint_read_u64("eval", s.ctx, path, "position", &at.position)))
+    if (rc == TD_CLI_EXIT_OK &&
+        (!td_cli_checkpoint_read_u64("eval", s.ctx, path, "epoch", TD_CLI_MAX_EPOCHS, &at.epoch) ||
+         !td_cli_checkpoint_read_u64("eval", s.ctx, path, "position", TD_CLI_MAX_EXAMPLES, &at.position)))
         rc = TD_CLI_EXIT_FAILURE;
     double loss = 0.0, accuracy = 0.0, seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {

@@ -40,7 +40,7 @@ int td_cli_eval_text(const td_cli_eval_args *a)
         rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, a->checkpoint, path, sizeof path);
         /* The step of the file restored (an older one when newer ones did
          * not restore). */
-        if (rc == TD_CLI_EXIT_OK && !td_cli_checkpoint_read_u64("eval", s.ctx, path, "step", &step))
+        if (rc == TD_CLI_EXIT_OK && !td_cli_checkpoint_read_u64("eval", s.ctx, path, "step", UINT32_MAX, &step))
             rc = TD_CLI_EXIT_FAILURE;
     } else if (rc == TD_CLI_EXIT_OK) {
         snprintf(path, sizeof path, "%s", a->init);

@@ -371,8 +371,9 @@ int td_cli_train(int argc, char **argv)
     if (rc == TD_CLI_EXIT_OK && c.resume)
         rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
     if (rc == TD_CLI_EXIT_OK && c.resume &&
-        (!td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "epoch", &start.epoch) ||
-         !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "position", &start.position)))
+        (!td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "epoch", TD_CLI_MAX_EPOCHS, &start.epoch) ||
+         !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "position", TD_CLI_MAX_EXAMPLES,
+                                     &start.position)))
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK && start.position > r->s.steps_per_epoch) {
         fprintf(stderr, "tandem train: the checkpoint is at step %llu of an epoch of %zu steps\n",

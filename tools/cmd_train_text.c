@@ -410,7 +410,8 @@ int td_cli_train_text(int argc, char **argv)
     rc = td_cli_text_open(&r->s, "train", &c);
     if (rc == TD_CLI_EXIT_OK && c.resume)
         rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
-    if (rc == TD_CLI_EXIT_OK && c.resume && !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "step", &start))
+    if (rc == TD_CLI_EXIT_OK && c.resume &&
+        !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "step", UINT32_MAX, &start))
         rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK && (!(r->timing = calloc(r->s.n_devices, sizeof *r->timing)) ||
                                  !(r->split = calloc(r->s.n_devices, sizeof *r->split)))) {

@@ -461,7 +461,8 @@ td_status td_checkpoint_restore_latest(td_trainer *t, const char *dir, char *pat
     td_free(ctx, file);
     td_free(ctx, files);
     if (s != TD_OK && skippable(s))
-        return td_error_set(ctx, newest_status, "no checkpoint in %s restores into this trainer (%zu refused); the newest: %s",
-                            dir, n, newest_problem);
+        return td_error_set(ctx, newest_status,
+                            "no checkpoint in %s restores into this trainer (%zu refused); the newest: %s", dir, n,
+                            newest_problem);
     return s;
 }

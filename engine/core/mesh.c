@@ -177,8 +177,9 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
     if (*p != '\0')
         return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': unexpected '%s'", item, p);
     if (index >= info.device_count)
-        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': %s device %.*s does not exist (%u found)",
-                            item, name, (int)strspn(sel, "0123456789"), sel, info.device_count);
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                            "device spec item '%s': %s device %.*s does not exist (%u found)", item, name,
+                            (int)strspn(sel, "0123456789"), sel, info.device_count);
     if ((s = check_count(ctx, item, copies)) != TD_OK)
         return s;
     for (uint64_t i = 0; i < copies; i++)
