@@ -175,18 +175,19 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
         !td_cli_metadata_copy(command, ck, "optimizer", st->optimizer, sizeof st->optimizer, td_cli_optimizers) ||
         !td_cli_metadata_copy(command, ck, "schedule", st->schedule, sizeof st->schedule, td_cli_schedules) ||
         !td_cli_metadata_copy(command, ck, "data", st->data, sizeof st->data, NULL) ||
-        !td_cli_metadata_i64(command, ck, "epochs", &c->epochs) ||
-        !td_cli_metadata_i64(command, ck, "batch", &c->batch) ||
-        !td_cli_metadata_i64(command, ck, "limit", &c->limit) ||
-        !td_cli_metadata_i64(command, ck, "accumulate", &c->accumulate) ||
+        !td_cli_metadata_range(command, ck, "epochs", 1, TD_CLI_MAX_EPOCHS, &c->epochs) ||
+        !td_cli_metadata_range(command, ck, "batch", 1, TD_CLI_MAX_BATCH, &c->batch) ||
+        !td_cli_metadata_range(command, ck, "limit", 0, TD_CLI_MAX_EXAMPLES, &c->limit) ||
+        !td_cli_metadata_range(command, ck, "accumulate", 1, TD_CLI_MAX_ACCUMULATE, &c->accumulate) ||
         !td_cli_metadata_u64(command, ck, "seed", &c->seed) || !td_cli_metadata_float(command, ck, "lr", &c->lr) ||
         !td_cli_metadata_float(command, ck, "dropout", &c->dropout) ||
-        !td_cli_metadata_i64(command, ck, "batch_norm", &batch_norm) ||
-        !td_cli_metadata_i64(command, ck, "epoch", &epoch) || !td_cli_metadata_i64(command, ck, "position", &position))
+        !td_cli_metadata_range(command, ck, "batch_norm", 0, 1, &batch_norm) ||
+        !td_cli_metadata_range(command, ck, "epoch", 0, TD_CLI_MAX_EPOCHS, &epoch) ||
+        !td_cli_metadata_range(command, ck, "position", 0, TD_CLI_MAX_EXAMPLES, &position))
         return false;
-    if (c->batch < 1 || c->accumulate < 1) {
-        fprintf(stderr, "tandem %s: checkpoint metadata has batch %lld and accumulate %lld; both must be at least 1\n",
-                command, (long long)c->batch, (long long)c->accumulate);
+    if (!(c->lr > 0.0f && c->lr <= 1e3f) || !(c->dropout >= 0.0f && c->dropout < 1.0f)) {
+        fprintf(stderr, "tandem %s: checkpoint metadata has lr %g and dropout %g, expected 0 < lr <= 1000 and 0 <= dropout < 1\n",
+                command, (double)c->lr, (double)c->dropout);
         return false;
     }
     c->model = st->model;
@@ -201,7 +202,7 @@ static bool read_config(const char *command, const td_checkpoint *ck, td_cli_con
     const char *steps = NULL;
     c->steps = 0;
     if (td_checkpoint_metadata(ck, "steps", &steps) == TD_OK && steps &&
-        !td_cli_metadata_i64(command, ck, "steps", &c->steps))
+        !td_cli_metadata_range(command, ck, "steps", 0, TD_CLI_MAX_EXAMPLES, &c->steps))
         return false;
     at->epoch = (uint64_t)epoch;
     at->position = (uint64_t)position;
@@ -283,6 +284,8 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->balance = given.balance;
     c->eval_limit = given.eval_limit; /* how the run is watched, not what it trains */
     c->eval_every = given.eval_every;
+    c->timeout = given.timeout;
+    c->cpu_threads = given.cpu_threads;
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
     if (keep & (TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS)) { /* the run's length is the caller's: one or the other */
@@ -301,8 +304,18 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
 int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *trainer, const char *path, char *file,
                            size_t capacity)
 {
+    struct stat info;
+    td_status st;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
+        /* A directory's newest file may be one this trainer cannot take
+         * (another shape, a torn write the listing could not see): the
+         * library falls back to the newest that restores, warning about
+         * each file it skips. */
+        st = td_checkpoint_restore_latest(trainer, path, file, capacity);
+        return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
+    }
     td_checkpoint *ck = NULL;
-    td_status st = td_cli_checkpoint_open_path(ctx, path, &ck);
+    st = td_checkpoint_open(ctx, path, &ck);
     if (st == TD_OK) {
         const char *p = "";
         td_checkpoint_path(ck, &p);
@@ -311,6 +324,25 @@ int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *tra
         td_checkpoint_close(ck);
     }
     return st == TD_OK ? TD_CLI_EXIT_OK : td_cli_fail(command, ctx, st, "restoring the checkpoint");
+}
+
+bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char *file, const char *key, uint64_t max,
+                                uint64_t *value)
+{
+    td_checkpoint *ck = NULL;
+    td_status st = td_checkpoint_open(ctx, file, &ck);
+    if (st != TD_OK) {
+        td_cli_fail(command, ctx, st, "reading the restored checkpoint again");
+        return false;
+    }
+    bool ok = td_cli_metadata_u64(command, ck, key, value);
+    if (ok && *value > max) {
+        fprintf(stderr, "tandem %s: checkpoint '%s': metadata '%s' is %llu, expected at most %llu\n", command, file, key,
+                (unsigned long long)*value, (unsigned long long)max);
+        ok = false;
+    }
+    td_checkpoint_close(ck);
+    return ok;
 }
 
 bool td_cli_checkpoint_dir_used(const char *dir)

@@ -1,5 +1,7 @@
 /* Small things every subcommand uses: failure messages, the clock, JSON
  * strings. */
+#include <math.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "td_cli.h"
@@ -12,6 +14,38 @@ void td_cli_set_process(uint32_t process, uint32_t processes)
     cli_processes = processes;
 }
 
+/* The library's warnings (a checkpoint skipped for an older one, events a
+ * trace dropped) are things a user must see: stderr, one line each. The
+ * callback runs on worker threads too; one fprintf is one locked write. */
+static void log_to_stderr(void *user, td_log_level level, const char *message)
+{
+    fprintf(stderr, "tandem %s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
+}
+
+td_status td_cli_context_create(const char *command, float timeout_seconds, uint32_t cpu_threads, td_context **ctx)
+{
+    /* The flag's range keeps the milliseconds within uint32 and above 0. */
+    const double ms = (double)timeout_seconds * 1000.0 + 0.5;
+    const uint32_t timeout_ms = timeout_seconds > 0.0f ? (ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms) : 0u;
+    td_context_options o;
+    td_context_options_init(&o);
+    o.log = log_to_stderr;
+    o.log_user = (void *)command;
+    o.log_level = TD_LOG_WARN;
+    o.timeout_ms = timeout_ms;
+    o.cpu_threads = cpu_threads;
+    return td_context_create(&o, ctx);
+}
+
+int td_cli_diverged(const char *command, double loss, uint64_t step)
+{
+    fprintf(stderr,
+            "tandem %s: step %llu: the training loss is %g, expected a finite number: the run diverged (a lower --lr?); "
+            "stopped without saving this state (the last checkpoint, if any, is from before)\n",
+            command, (unsigned long long)step, loss);
+    return TD_CLI_EXIT_FAILURE;
+}
+
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what)
 {
     const char *detail = ctx ? td_last_error(ctx) : "";
@@ -21,24 +55,6 @@ int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *w
     fprintf(stderr, "tandem %s%s: %s: %s%s%s\n", command, who, what, td_status_name(s), detail && *detail ? ": " : "",
             detail ? detail : "");
     return TD_CLI_EXIT_FAILURE;
-}
-
-/* The log callback: only warnings and errors reach it (log_level), and it
- * may run on a device's worker thread, where stdio's own lock keeps the
- * line whole. The command's name is the user pointer. */
-static void log_to_stderr(void *user, td_log_level level, const char *message)
-{
-    fprintf(stderr, "tandem %s: %s: %s\n", (const char *)user, level >= TD_LOG_ERROR ? "error" : "warning", message);
-}
-
-td_status td_cli_context_create(const char *command, td_context **out)
-{
-    td_context_options o;
-    td_context_options_init(&o);
-    o.log = log_to_stderr;
-    o.log_user = (void *)command;
-    o.log_level = TD_LOG_WARN;
-    return td_context_create(&o, out);
 }
 
 int td_cli_fail_devices(const char *command, td_context *ctx, td_status s)
@@ -78,4 +94,12 @@ void td_cli_json_string(FILE *f, const char *s)
             fputc(c, f);
     }
     fputc('"', f);
+}
+
+void td_cli_json_number(FILE *f, const char *format, double v)
+{
+    if (isfinite(v))
+        fprintf(f, format, v);
+    else
+        fputs("null", f);
 }

@@ -49,8 +49,10 @@ void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer,
     fputc(']', f);
     if (speeds && n_speeds && speeds[0] > 0.0) {
         fprintf(f, ",\"device_speeds\":[");
-        for (uint32_t d = 0; d < n_speeds; d++)
-            fprintf(f, "%s%.1f", d ? "," : "", speeds[d]);
+        for (uint32_t d = 0; d < n_speeds; d++) {
+            fputs(d ? "," : "", f);
+            td_cli_json_number(f, "%.1f", speeds[d]);
+        }
         fputc(']', f);
     }
     free(rows);
@@ -92,4 +94,20 @@ int td_cli_trace_finish(const char *command, td_context *ctx, uint32_t process, 
     }
     printf("trace %s\n", path);
     return rc;
+}
+
+bool td_cli_balance_parse(const char *command, const char *text, td_balance *balance, uint32_t capacity, float *weights,
+                          uint32_t *n_weights)
+{
+    /* A context of its own, for the library's message naming the weight
+     * at fault; none yet exists this early. */
+    td_context *ctx = NULL;
+    if (td_context_create(NULL, &ctx) != TD_OK)
+        ctx = NULL;
+    const bool ok = td_balance_parse(ctx, text, balance, capacity, weights, n_weights) == TD_OK;
+    if (!ok)
+        fprintf(stderr, "tandem %s: --balance: %s (expected even, auto, or up to %u weights like 3,3,1)\n", command,
+                ctx ? td_last_error(ctx) : text, capacity);
+    td_context_destroy(ctx);
+    return ok;
 }

@@ -162,6 +162,21 @@ static int load_data(td_cli_session *s)
         return fail(s, st, "loading Fashion-MNIST (--data DIR, or --data generated)");
     td_tensor_count(s->train.y, &s->train.count);
     td_tensor_count(s->test.y, &s->test.count);
+    /* The graph takes the training images' shape: test images of another
+     * would fail only when the first evaluation gathers them, an epoch
+     * later. */
+    uint32_t train_rank, test_rank;
+    int64_t train_dims[TD_MAX_RANK], test_dims[TD_MAX_RANK];
+    td_tensor_shape(s->train.x, &train_rank, train_dims);
+    td_tensor_shape(s->test.x, &test_rank, test_dims);
+    if (train_rank != test_rank || memcmp(train_dims + 1, test_dims + 1, (train_rank - 1) * sizeof *train_dims) != 0) {
+        fprintf(stderr,
+                "tandem %s: --data '%s': the test images (t10k) are %lld x %lld, expected the training images' %lld x "
+                "%lld\n",
+                s->command, c->data, (long long)test_dims[1], (long long)test_dims[2], (long long)train_dims[1],
+                (long long)train_dims[2]);
+        return TD_CLI_EXIT_FAILURE;
+    }
     return TD_CLI_EXIT_OK;
 }
 
@@ -259,7 +274,7 @@ int td_cli_session_open(td_cli_session *s, const char *command, const td_cli_con
     s->command = command;
     s->config = *config;
     s->classifier = strcmp(config->model, "linreg") != 0;
-    td_status st = td_cli_context_create(command, &s->ctx);
+    td_status st = td_cli_context_create(command, config->timeout, (uint32_t)config->cpu_threads, &s->ctx);
     if (st != TD_OK) {
         fprintf(stderr, "tandem %s: cannot create a context: %s\n", command, td_status_describe(st));
         return TD_CLI_EXIT_FAILURE;

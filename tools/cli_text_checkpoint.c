@@ -149,6 +149,8 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     c->trace = given.trace;
     c->on_device_loss = given.on_device_loss;
     c->balance = given.balance;
+    c->timeout = given.timeout;
+    c->cpu_threads = given.cpu_threads;
     c->given = given.given;
     c->recompute = given.recompute;
     c->init = NULL; /* the checkpoint holds the parameters */

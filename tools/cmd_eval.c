@@ -26,6 +26,10 @@ int td_cli_eval(int argc, char **argv)
         {"--checkpoint", TD_CLI_STRING, &c.checkpoint, 0, 0, 0, NULL, 0, "PATH",
          "a checkpoint file, or the run's directory (its newest valid file)"},
         {"--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, NULL, 0, "SPEC", "the mesh to evaluate on (default cpu:4)"},
+        {"--timeout", TD_CLI_FLOAT, &c.timeout, TD_CLI_MIN_TIMEOUT, TD_CLI_MAX_TIMEOUT, 0, NULL, 0, "SECONDS",
+         "bound on every wait for a device (td_context_options.timeout_ms; default 60)"},
+        {"--cpu-threads", TD_CLI_INT, &c.cpu_threads, 1, TD_CLI_MAX_CPU_THREADS, 0, NULL, 0, "N",
+         "threads the simulated CPU devices share, their own included (default: the machine's cores)"},
         {"--data", TD_CLI_STRING, &c.data, 0, 0, 0, NULL, TD_CLI_SET_DATA, "DIR",
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
@@ -53,8 +57,8 @@ int td_cli_eval(int argc, char **argv)
         return TD_CLI_EXIT_USAGE;
     }
     /* A gpt checkpoint has a config of its own (cmd_eval_text.c). */
-    const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices,
-                                   .data = (set & TD_CLI_SET_DATA) ? c.data : NULL,
+    const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices, .timeout = c.timeout,
+                                   .cpu_threads = c.cpu_threads, .data = (set & TD_CLI_SET_DATA) ? c.data : NULL,
                                    .batch = (set & TD_CLI_SET_BATCH) ? c.batch : 0, .sequence = sequence,
                                    .eval_batches = eval_batches > 0 ? eval_batches : 0};
     char model[16];
@@ -76,6 +80,12 @@ int td_cli_eval(int argc, char **argv)
     rc = td_cli_session_open(&s, "eval", &c);
     if (rc == TD_CLI_EXIT_OK)
         rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, c.checkpoint, path, sizeof path);
+    /* The place of the file restored, which may be older than the one the
+     * config came from when newer ones did not restore. */
+    if (rc == TD_CLI_EXIT_OK &&
+        (!td_cli_checkpoint_read_u64("eval", s.ctx, path, "epoch", TD_CLI_MAX_EPOCHS, &at.epoch) ||
+         !td_cli_checkpoint_read_u64("eval", s.ctx, path, "position", TD_CLI_MAX_EXAMPLES, &at.position)))
+        rc = TD_CLI_EXIT_FAILURE;
     double loss = 0.0, accuracy = 0.0, seconds = 0.0;
     if (rc == TD_CLI_EXIT_OK) {
         const double t0 = td_cli_now();
@@ -95,10 +105,13 @@ int td_cli_eval(int argc, char **argv)
             printf(", accuracy %.4f", accuracy);
         printf(", %.2f s\n", seconds);
         printf("{\"command\":\"eval\",\"checkpoint\":\"%s\",\"model\":\"%s\",\"devices\":\"%s\",\"device_count\":%u,"
-               "\"updates\":%llu,\"examples\":%zu,\"test_loss\":%.6g",
-               path, c.model, c.devices, s.n_devices, (unsigned long long)p.updates, s.test.count, loss);
-        if (s.classifier)
-            printf(",\"test_accuracy\":%.4f", accuracy);
+               "\"updates\":%llu,\"examples\":%zu,\"test_loss\":",
+               path, c.model, c.devices, s.n_devices, (unsigned long long)p.updates, s.test.count);
+        td_cli_json_number(stdout, "%.6g", loss);
+        if (s.classifier) {
+            printf(",\"test_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", accuracy);
+        }
         printf(",\"seconds\":%.3f}\n", seconds);
     }
     td_cli_session_close(&s);

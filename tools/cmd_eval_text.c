@@ -15,6 +15,8 @@ int td_cli_eval_text(const td_cli_eval_args *a)
     td_cli_text_config c;
     td_cli_text_config_defaults(&c);
     c.devices = a->devices;
+    c.timeout = a->timeout;
+    c.cpu_threads = a->cpu_threads;
     c.eval_batches = a->eval_batches;
     const unsigned keep = (a->data ? TD_CLI_TEXT_SET_DATA : 0u) | (a->batch ? TD_CLI_TEXT_SET_BATCH : 0u) |
                           (a->sequence ? TD_CLI_TEXT_SET_CONTEXT : 0u);
@@ -35,10 +37,15 @@ int td_cli_eval_text(const td_cli_eval_args *a)
     td_cli_text_session s;
     char path[4096] = "";
     rc = td_cli_text_open(&s, "eval", &c);
-    if (rc == TD_CLI_EXIT_OK && a->checkpoint)
+    if (rc == TD_CLI_EXIT_OK && a->checkpoint) {
         rc = td_cli_restore_trainer("eval", s.ctx, s.trainer, a->checkpoint, path, sizeof path);
-    else if (rc == TD_CLI_EXIT_OK)
+        /* The step of the file restored (an older one when newer ones did
+         * not restore). */
+        if (rc == TD_CLI_EXIT_OK && !td_cli_checkpoint_read_u64("eval", s.ctx, path, "step", UINT32_MAX, &step))
+            rc = TD_CLI_EXIT_FAILURE;
+    } else if (rc == TD_CLI_EXIT_OK) {
         snprintf(path, sizeof path, "%s", a->init);
+    }
     c = s.config; /* with the sizes of --init */
     double loss = 0.0, seconds = 0.0;
     size_t windows = 0;
@@ -69,10 +76,13 @@ int td_cli_eval_text(const td_cli_eval_args *a)
         td_cli_json_string(stdout, path);
         printf(",\"model\":\"gpt\",\"devices\":");
         td_cli_json_string(stdout, c.devices);
-        printf(",\"device_count\":%u,\"step\":%llu,\"updates\":%llu,\"windows\":%zu,\"val_loss\":%.6g", s.n_devices,
-               (unsigned long long)step, (unsigned long long)p.updates, windows, loss);
-        if (s.summary.bytes)
-            printf(",\"val_bits_per_byte\":%.6g", bits);
+        printf(",\"device_count\":%u,\"step\":%llu,\"updates\":%llu,\"windows\":%zu,\"val_loss\":", s.n_devices,
+               (unsigned long long)step, (unsigned long long)p.updates, windows);
+        td_cli_json_number(stdout, "%.6g", loss);
+        if (s.summary.bytes) {
+            printf(",\"val_bits_per_byte\":");
+            td_cli_json_number(stdout, "%.6g", bits);
+        }
         printf(",\"seconds\":%.3f}\n", seconds);
     }
     td_demo_end_job_if_failed(s.ctx, s.processes, rc);

@@ -215,6 +215,10 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
                     .split = r->split};
                 td_cli_metrics_step(&r->metrics, &rec);
             }
+            if (!isfinite(loss)) {
+                td_cli_progress_clear(&r->progress);
+                return td_cli_diverged("train", loss, after.micro_steps);
+            }
             /* The bar shows the epoch's rate so far: one step's rate jumps about. */
             td_cli_progress_step(&r->progress, (int64_t)epoch + 1, step + 1, examples / (td_cli_now() - t_epoch), loss);
             if (step + 1 == end)
@@ -320,10 +324,10 @@ int td_cli_train(int argc, char **argv)
         FLAG("--devices", TD_CLI_STRING, &c.devices, 0, 0, 0, "SPEC", "e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4)"),
         FLAG("--data", TD_CLI_STRING, &c.data, 0, 0, TD_CLI_SET_DATA, "DIR",
              "Fashion-MNIST IDX folder, or 'generated' (default " TD_FASHION_MNIST_DIR ")"),
-        FLAG("--epochs", TD_CLI_INT, &c.epochs, 1, 1e6, TD_CLI_SET_EPOCHS, "N", "passes over the training set (default 5)"),
-        FLAG("--steps", TD_CLI_INT, &c.steps, 1, 1e12, TD_CLI_SET_STEPS, "N",
+        FLAG("--epochs", TD_CLI_INT, &c.epochs, 1, TD_CLI_MAX_EPOCHS, TD_CLI_SET_EPOCHS, "N", "passes over the training set (default 5)"),
+        FLAG("--steps", TD_CLI_INT, &c.steps, 1, TD_CLI_MAX_EXAMPLES, TD_CLI_SET_STEPS, "N",
              "instead of --epochs: N global batches in all, a multiple of --accumulate (the last epoch may end early)"),
-        FLAG("--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, TD_CLI_SET_BATCH, "N",
+        FLAG("--batch", TD_CLI_INT, &c.batch, 1, TD_CLI_MAX_BATCH, TD_CLI_SET_BATCH, "N",
              "global batch, at least one example per device; split evenly, the first devices one more when the "
              "count does not divide it (default 128)"),
         {"--optimizer", TD_CLI_CHOICE, &c.optimizer, 0, 0, 0, td_cli_optimizers, TD_CLI_SET_OPTIMIZER, "NAME",
@@ -335,7 +339,7 @@ int td_cli_train(int argc, char **argv)
         {"--schedule", TD_CLI_CHOICE, &c.schedule, 0, 0, 0, td_cli_schedules, TD_CLI_SET_SCHEDULE, "NAME",
          "the rate over the run (default constant; cnn cosine, warmup-cosine with --batch-norm); warmup-cosine "
          "warms up over the first tenth"},
-        FLAG("--accumulate", TD_CLI_INT, &c.accumulate, 1, 1024, TD_CLI_SET_ACCUMULATE, "K",
+        FLAG("--accumulate", TD_CLI_INT, &c.accumulate, 1, TD_CLI_MAX_ACCUMULATE, TD_CLI_SET_ACCUMULATE, "K",
              "average K batches' gradients per update (default 1)"),
         FLAG("--seed", TD_CLI_U64, &c.seed, 0, 0, TD_CLI_SET_SEED, "N", "initial parameters, dropout, data order (default 0)"),
         FLAG("--batch-norm", TD_CLI_SWITCH, &c.batch_norm, 0, 0, TD_CLI_SET_BATCH_NORM, "", "batch norm in the model"),
@@ -343,7 +347,7 @@ int td_cli_train(int argc, char **argv)
          "raw: pixels / 255 (the seeds' way); standardized: then by the training set's mean and std "
          "(default: cnn standardized, mlp raw)"},
         {"--dropout", TD_CLI_FLOAT, &c.dropout, 0, 1, 1, NULL, TD_CLI_SET_DROPOUT, "P", "dropout rate (default 0)"},
-        FLAG("--limit", TD_CLI_INT, &c.limit, 1, 1e12, TD_CLI_SET_LIMIT, "N",
+        FLAG("--limit", TD_CLI_INT, &c.limit, 1, TD_CLI_MAX_EXAMPLES, TD_CLI_SET_LIMIT, "N",
              "train on N examples per epoch (generated data: N examples in all)"),
         FLAG("--eval-limit", TD_CLI_INT, &c.eval_limit, 1, 1e12, 0, "N",
              "evaluate on the first N test examples (default: all of them)"),
@@ -362,6 +366,12 @@ int td_cli_train(int argc, char **argv)
          "fail (default), or continue on the devices left"},
         FLAG("--balance", TD_CLI_STRING, &c.balance, 0, 0, 0, "B",
              "even (default), auto (by each device's measured speed) or weights W,W,... per device"),
+        FLAG("--timeout", TD_CLI_FLOAT, &c.timeout, TD_CLI_MIN_TIMEOUT, TD_CLI_MAX_TIMEOUT, 0, "SECONDS",
+             "bound on every wait for a device or process (td_context_options.timeout_ms; default 60): a device that "
+             "hangs fails its step within about 4 x this"),
+        FLAG("--cpu-threads", TD_CLI_INT, &c.cpu_threads, 1, TD_CLI_MAX_CPU_THREADS, 0, "N",
+             "threads the simulated CPU devices share, their own included (default: the machine's cores); with fewer cpu "
+             "devices than threads each device's kernels spread over the spare ones, with the same results"),
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;
@@ -388,11 +398,8 @@ int td_cli_train(int argc, char **argv)
     float weights[64];
     uint32_t n_weights;
     td_balance balance;
-    if (c.balance && td_balance_parse(NULL, c.balance, &balance, 64, weights, &n_weights) != TD_OK) {
-        fprintf(stderr, "tandem train: --balance expects even, auto, or up to 64 weights like 3,3,1, got '%s'\n",
-                c.balance);
+    if (c.balance && !td_cli_balance_parse("train", c.balance, &balance, 64, weights, &n_weights))
         return TD_CLI_EXIT_USAGE;
-    }
     td_cli_saved_config saved;
     td_cli_position start = {0, 0};
     if (c.resume) {
@@ -423,6 +430,11 @@ int td_cli_train(int argc, char **argv)
     c.epochs = r->s.config.epochs; /* --steps: the epochs they reach into */
     if (rc == TD_CLI_EXIT_OK && c.resume)
         rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
+    if (rc == TD_CLI_EXIT_OK && c.resume &&
+        (!td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "epoch", TD_CLI_MAX_EPOCHS, &start.epoch) ||
+         !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "position", TD_CLI_MAX_EXAMPLES,
+                                     &start.position)))
+        rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK && start.position > r->s.steps_per_epoch) {
         fprintf(stderr, "tandem train: the checkpoint is at step %llu of an epoch of %zu steps\n",
                 (unsigned long long)start.position, r->s.steps_per_epoch);
@@ -482,13 +494,20 @@ int td_cli_train(int argc, char **argv)
         td_trainer_progress(r->s.trainer, &p);
         printf("{\"command\":\"train\",\"model\":\"%s\",\"devices\":\"%s\",\"processes\":%u,\"device_count\":%u,"
                "\"epochs\":%lld,\"steps\":%lld,"
-               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":%.6g,\"test_loss\":%.6g,"
-               "\"test_examples\":%zu,",
+               "\"batch\":%lld,\"optimizer\":\"%s\",\"updates\":%llu,\"train_loss\":",
                c.model, c.devices, r->s.processes, r->s.n_devices, (long long)c.epochs, (long long)c.steps,
-               (long long)c.batch, c.optimizer,
-               (unsigned long long)p.updates, last.train_loss, last.test_loss, td_cli_session_eval_count(&r->s));
-        if (r->s.classifier)
-            printf("\"train_accuracy\":%.4f,\"test_accuracy\":%.4f,", last.train_accuracy, last.test_accuracy);
+               (long long)c.batch, c.optimizer, (unsigned long long)p.updates);
+        td_cli_json_number(stdout, "%.6g", last.train_loss);
+        printf(",\"test_loss\":");
+        td_cli_json_number(stdout, "%.6g", last.test_loss);
+        printf(",\"test_examples\":%zu,", td_cli_session_eval_count(&r->s));
+        if (r->s.classifier) {
+            printf("\"train_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", last.train_accuracy);
+            printf(",\"test_accuracy\":");
+            td_cli_json_number(stdout, "%.4f", last.test_accuracy);
+            putchar(',');
+        }
         printf("\"seconds\":%.3f,\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",", train_seconds,
                devices_now(r, p.devices), p.devices_lost, c.balance ? c.balance : "even");
         /* Examples per device of a global batch, and (balance auto) the

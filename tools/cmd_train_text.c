@@ -251,6 +251,10 @@ static int run_loop(text_run *r, uint64_t start)
                 .tokens_per_second = tokens_per_step / seconds};
             td_cli_metrics_step(&r->metrics, &rec);
         }
+        if (!isfinite(loss)) {
+            td_cli_progress_clear(&r->progress);
+            return td_cli_diverged("train", loss, step);
+        }
         /* The line shows this run's rate so far: one step's rate jumps about. */
         td_cli_progress_steps(&r->progress, step, tokens_per_step * (double)r->trained / r->train_seconds, loss);
     }
@@ -274,16 +278,16 @@ static void print_summary(text_run *r, double seconds, bool identical)
            (long long)c->sequence, (long long)c->vocab,
            (unsigned long long)s->parameter_count, (long long)c->batch, (long long)c->steps, c->optimizer,
            (double)c->lr, (unsigned long long)p.updates);
-    if (r->has_train_loss)
-        printf("\"train_loss\":%.6g,", r->train_loss);
-    else
-        printf("\"train_loss\":null,");
-    if (r->has_val) {
-        printf("\"val_loss\":%.6g,", r->val_loss);
-        if (s->summary.bytes)
-            printf("\"val_bits_per_byte\":%.6g,", r->val_loss / log(2.0));
-    } else {
-        printf("\"val_loss\":null,");
+    printf("\"train_loss\":");
+    td_cli_json_number(stdout, "%.6g", r->has_train_loss ? r->train_loss : NAN);
+    putchar(',');
+    printf("\"val_loss\":");
+    td_cli_json_number(stdout, "%.6g", r->has_val ? r->val_loss : NAN);
+    putchar(',');
+    if (r->has_val && s->summary.bytes) {
+        printf("\"val_bits_per_byte\":");
+        td_cli_json_number(stdout, "%.6g", r->val_loss / log(2.0));
+        putchar(',');
     }
     printf("\"val_windows\":%zu,\"tokens_per_second\":%.1f,\"train_seconds\":%.3f,\"seconds\":%.3f,"
            "\"devices_at_end\":%u,\"devices_lost\":%u,\"balance\":\"%s\",",
@@ -349,6 +353,12 @@ int td_cli_train_text(int argc, char **argv)
          "fail (default), or continue on the devices left"},
         FLAG("--balance", TD_CLI_STRING, &c.balance, 0, 0, 0, "B",
              "even (default), auto (by each device's measured speed) or weights W,W,... per device"),
+        FLAG("--timeout", TD_CLI_FLOAT, &c.timeout, TD_CLI_MIN_TIMEOUT, TD_CLI_MAX_TIMEOUT, 0, "SECONDS",
+             "bound on every wait for a device or process (td_context_options.timeout_ms; default 60): a device that "
+             "hangs fails its step within about 4 x this"),
+        FLAG("--cpu-threads", TD_CLI_INT, &c.cpu_threads, 1, TD_CLI_MAX_CPU_THREADS, 0, "N",
+             "threads the simulated CPU devices share, their own included (default: the machine's cores); with fewer cpu "
+             "devices than threads each device's kernels spread over the spare ones, with the same results"),
         FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
              "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
              "tandem checkpoint file; the model's sizes are the file's"),
@@ -383,11 +393,8 @@ int td_cli_train_text(int argc, char **argv)
     float weights[64];
     uint32_t n_weights;
     td_balance balance;
-    if (c.balance && td_balance_parse(NULL, c.balance, &balance, 64, weights, &n_weights) != TD_OK) {
-        fprintf(stderr, "tandem train: --balance expects even, auto, or up to 64 weights like 3,3,1, got '%s'\n",
-                c.balance);
+    if (c.balance && !td_cli_balance_parse("train", c.balance, &balance, 64, weights, &n_weights))
         return TD_CLI_EXIT_USAGE;
-    }
     td_cli_text_saved saved;
     uint64_t start = 0;
     if (c.resume) {
@@ -418,6 +425,9 @@ int td_cli_train_text(int argc, char **argv)
     rc = td_cli_text_open(&r->s, "train", &c);
     if (rc == TD_CLI_EXIT_OK && c.resume)
         rc = td_cli_restore_trainer("train", r->s.ctx, r->s.trainer, c.checkpoint, r->path, sizeof r->path);
+    if (rc == TD_CLI_EXIT_OK && c.resume &&
+        !td_cli_checkpoint_read_u64("train", r->s.ctx, r->path, "step", UINT32_MAX, &start))
+        rc = TD_CLI_EXIT_FAILURE;
     if (rc == TD_CLI_EXIT_OK && (!(r->timing = calloc(r->s.n_devices, sizeof *r->timing)) ||
                                  !(r->split = calloc(r->s.n_devices, sizeof *r->split)))) {
         fprintf(stderr, "tandem train: out of memory\n");

@@ -10,6 +10,7 @@
 bool td_cli_metrics_open(td_cli_metrics *m, const char *path, bool append)
 {
     m->file = NULL;
+    m->error = 0;
     if (!path)
         return true;
     m->file = fopen(path, append ? "a" : "w");
@@ -18,6 +19,14 @@ bool td_cli_metrics_open(td_cli_metrics *m, const char *path, bool append)
         return false;
     }
     return true;
+}
+
+/* The stream's error flag keeps no reason: errno is read right after the
+ * record whose write failed, while it still says why. */
+static void note_error(td_cli_metrics *m)
+{
+    if (!m->error && ferror(m->file))
+        m->error = errno ? errno : EIO;
 }
 
 static void number(FILE *f, const char *key, double v)
@@ -62,6 +71,7 @@ void td_cli_metrics_step(td_cli_metrics *m, const td_cli_step_record *r)
         fputc('}', f);
     }
     fprintf(f, "]}\n");
+    note_error(m);
 }
 
 void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r)
@@ -82,6 +92,7 @@ void td_cli_metrics_epoch(td_cli_metrics *m, const td_cli_epoch_record *r)
     fprintf(f, "}\n");
     /* An epoch line is worth having on disk if the run dies later. */
     fflush(f);
+    note_error(m);
 }
 
 void td_cli_metrics_eval(td_cli_metrics *m, const td_cli_eval_record *r)
@@ -102,16 +113,20 @@ void td_cli_metrics_eval(td_cli_metrics *m, const td_cli_eval_record *r)
         number(f, "tokens_per_second", r->tokens_per_second);
     fprintf(f, "}\n");
     fflush(f);
+    note_error(m);
 }
 
 bool td_cli_metrics_close(td_cli_metrics *m, const char *path)
 {
     if (!m->file)
         return true;
-    bool ok = !ferror(m->file);
-    ok = fclose(m->file) == 0 && ok;
+    errno = 0;
+    fflush(m->file);
+    note_error(m);
+    if (fclose(m->file) != 0 && !m->error)
+        m->error = errno ? errno : EIO;
     m->file = NULL;
-    if (!ok)
-        fprintf(stderr, "tandem train: writing --metrics '%s' failed\n", path);
-    return ok;
+    if (m->error)
+        fprintf(stderr, "tandem train: writing --metrics '%s': %s\n", path, strerror(m->error));
+    return m->error == 0;
 }

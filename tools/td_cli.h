@@ -48,7 +48,24 @@ typedef struct td_cli_config {
     const char *trace;   /* Chrome trace-event JSON path, or NULL */
     const char *on_device_loss; /* "fail" (NULL) or "continue" */
     const char *balance;        /* "even" (NULL), "auto" or weights "W,W,..." (td_balance_parse) */
+    float timeout;              /* --timeout: seconds every wait may take; 0 = the library's default */
+    int64_t cpu_threads;        /* --cpu-threads: the host pool's threads; 0 = the machine's cores */
 } td_cli_config;
+
+/* The ranges of the run's sizes, one place for the flags that set them
+ * and for the checkpoint metadata that records them: a hand-edited or
+ * hostile file gets no more than a command line (a batch of 2^40 would
+ * ask for terabytes). */
+#define TD_CLI_MAX_EPOCHS 1000000
+#define TD_CLI_MAX_BATCH (1 << 20)
+#define TD_CLI_MAX_ACCUMULATE 1024
+#define TD_CLI_MAX_EXAMPLES 1000000000000LL /* --limit and --steps */
+/* --timeout: a millisecond, up to the most td_context_options.timeout_ms
+ * holds (UINT32_MAX ms). */
+#define TD_CLI_MIN_TIMEOUT 0.001
+#define TD_CLI_MAX_TIMEOUT 4294967.0
+/* --cpu-threads: the host pool's size (td_context_options.cpu_threads). */
+#define TD_CLI_MAX_CPU_THREADS 4096
 
 /* The flags a config can come from, one bit each, so that --resume can
  * tell what the user asked for from what the defaults say. */
@@ -84,6 +101,8 @@ typedef struct td_cli_eval_args {
     const char *checkpoint; /* a gpt checkpoint (directory or file), or NULL with init */
     const char *init;       /* GPT-2 weights (td_gpt_weights_read), or NULL */
     const char *devices;
+    float timeout;          /* --timeout seconds; 0: the library's default */
+    int64_t cpu_threads;    /* --cpu-threads; 0: the machine's cores */
     const char *data;       /* NULL: the run's (with init: the default corpus) */
     int64_t batch;          /* 0: the run's (with init: 12) */
     int64_t sequence;       /* --context: the windows' length; 0: the run's (with init: the file's positions) */
@@ -94,18 +113,24 @@ typedef struct td_cli_eval_args {
  * dispatched by td_cli_eval. */
 int td_cli_eval_text(const td_cli_eval_args *a);
 
+/* A training step's loss came back NaN or infinite (its metrics line,
+ * with null, is already written): says so with the step and the value,
+ * and that nothing of this state is saved. Returns TD_CLI_EXIT_FAILURE. */
+int td_cli_diverged(const char *command, double loss, uint64_t step);
+
+/* A context whose library warnings (a corrupt checkpoint skipped, a
+ * device dropped, trace events dropped) go to stderr ("tandem <command>:
+ * warning: ...": a silent context hid them from the user), with
+ * --timeout's seconds as its wait bound and --cpu-threads as its host
+ * pool's size (0: the library's defaults). */
+td_status td_cli_context_create(const char *command, float timeout_seconds, uint32_t cpu_threads, td_context **ctx);
+
 /* Prints "tandem <command>: <what>: <status name>: <the context's message>"
  * to stderr and returns TD_CLI_EXIT_FAILURE. */
 int td_cli_fail(const char *command, td_context *ctx, td_status s, const char *what);
 /* Merges the traces of a job's processes (PATH.1 ... into PATH, process
  * 0's); an exit code. */
 int td_cli_trace_merge(const char *path, uint32_t processes);
-
-/* A context whose library warnings (a corrupt checkpoint skipped, a
- * device dropped, trace events dropped) go to stderr as "tandem
- * <command>: warning: ...": a silent context hid them from the user.
- * Returns the status of td_context_create. */
-td_status td_cli_context_create(const char *command, td_context **out);
 
 /* A td_mesh_create that failed: a spec naming no known device, selecting
  * none or malformed is a bad command line (TD_CLI_EXIT_USAGE), a backend
@@ -126,5 +151,10 @@ double td_cli_now(void);
 
 /* `s` as a JSON string, quotes included. */
 void td_cli_json_string(FILE *f, const char *s);
+
+/* `v` printed with `format` (one double conversion, such as "%.6g"), or
+ * null when it is NaN or infinite: JSON has no such numbers, and a
+ * diverged run's line must still parse. */
+void td_cli_json_number(FILE *f, const char *format, double v);
 
 #endif

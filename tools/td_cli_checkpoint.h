@@ -36,6 +36,13 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
 int td_cli_restore_trainer(const char *command, td_context *ctx, td_trainer *trainer, const char *path, char *file,
                            size_t capacity);
 
+/* The metadata number `key`, at most `max`, of the checkpoint file `file`
+ * (opened on ctx): a resume reads its place in the run from the file it restored,
+ * which is older than the one its config came from when the newer ones
+ * did not restore. false after saying what is wrong. */
+bool td_cli_checkpoint_read_u64(const char *command, td_context *ctx, const char *file, const char *key, uint64_t max,
+                                uint64_t *value);
+
 /* --resume: a flag in `must_match` (its `bit`) given with a value other
  * than the checkpoint's is refused with a message naming both; true then. */
 bool td_cli_resume_differs(const char *command, unsigned must_match, unsigned bit, const char *flag, const char *given,

@@ -16,6 +16,12 @@ uint32_t td_cli_job_devices(td_mesh *mesh, uint32_t processes, uint32_t trainer_
  * job's. Collective across processes. */
 void td_cli_job_print_split(td_context *ctx, td_mesh *mesh, td_trainer *trainer, uint32_t n_devices, FILE *f);
 
+/* --balance TEXT through td_balance_parse; false after printing the
+ * library's message naming what is wrong (a weight that is no positive
+ * normal float among them). */
+bool td_cli_balance_parse(const char *command, const char *text, td_balance *balance, uint32_t capacity, float *weights,
+                          uint32_t *n_weights);
+
 /* Starts --trace (`*trace`, NULL: none): across processes process q > 0
  * writes FILE.q, built in buf, and *trace then points at it (the merge at
  * td_cli_trace_finish reads them). Returns an exit code. */

@@ -14,6 +14,7 @@
 
 typedef struct td_cli_metrics {
     FILE *file; /* NULL: no metrics wanted */
+    int error;  /* errno of the first failed write, for the message at close; 0: none */
 } td_cli_metrics;
 
 typedef struct td_cli_step_record {

@@ -9,6 +9,7 @@
 
 #include "td_atomic_file.h"
 #include "td_checkpoint_dir.h"
+#include "td_trainer_internal.h"
 
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
@@ -130,25 +131,40 @@ static td_status remove_dead_temps(td_context *ctx, const char *dir, bool *remov
     return TD_OK;
 }
 
-td_status td_ckpt_prune(td_context *ctx, const char *dir, uint32_t keep, uint64_t written)
+td_status td_ckpt_prune(td_trainer *trainer, const char *dir, uint32_t keep, uint64_t written)
 {
+    td_trainer_view v;
+    td_trainer_view_get(trainer, &v);
+    td_context *ctx = v.ctx;
     bool removed = false;
     td_status s = remove_dead_temps(ctx, dir, &removed);
     td_ckpt_file *files = NULL;
     size_t n = 0;
     if (s == TD_OK && keep > 0)
         s = td_ckpt_list(ctx, dir, &files, &n);
-    /* Newest first: the first `keep` survive, and `written` always does
-     * (a run resumed from an older checkpoint writes below newer ones). */
+    /* Newest first: the first `keep` that this trainer could restore
+     * survive, and `written` always does (a run resumed from an older
+     * checkpoint writes below newer ones). A file that does not fit is
+     * neither counted nor removed. */
     size_t kept = 0;
     char path[4096];
     for (size_t i = n; s == TD_OK && i-- > 0;) {
-        if (files[i].step == written || kept < keep) {
+        if (snprintf(path, sizeof path, "%s/%s", dir, files[i].name) >= (int)sizeof path)
+            continue;
+        if (files[i].step == written) {
             kept++;
             continue;
         }
-        if (snprintf(path, sizeof path, "%s/%s", dir, files[i].name) >= (int)sizeof path)
+        td_status fits = td_ckpt_fits_trainer(trainer, path);
+        if (fits != TD_OK) {
+            td_log(ctx, TD_LOG_WARN, "checkpoint directory %s: leaving %s alone, not counted towards keep %u: %s", dir,
+                   files[i].name, keep, td_last_error(ctx));
             continue;
+        }
+        if (kept < keep) {
+            kept++;
+            continue;
+        }
         if (unlink(path) != 0 && errno != ENOENT)
             s = td_error_set(ctx, TD_ERR_IO, "checkpoint %s: cannot remove it (keeping %u): %s", path, keep,
                              strerror(errno));

@@ -104,3 +104,11 @@ td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
     (void)c;
     return unsupported_on(t, "td_checkpoint_restore");
 }
+
+td_status td_checkpoint_restore_latest(td_trainer *t, const char *dir, char *path, size_t capacity)
+{
+    (void)dir;
+    if (path && capacity)
+        path[0] = '\0';
+    return unsupported_on(t, "td_checkpoint_restore_latest");
+}

@@ -2,6 +2,7 @@
  * Node order, not the caller's parameter order, so that two trainers of one
  * graph write the same file whatever order their parameters were listed
  * in. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,5 +58,16 @@ td_status td_ckpt_layout(const td_trainer_view *v, const char *who, td_ckpt_tens
     }
     *tensors = list;
     *count = at;
+    return TD_OK;
+}
+
+td_status td_ckpt_check_finite(td_context *ctx, td_status status, const char *who, const char *where,
+                               const td_ckpt_tensor *tensor, const float *values, size_t count, size_t first,
+                               const char *why)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(values[i]))
+            return td_error_set(ctx, status, "%s: %s: tensor '%s' holds %g at element %zu%s", who, where, tensor->name,
+                                (double)values[i], first + i, why);
     return TD_OK;
 }

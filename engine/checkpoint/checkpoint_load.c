@@ -7,6 +7,7 @@
  * that succeeded do the copies become current: a refused or unreadable file
  * leaves the trainer exactly as it was. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -199,6 +200,20 @@ static td_status check_metadata(const td_checkpoint *c, const td_trainer_view *v
         (s = metadata_u64(c, who, "tandem.micro_steps", &out->micro_steps)) != TD_OK ||
         (s = metadata_u64(c, who, "tandem.allreduces", &out->allreduces)) != TD_OK)
         return s;
+    /* The counters go on from here: one near 2^64 would wrap within the
+     * run (the next file's number among them). No run counts to 2^63. */
+    const struct {
+        const char *key;
+        uint64_t value;
+    } counters[3] = {{"tandem.updates", out->updates},
+                     {"tandem.micro_steps", out->micro_steps},
+                     {"tandem.allreduces", out->allreduces}};
+    for (int i = 0; i < 3; i++)
+        if (counters[i].value > (uint64_t)INT64_MAX)
+            return td_error_set(c->ctx, TD_ERR_CORRUPT_DATA,
+                                "%s: checkpoint %s: metadata '%s' is %llu, expected at most %lld (a count the run could "
+                                "go on from without wrapping)",
+                                who, path, counters[i].key, (unsigned long long)counters[i].value, (long long)INT64_MAX);
     return TD_OK;
 }
 
@@ -259,6 +274,12 @@ static td_status match_tensors(const td_checkpoint *c, const td_ckpt_tensor *ten
     return TD_OK;
 }
 
+/* A NaN or infinity read back is a diverged run's state (or a damaged
+ * file): restoring it would only make every later step and evaluation
+ * NaN, so it is refused like any other bad value; the spare copies it
+ * went into are never made current. */
+#define NONFINITE_WHY " (a diverged run's state?); the trainer is unchanged"
+
 /* Reads every tensor into the trainer's spare copies. */
 static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ckpt_tensor *tensors, uint32_t n,
                               const td_st_entry *const *entries)
@@ -269,6 +290,9 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
         const td_ckpt_tensor *ct = &tensors[i];
         if (ct->slot < 0) {
             s = td_st_read(c->file, entries[i], 0, ct->count, params + ct->offset);
+            if (s == TD_OK)
+                s = td_ckpt_check_finite(c->ctx, TD_ERR_CORRUPT_DATA, "td_checkpoint_restore", td_st_path(c->file), ct,
+                                         params + ct->offset, ct->count, 0, NONFINITE_WHY);
             continue;
         }
         for (size_t at = ct->offset, end = ct->offset + ct->count; s == TD_OK && at < end;) {
@@ -284,9 +308,56 @@ static td_status stage_values(const td_checkpoint *c, td_trainer *t, const td_ck
             if (run > end - at)
                 run = end - at;
             s = td_st_read(c->file, entries[i], at - ct->offset, run, p);
+            if (s == TD_OK)
+                s = td_ckpt_check_finite(c->ctx, TD_ERR_CORRUPT_DATA, "td_checkpoint_restore", td_st_path(c->file), ct,
+                                         p, run, at - ct->offset, NONFINITE_WHY);
             at += run;
         }
     }
+    return s;
+}
+
+/* Everything a restore checks before it reads a value: the metadata
+ * against the trainer, then every tensor's presence and shape. On TD_OK
+ * the caller owns *tensors and *entries (td_free both). */
+static td_status check_fits(const td_checkpoint *c, const td_trainer_view *v, restored_counters *counters,
+                            td_ckpt_tensor **tensors, uint32_t *n, const td_st_entry ***entries)
+{
+    *tensors = NULL;
+    *entries = NULL;
+    td_status s = check_metadata(c, v, counters);
+    if (s != TD_OK)
+        return s;
+    if ((s = td_ckpt_layout(v, "td_checkpoint_restore", tensors, n)) != TD_OK)
+        return s;
+    *entries = td_alloc(c->ctx, sizeof **entries * (*n + 1));
+    s = *entries ? match_tensors(c, *tensors, *n, *entries)
+                 : TD_OOM(c->ctx, "checkpoint entries", sizeof **entries * (*n + 1));
+    if (s != TD_OK) {
+        td_free(c->ctx, *entries);
+        td_free(c->ctx, *tensors);
+        *entries = NULL;
+        *tensors = NULL;
+    }
+    return s;
+}
+
+td_status td_ckpt_fits_trainer(td_trainer *t, const char *path)
+{
+    td_trainer_view v;
+    td_trainer_view_get(t, &v);
+    td_checkpoint *c = NULL;
+    td_status s = td_checkpoint_open(v.ctx, path, &c);
+    if (s != TD_OK)
+        return s;
+    restored_counters counters;
+    td_ckpt_tensor *tensors;
+    uint32_t n = 0;
+    const td_st_entry **entries;
+    s = check_fits(c, &v, &counters, &tensors, &n, &entries);
+    td_free(v.ctx, entries);
+    td_free(v.ctx, tensors);
+    td_checkpoint_close(c);
     return s;
 }
 
@@ -305,24 +376,93 @@ td_status td_checkpoint_restore(const td_checkpoint *c, td_trainer *t)
         return td_error_set(c->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_checkpoint_restore: the checkpoint was opened on another context than the trainer's");
     restored_counters counters;
-    td_status s = check_metadata(c, &v, &counters);
-    if (s != TD_OK)
-        return s;
     td_ckpt_tensor *tensors = NULL;
     uint32_t n = 0;
-    if ((s = td_ckpt_layout(&v, "td_checkpoint_restore", &tensors, &n)) != TD_OK)
-        return s;
+    const td_st_entry **entries = NULL;
     td_trace *tr = td_trace_of(c->ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
-    const td_st_entry **entries = td_alloc(c->ctx, sizeof *entries * (n + 1));
-    s = entries ? match_tensors(c, tensors, n, entries) : TD_OOM(c->ctx, "checkpoint entries", sizeof *entries * n);
-    if (s == TD_OK)
-        s = stage_values(c, t, tensors, n, entries);
+    td_status s = check_fits(c, &v, &counters, &tensors, &n, &entries);
+    if (s != TD_OK)
+        return s;
+    s = stage_values(c, t, tensors, n, entries);
     if (s == TD_OK)
         s = td_trainer_commit_restore(t, counters.updates, counters.micro_steps, counters.allreduces);
     td_free(c->ctx, entries);
     td_free(c->ctx, tensors);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "host", "checkpoint restore", NULL, begin, td_trace_now(), 0);
+    return s;
+}
+
+/* A file a restore may skip for an older one: one that is not this
+ * trainer's or cannot be read. Anything else (memory, a device, a
+ * released trainer) would fail the older file too. */
+static bool skippable(td_status s)
+{
+    return s == TD_ERR_CORRUPT_DATA || s == TD_ERR_INVALID_ARGUMENT || s == TD_ERR_SHAPE_MISMATCH || s == TD_ERR_IO;
+}
+
+td_status td_checkpoint_restore_latest(td_trainer *t, const char *dir, char *path, size_t capacity)
+{
+    if (!t)
+        return TD_ERR_INVALID_ARGUMENT;
+    td_status s = td_trainer_check_live(t, "td_checkpoint_restore_latest");
+    if (s != TD_OK)
+        return s;
+    td_trainer_view v;
+    td_trainer_view_get(t, &v);
+    td_context *ctx = v.ctx;
+    if (!dir)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_restore_latest: dir is NULL");
+    if (path && capacity)
+        path[0] = '\0';
+    /* The longest name a listing keeps, so that a restored file's path
+     * always fits once it is found. */
+    const size_t file_cap = strlen(dir) + sizeof ((td_ckpt_file *)0)->name + 2;
+    if (path && capacity < file_cap)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_checkpoint_restore_latest: path capacity %zu, expected at least %zu for a checkpoint "
+                            "of %s",
+                            capacity, file_cap, dir);
+    td_ckpt_file *files = NULL;
+    size_t n = 0;
+    if ((s = td_ckpt_list(ctx, dir, &files, &n)) != TD_OK)
+        return s;
+    if (n == 0)
+        return td_error_set(ctx, TD_ERR_IO, "checkpoint directory %s holds no checkpoint (ckpt-<number>.safetensors)",
+                            dir);
+    char *file = td_alloc(ctx, file_cap);
+    if (!file) {
+        td_free(ctx, files);
+        return TD_OOM(ctx, "a checkpoint path", file_cap);
+    }
+    char newest_problem[1024] = "";
+    td_status newest_status = TD_OK;
+    for (size_t i = n; i-- > 0;) {
+        snprintf(file, file_cap, "%s/%s", dir, files[i].name);
+        td_checkpoint *c = NULL;
+        s = td_checkpoint_open(ctx, file, &c);
+        if (s == TD_OK) {
+            s = td_checkpoint_restore(c, t);
+            td_checkpoint_close(c);
+        }
+        if (s == TD_OK || !skippable(s))
+            break;
+        /* A refused file leaves the trainer as it was (restore's rule), so
+         * the one before it may still be tried; loudly. */
+        td_log(ctx, TD_LOG_WARN, "td_checkpoint_restore_latest: skipping %s: %s", file, td_last_error(ctx));
+        if (newest_status == TD_OK) {
+            newest_status = s;
+            snprintf(newest_problem, sizeof newest_problem, "%s", td_last_error(ctx));
+        }
+    }
+    if (s == TD_OK && path)
+        snprintf(path, capacity, "%s", file);
+    td_free(ctx, file);
+    td_free(ctx, files);
+    if (s != TD_OK && skippable(s))
+        return td_error_set(ctx, newest_status,
+                            "no checkpoint in %s restores into this trainer (%zu refused); the newest: %s", dir, n,
+                            newest_problem);
     return s;
 }

@@ -28,14 +28,21 @@ td_status td_checkpoint_options_init(td_checkpoint_options *o)
     return TD_OK;
 }
 
-static void options_or_defaults(const td_checkpoint_options *options, td_checkpoint_options *o)
+/* The caller's options over the defaults; the first layout had every
+ * field there is now. */
+static td_status options_or_defaults(td_context *ctx, const char *who, const td_checkpoint_options *options,
+                                     td_checkpoint_options *o)
 {
     td_checkpoint_options_init(o);
-    if (options) {
-        size_t n = options->struct_size ? options->struct_size : sizeof *o;
-        memcpy(o, options, n < sizeof *o ? n : sizeof *o);
-        o->struct_size = sizeof *o;
-    }
+    if (!options)
+        return TD_OK;
+    size_t n;
+    td_status s = td_options_bytes(ctx, who, "td_checkpoint_options", options->struct_size, sizeof *o, sizeof *o, &n);
+    if (s != TD_OK)
+        return s;
+    memcpy(o, options, n);
+    o->struct_size = sizeof *o;
+    return TD_OK;
 }
 
 static td_status check_metadata(td_context *ctx, const char *who, const td_checkpoint_options *o)
@@ -79,6 +86,38 @@ static td_status write_tensor(td_atomic_file *f, td_trainer *t, const float *mas
             run = end - at;
         s = td_atomic_file_write(f, p, run * sizeof(float));
         at += run;
+    }
+    return s;
+}
+
+/* A diverged trainer (a NaN or infinity in a parameter or the optimizer
+ * state) is refused before the file exists: saving it would replace a
+ * good checkpoint in the directory's newest K with one that every resume
+ * and evaluation would carry on. */
+static td_status check_finite(td_trainer *t, const td_trainer_view *v, const char *who, const char *path,
+                              const td_ckpt_tensor *tensors, uint32_t n)
+{
+    char why[160];
+    snprintf(why, sizeof why, " after update %llu: the training diverged (a lower learning rate?); nothing was written",
+             (unsigned long long)v->updates);
+    const float *master = td_trainer_master(t);
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < n && s == TD_OK; i++) {
+        const td_ckpt_tensor *ct = &tensors[i];
+        if (ct->slot < 0) {
+            s = td_ckpt_check_finite(v->ctx, TD_ERR_STATE, who, path, ct, master + ct->offset, ct->count, 0, why);
+            continue;
+        }
+        for (size_t at = ct->offset, end = ct->offset + ct->count; s == TD_OK && at < end;) {
+            size_t run;
+            const float *p = td_trainer_opt_state_run(t, (uint32_t)ct->slot, at, false, &run);
+            if (!p || run == 0) /* write_tensor names this */
+                break;
+            if (run > end - at)
+                run = end - at;
+            s = td_ckpt_check_finite(v->ctx, TD_ERR_STATE, who, path, ct, p, run, at - ct->offset, why);
+            at += run;
+        }
     }
     return s;
 }
@@ -139,7 +178,7 @@ static td_status save(td_trainer *t, const char *path, const td_checkpoint_optio
     if (s == TD_OK && v.process == 0) {
         s = save_file(t, path, o, who);
         if (s == TD_OK && prune_dir)
-            s = td_ckpt_prune(v.ctx, prune_dir, o->keep, v.updates);
+            s = td_ckpt_prune(t, prune_dir, o->keep, v.updates);
     }
     if (v.processes > 1)
         s = agree(v.ctx, &v, who, path, s);
@@ -164,6 +203,10 @@ static td_status save_file(td_trainer *t, const char *path, const td_checkpoint_
     uint32_t n = 0;
     if ((s = td_ckpt_layout(&v, who, &tensors, &n)) != TD_OK)
         return s;
+    if ((s = check_finite(t, &v, who, path, tensors, n)) != TD_OK) {
+        td_free(v.ctx, tensors);
+        return s;
+    }
     td_st_tensor *st = td_alloc(v.ctx, sizeof *st * (n + 1));
     const uint32_t n_meta = OWN_KEYS + o->n_metadata;
     const char **keys = td_alloc(v.ctx, sizeof *keys * n_meta), **values = td_alloc(v.ctx, sizeof *values * n_meta);
@@ -219,8 +262,8 @@ td_status td_checkpoint_save(td_trainer *t, const char *path, const td_checkpoin
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_save: path is %s, expected a file path",
                             path ? "empty" : "NULL");
     td_checkpoint_options o;
-    options_or_defaults(options, &o);
-    return save(t, path, &o, "td_checkpoint_save", NULL);
+    td_status s = options_or_defaults(v.ctx, "td_checkpoint_save", options, &o);
+    return s == TD_OK ? save(t, path, &o, "td_checkpoint_save", NULL) : s;
 }
 
 td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkpoint_options *options, char *path,
@@ -238,7 +281,9 @@ td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkp
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "%s: dir is %s, expected a directory", who,
                             dir ? "empty" : "NULL");
     td_checkpoint_options o;
-    options_or_defaults(options, &o);
+    td_status s = options_or_defaults(v.ctx, who, options, &o);
+    if (s != TD_OK)
+        return s;
     const int need = td_ckpt_path(dir, v.updates, NULL, 0);
     if (path && (size_t)need >= capacity)
         return td_error_set(v.ctx, TD_ERR_INVALID_ARGUMENT, "%s: capacity %zu is too small for the path, expected >= %d",
@@ -247,7 +292,7 @@ td_status td_checkpoint_save_dir(td_trainer *t, const char *dir, const td_checkp
     if (!file)
         return TD_OOM(v.ctx, "a checkpoint path", (size_t)need + 1);
     td_ckpt_path(dir, v.updates, file, (size_t)need + 1);
-    td_status s = save(t, file, &o, who, dir);
+    s = save(t, file, &o, who, dir);
     if (s == TD_OK && path)
         memcpy(path, file, (size_t)need + 1);
     td_free(v.ctx, file);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "td_file_replace.h"
 #include "td_gpt_weights.h"
 
 _Static_assert(offsetof(td_gpt_weights, owned) == 0, "td_owned_destroy frees the block at the td_owned's address");
@@ -154,15 +155,11 @@ static td_status read_prefix(td_context *ctx, const char *path, int fd, unsigned
  * length and then the JSON's '{'. Nothing else is read as weights. */
 static td_status read_file(td_context *ctx, const char *path, td_gpt_weights **out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return td_error_set(ctx, TD_ERR_IO, "td_gpt_weights_read: cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    td_status s = TD_OK;
-    if (fstat(fd, &st) != 0)
-        s = td_error_set(ctx, TD_ERR_IO, "td_gpt_weights_read: %s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        s = td_error_set(ctx, TD_ERR_IO, "td_gpt_weights_read: %s is not a regular file", path);
+    int fd;
+    uint64_t size;
+    td_status s = td_file_open_regular(ctx, "td_gpt_weights_read", path, &fd, &size);
+    if (s != TD_OK)
+        return s;
     unsigned char prefix[9];
     size_t got = 0;
     if (s == TD_OK)
@@ -172,7 +169,7 @@ static td_status read_file(td_context *ctx, const char *path, td_gpt_weights **o
                                               (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24
                                         : 0;
         if (got >= 4 && first == TD_LLMC_MAGIC)
-            s = td_gpt_weights_read_llmc(ctx, path, fd, (uint64_t)st.st_size, out);
+            s = td_gpt_weights_read_llmc(ctx, path, fd, size, out);
         else if (got == sizeof prefix && prefix[8] == '{') {
             close(fd);
             return td_gpt_weights_read_safetensors(ctx, path, out);

@@ -143,6 +143,12 @@ static td_status read_config_json(td_context *ctx, const char *path, const td_gp
         td_free(ctx, json_path);
         return s;
     }
+    if (!S_ISREG(st.st_mode)) { /* a FIFO would block the read below forever */
+        s = td_error_set(ctx, TD_ERR_IO, "%s: %s is not a regular file, expected the model's config.json", read_fn,
+                         json_path);
+        td_free(ctx, json_path);
+        return s;
+    }
     json_error_t err;
     json_t *root = json_load_file(json_path, JSON_REJECT_DUPLICATES, &err);
     if (!root)

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "td_file_replace.h"
 #include "td_safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -300,9 +301,10 @@ td_status td_st_open_as(td_context *ctx, const char *path, const td_st_open_mode
     f->ctx = ctx;
     f->path = copy;
     f->mode = *mode;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    td_status s = f->fd >= 0 ? open_checked(f)
-                             : td_error_set(ctx, TD_ERR_IO, "%s %s: cannot open: %s", mode->kind, path, strerror(errno));
+    uint64_t size;
+    td_status s = td_file_open_regular(ctx, mode->kind, path, &f->fd, &size);
+    if (s == TD_OK)
+        s = open_checked(f);
     if (s != TD_OK) {
         td_st_close(f);
         return s;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tandem/train.h"
 #include "td_context_internal.h"
 
 typedef struct td_ckpt_file {
@@ -25,9 +26,18 @@ int td_ckpt_path(const char *dir, uint64_t step, char *buf, size_t capacity);
  * when it cannot be read. */
 td_status td_ckpt_list(td_context *ctx, const char *dir, td_ckpt_file **files, size_t *count);
 
-/* Removes every checkpoint but the newest `keep` (0 keeps all) -- the one
- * of step `written` is kept whatever its rank --, and the temporary files
- * of writers whose process is gone; then syncs the directory. */
-td_status td_ckpt_prune(td_context *ctx, const char *dir, uint32_t keep, uint64_t written);
+/* Removes every checkpoint but the newest `keep` (0 keeps all) that
+ * `trainer` could restore -- the one of step `written` is kept whatever its
+ * rank --, and the temporary files of writers whose process is gone; then
+ * syncs the directory. Only files that fit the trainer count towards
+ * `keep`, and only those are ever removed: a corrupt or foreign file named
+ * like a checkpoint (a torn disk, a copy by hand) is left alone, so it can
+ * neither push a good checkpoint out nor be lost itself. */
+td_status td_ckpt_prune(td_trainer *trainer, const char *dir, uint32_t keep, uint64_t written);
+
+/* TD_OK when the file at `path` opens and td_checkpoint_restore would
+ * accept it for `trainer` (format, optimizer, counters, every tensor with
+ * its shape); reads no value. Else the refusal's status and message. */
+td_status td_ckpt_fits_trainer(td_trainer *trainer, const char *path);
 
 #endif

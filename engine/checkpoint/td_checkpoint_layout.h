@@ -29,6 +29,15 @@ typedef struct td_ckpt_tensor {
  * *tensors is td_alloc'd. A graph parameter whose name starts with "opt/"
  * is refused (TD_ERR_INVALID_ARGUMENT naming it and `who`): its name could
  * be an optimizer state's. */
+/* TD_OK when values[0..count-1] are all finite; else `status` with a
+ * message "<who>: <where>: tensor '<name>' holds <value> at element
+ * <index> (from `first`, the tensor's element of values[0])<why>" -- a
+ * NaN or infinity in a checkpoint is a diverged run, which neither a save
+ * nor a restore passes on. */
+td_status td_ckpt_check_finite(td_context *ctx, td_status status, const char *who, const char *where,
+                               const td_ckpt_tensor *tensor, const float *values, size_t count, size_t first,
+                               const char *why);
+
 td_status td_ckpt_layout(const td_trainer_view *view, const char *who, td_ckpt_tensor **tensors, uint32_t *count);
 
 #endif

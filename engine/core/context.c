@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,12 @@ td_status td_context_create(const td_context_options *options, td_context **out)
     td_context_options opts;
     td_context_options_init(&opts);
     if (options) {
-        size_t n = options->struct_size ? options->struct_size : sizeof opts;
-        if (n > sizeof opts)
-            n = sizeof opts;
+        size_t n;
+        /* Every field up to timeout_ms was in the first layout. */
+        if (td_options_bytes(NULL, "td_context_create", "td_context_options", options->struct_size,
+                             offsetof(td_context_options, timeout_ms) + sizeof opts.timeout_ms, sizeof opts,
+                             &n) != TD_OK)
+            return TD_ERR_INVALID_ARGUMENT;
         memcpy(&opts, options, n);
     }
     if ((opts.allocator.alloc == NULL) != (opts.allocator.free == NULL))
@@ -346,4 +350,17 @@ td_status td_owned_check_live(const td_owned *object, const char *fn)
                             "%s: the %s was released when its context was destroyed; only its destroy is valid now",
                             fn, object->kind);
     }
+}
+
+td_status td_options_bytes(td_context *ctx, const char *who, const char *type, size_t struct_size, size_t minimum,
+                           size_t current, size_t *bytes)
+{
+    if (struct_size == 0)
+        struct_size = current;
+    if (struct_size < minimum)
+        return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: %s.struct_size is %zu, expected 0 or at least %zu",
+                                  who, type, struct_size, minimum)
+                   : TD_ERR_INVALID_ARGUMENT;
+    *bytes = struct_size < current ? struct_size : current;
+    return TD_OK;
 }

@@ -35,21 +35,37 @@ static td_status push(td_context *ctx, spec_list *list, const td_backend_ops *op
     return TD_OK;
 }
 
-static int parse_uint(const char **p, uint32_t *out)
+/* Digits into *out, held at UINT64_MAX when they run past it: a number
+ * too large is then refused by the caller's range check, in the same words
+ * as one just past the range, rather than as a syntax error. */
+static int parse_uint(const char **p, uint64_t *out)
 {
     const char *s = *p;
     if (!isdigit((unsigned char)*s))
         return 0;
-    unsigned long long v = 0;
+    uint64_t v = 0;
     while (isdigit((unsigned char)*s)) {
-        v = v * 10 + (unsigned)(*s - '0');
-        if (v > 100000)
-            return 0;
+        const uint64_t digit = (uint64_t)(*s - '0');
+        v = v > (UINT64_MAX - digit) / 10 ? UINT64_MAX : v * 10 + digit;
         s++;
     }
-    *out = (uint32_t)v;
+    *out = v;
     *p = s;
     return 1;
+}
+
+/* A device count of a spec item (cpu:N, INDEXxN): 1 to the mesh's limit,
+ * TD_ERR_NO_DEVICE for 0 and TD_ERR_INVALID_ARGUMENT past the limit, the
+ * same status as a spec whose items add up past it. */
+static td_status check_count(td_context *ctx, const char *item, uint64_t count)
+{
+    if (count == 0)
+        return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);
+    if (count > TD_MESH_MAX_DEVICES)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "device spec item '%s' selects more than %d devices, expected 1 to %d", item,
+                            TD_MESH_MAX_DEVICES, TD_MESH_MAX_DEVICES);
+    return TD_OK;
 }
 
 /* Probes a backend and reports it as the spec's problem when unusable. */
@@ -120,16 +136,17 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
 
     if (ops->caps & TD_BACKEND_SIMULATED) {
         /* cpu:N is N simulated devices, all on the host. */
-        uint32_t count = 1;
+        uint64_t count = 1;
         if (sel) {
             const char *p = sel;
             if (!parse_uint(&p, &count) || *p != '\0')
                 return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
                                     "device spec item '%s': expected %s:N with N a device count", item, name);
         }
-        if (count == 0)
-            return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);
-        for (uint32_t i = 0; i < count; i++) {
+        td_status counted = check_count(ctx, item, count);
+        if (counted != TD_OK)
+            return counted;
+        for (uint64_t i = 0; i < count; i++) {
             td_status s = push(ctx, list, ops, 0, item);
             if (s != TD_OK)
                 return s;
@@ -148,7 +165,7 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
         return TD_OK;
     }
     const char *p = sel;
-    uint32_t index = 0, copies = 1;
+    uint64_t index = 0, copies = 1;
     if (!parse_uint(&p, &index))
         return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
                             "device spec item '%s': expected %s:INDEX, %s:INDEXxCOUNT or %s:*", item, name, name, name);
@@ -160,12 +177,13 @@ static td_status parse_item(td_context *ctx, const char *item, spec_list *list)
     if (*p != '\0')
         return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': unexpected '%s'", item, p);
     if (index >= info.device_count)
-        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "device spec item '%s': %s device %u does not exist (%u found)",
-                            item, name, index, info.device_count);
-    if (copies == 0)
-        return td_error_set(ctx, TD_ERR_NO_DEVICE, "device spec item '%s' selects zero devices", item);
-    for (uint32_t i = 0; i < copies; i++)
-        if ((s = push(ctx, list, ops, index, item)) != TD_OK)
+        return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE,
+                            "device spec item '%s': %s device %.*s does not exist (%u found)", item, name,
+                            (int)strspn(sel, "0123456789"), sel, info.device_count);
+    if ((s = check_count(ctx, item, copies)) != TD_OK)
+        return s;
+    for (uint64_t i = 0; i < copies; i++)
+        if ((s = push(ctx, list, ops, (uint32_t)index, item)) != TD_OK)
             return s;
     return TD_OK;
 }
@@ -175,6 +193,8 @@ static td_status parse_faults(td_context *ctx, const char *item, const char *opt
 {
     f->slow = 1.0f;
     const char *p = options;
+    /* Each option once: a second value would silently win over the first. */
+    char seen[3][64] = {"", "", ""}; /* slow, fail, hang: as given */
     for (;;) {
         size_t n = strcspn(p, ";");
         char option[64];
@@ -187,25 +207,37 @@ static td_status parse_faults(td_context *ctx, const char *item, const char *opt
         option[n] = '\0';
         char *eq = strchr(option, '=');
         char *end = NULL;
-        if (eq && strncmp(option, "slow", (size_t)(eq - option)) == 0 && eq - option == 4) {
+        const int which = !eq || eq - option != 4 ? -1
+                          : strncmp(option, "slow", 4) == 0 ? 0
+                          : strncmp(option, "fail", 4) == 0 ? 1
+                          : strncmp(option, "hang", 4) == 0 ? 2
+                                                            : -1;
+        if (which >= 0 && seen[which][0])
+            return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                "device spec item '%s': option '%.4s' is given twice ('%s' and '%s'), expected each of "
+                                "slow, fail and hang at most once",
+                                item, option, seen[which], option);
+        if (which >= 0)
+            memcpy(seen[which], option, n + 1);
+        if (which == 0) {
             double v = strtod(eq + 1, &end);
             if (end == eq + 1 || *end || !(v >= 1.0 && v <= 1000.0))
                 return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                                     "device spec item '%s': '%s', expected slow=F with F a factor from 1 to 1000", item,
                                     option);
             f->slow = (float)v;
-        } else if (eq && ((eq - option == 4 && strncmp(option, "fail", 4) == 0) ||
-                          (eq - option == 4 && strncmp(option, "hang", 4) == 0))) {
+        } else if (which > 0) {
             const char *q = eq + 1;
-            uint32_t v = 0;
-            if (!parse_uint(&q, &v) || *q || v == 0)
+            uint64_t v = 0;
+            if (!parse_uint(&q, &v) || *q || v == 0 || v > UINT32_MAX)
                 return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                                    "device spec item '%s': '%s', expected %.4s=N with N >= 1 (the device's Nth run)",
-                                    item, option, option);
-            if (option[0] == 'f')
-                f->fail_at = v;
+                                    "device spec item '%s': '%s', expected %.4s=N with N from 1 to %u (the device's "
+                                    "Nth run)",
+                                    item, option, option, (unsigned)UINT32_MAX);
+            if (which == 1)
+                f->fail_at = (uint32_t)v;
             else
-                f->hang_at = v;
+                f->hang_at = (uint32_t)v;
         } else {
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                                 "device spec item '%s': unknown option '%s', expected slow=F, fail=N or hang=N", item,

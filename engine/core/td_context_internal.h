@@ -42,6 +42,15 @@ td_status td_dtype_error(td_context *ctx, const char *fn, const char *what, td_d
 
 void td_log(td_context *ctx, td_log_level level, const char *fmt, ...) TD_PRINTF(3, 4);
 
+/* How many bytes of a caller's options struct to read: its struct_size (0:
+ * the current size), at most the current size (a newer caller's extra
+ * fields are not read). A size below `minimum` -- the size of the first
+ * layout, whose fields every caller has -- cannot hold the fields and is
+ * TD_ERR_INVALID_ARGUMENT, "<who>: <type>.struct_size is N, expected 0 or
+ * at least <minimum>" (with no message when ctx is NULL). */
+td_status td_options_bytes(td_context *ctx, const char *who, const char *type, size_t struct_size, size_t minimum,
+                           size_t current, size_t *bytes);
+
 /* The wait bound every blocking wait in tandem must respect. */
 uint32_t td_context_timeout_ms(const td_context *ctx);
 

@@ -25,4 +25,14 @@
  * the public call. */
 td_status td_file_check_replaceable(td_context *ctx, const char *who, const char *path);
 
+/* The rule for readers (checkpoints, IDX files, texts, tokenizers, GPT
+ * weights): only a regular file is read. Opening a FIFO for reading waits
+ * for a writer that may never come, and a device or directory is no data
+ * file, so the open does not wait (O_NONBLOCK, cleared again once fstat
+ * has said what it is). *fd is the open descriptor (O_CLOEXEC) and *size
+ * the file's size on TD_OK; otherwise *fd is -1 and the status is
+ * TD_ERR_IO with "<who>: cannot open '<path>': <the system's reason>" or
+ * "<who>: '<path>' is a FIFO (named pipe), expected a regular file". */
+td_status td_file_open_regular(td_context *ctx, const char *who, const char *path, int *fd, uint64_t *size);
+
 #endif

@@ -14,6 +14,7 @@
 
 #include "tandem/data.h"
 #include "td_context_internal.h"
+#include "td_file_replace.h"
 #include "td_idx.h"
 
 /* Deflate cannot expand more than about 1032:1; a little headroom on top. */
@@ -135,12 +136,14 @@ td_status td_idx_open(td_context *ctx, const char *caller, const char *path, td_
     memset(f, 0, sizeof *f);
     f->path = path;
     f->caller = caller;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return td_error_set(ctx, TD_ERR_IO, "%s: cannot open '%s': %s", caller, path, strerror(errno));
+    int fd;
+    uint64_t size;
+    td_status opened = td_file_open_regular(ctx, caller, path, &fd, &size);
+    if (opened != TD_OK)
+        return opened;
     struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-        int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    if (fstat(fd, &st) != 0) {
+        const int err = errno;
         close(fd);
         return td_error_set(ctx, TD_ERR_IO, "%s: cannot read '%s': %s", caller, path, strerror(err));
     }

@@ -93,6 +93,12 @@ td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const char *sp
         s = td_idx_open(ctx, FN, image_path, &imf);
     if (s == TD_OK)
         s = expect_layout(ctx, &imf, 3, "images");
+    /* An empty split, or images of no pixels, would load and then train or
+     * evaluate on nothing, "successfully": refused where it is read. */
+    if (s == TD_OK && (imf.dims[0] < 1 || imf.dims[1] < 1 || imf.dims[2] < 1))
+        s = td_error_set(ctx, TD_ERR_CORRUPT_DATA,
+                         "%s: '%s' holds %lld images of %lld x %lld, expected at least one image of at least 1 x 1", FN,
+                         image_path, (long long)imf.dims[0], (long long)imf.dims[1], (long long)imf.dims[2]);
     if (s == TD_OK && lf.dims[0] != imf.dims[0])
         s = td_error_set(ctx, TD_ERR_CORRUPT_DATA, "%s: '%s' holds %lld labels but '%s' holds %lld images", FN,
                          label_path, (long long)lf.dims[0], image_path, (long long)imf.dims[0]);

@@ -45,8 +45,11 @@ static td_status read_options(td_context *ctx, const td_text_options *options, t
 {
     td_text_options_init(o);
     if (options) {
-        size_t n = options->struct_size ? options->struct_size : sizeof *o;
-        memcpy(o, options, n < sizeof *o ? n : sizeof *o);
+        size_t n; /* the first layout had val_fraction, all there is */
+        td_status s = td_options_bytes(ctx, FN, "td_text_options", options->struct_size, sizeof *o, sizeof *o, &n);
+        if (s != TD_OK)
+            return s;
+        memcpy(o, options, n);
         o->struct_size = sizeof *o;
     }
     if (!isfinite(o->val_fraction) || o->val_fraction < 0.0 || o->val_fraction >= 1.0)

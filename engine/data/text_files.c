@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "td_file_replace.h"
 #include "td_text.h"
 
 static const char *const FN = "td_text_open";
@@ -185,24 +186,17 @@ td_status td_text_list_directory(td_context *ctx, const char *dir, td_text_file_
 
 td_status td_text_file_open(td_context *ctx, const char *fn, const char *path, int *fd, size_t *size)
 {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0)
-        return td_error_set(ctx, TD_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
-    struct stat st;
-    td_status s = TD_OK;
-    if (fstat(*fd, &st) != 0)
-        s = td_error_set(ctx, TD_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        s = td_error_set(ctx, TD_ERR_IO, "%s: '%s' is not a regular file, expected a file to read whole", fn, path);
-    else if ((uint64_t)st.st_size > SIZE_MAX / 2)
-        s = td_error_set(ctx, TD_ERR_IO, "%s: '%s' holds %lld bytes, more than memory can address", fn, path,
-                         (long long)st.st_size);
-    if (s != TD_OK) {
+    uint64_t bytes;
+    td_status s = td_file_open_regular(ctx, fn, path, fd, &bytes);
+    if (s != TD_OK)
+        return s;
+    if (bytes > SIZE_MAX / 2) {
         close(*fd);
         *fd = -1;
-        return s;
+        return td_error_set(ctx, TD_ERR_IO, "%s: '%s' holds %llu bytes, more than memory can address", fn, path,
+                            (unsigned long long)bytes);
     }
-    *size = (size_t)st.st_size;
+    *size = (size_t)bytes;
     return TD_OK;
 }
 

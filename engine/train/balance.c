@@ -1,5 +1,6 @@
 /* The trainer's batch split: see td_balance.h. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,9 +129,11 @@ td_status td_balancer_init(td_balancer *b, td_context *ctx, const td_trainer_opt
         return TD_OOM(ctx, "the batch split", 5 * sizeof *b->speed * n);
     for (uint32_t d = 0; d < n; d++) {
         const float w = b->mode == TD_BALANCE_EXPLICIT ? o->balance_weights[d] : 1.0f;
-        if (!(w > 0.0f) || !isfinite(w))
+        if (!(w > 0.0f) || !isnormal(w))
             return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                                "td_trainer_create: balance_weights[%u] is %g, expected a finite weight > 0", d, (double)w);
+                                "td_trainer_create: balance_weights[%u] is %g, expected a positive normal float (finite, "
+                                "at least %g)",
+                                d, (double)w, (double)FLT_MIN);
         b->speed[d] = w;
     }
     b->next_window = 1; /* the first step pays for first-run work: not a measure */
@@ -240,6 +243,14 @@ td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balanc
             return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                                       "balance '%s': expected even, auto, or weights like 3,3,1 (numbers > 0 "
                                       "separated by commas)", text)
+                       : TD_ERR_INVALID_ARGUMENT;
+        /* Held as floats: one that rounds to 0 or a subnormal would give
+         * its device nothing, or a share lost in the sums' rounding. */
+        if (!isnormal((float)w))
+            return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                                      "balance '%s': weight %u '%.*s' is %g as a float, expected a positive normal float "
+                                      "(at least %g)",
+                                      text, n + 1, (int)(end - p), p, (double)(float)w, (double)FLT_MIN)
                        : TD_ERR_INVALID_ARGUMENT;
         if (n == capacity)
             return ctx ? td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "balance '%s': more than %u weights", text, capacity)

@@ -92,12 +92,17 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
         return live;
     td_trainer_options opts;
     td_trainer_options_init(&opts);
+    td_status s = TD_OK;
     if (options) {
-        size_t n = options->struct_size ? options->struct_size : sizeof opts;
-        memcpy(&opts, options, n < sizeof opts ? n : sizeof opts);
+        size_t n; /* the first layout: the optimizer and its rate */
+        s = td_options_bytes(ctx, "td_trainer_create", "td_trainer_options", options->struct_size,
+                             offsetof(td_trainer_options, learning_rate) + sizeof opts.learning_rate, sizeof opts, &n);
+        if (s != TD_OK)
+            return s;
+        memcpy(&opts, options, n);
         opts.struct_size = sizeof opts;
     }
-    td_status s = td_trainer_check_options(ctx, &opts);
+    s = td_trainer_check_options(ctx, &opts);
     if (s == TD_OK)
         s = td_trainer_check_params(g, n_params, params);
     if (s == TD_OK)

@@ -83,7 +83,10 @@ TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const
  * count zero-padded to 8 digits, so names sort by step; the same refusal
  * when that name is not a regular file or absent), then removes the
  * oldest checkpoints beyond options->keep, and temporary files left by
- * writers that died. `dir` must exist. The file's path goes to path[0..
+ * writers that died. Only files this trainer could restore count towards
+ * keep, and only those are removed: a corrupt or foreign file named like
+ * a checkpoint is left alone with a warning in the context's log, so it
+ * never pushes a good checkpoint out. `dir` must exist. The file's path goes to path[0..
  * capacity-1] when path is not NULL (TD_ERR_INVALID_ARGUMENT, before
  * writing anything, when it does not fit). One writer per directory. */
 TD_API td_status td_checkpoint_save_dir(td_trainer *trainer, const char *dir, const td_checkpoint_options *options,
@@ -102,6 +105,20 @@ TD_API td_status td_checkpoint_open(td_context *ctx, const char *path, td_checkp
  * TD_ERR_IO when the directory cannot be read or holds no such file;
  * TD_ERR_CORRUPT_DATA, with the newest one's problem, when none is valid. */
 TD_API td_status td_checkpoint_open_latest(td_context *ctx, const char *dir, td_checkpoint **out);
+
+/* Restores `trainer` from the newest checkpoint of `dir` that it accepts:
+ * among the files named ckpt-<number>.safetensors, by number from the
+ * highest, the first that td_checkpoint_open and td_checkpoint_restore
+ * both accept. A file refused as corrupt, unreadable or not this trainer's
+ * (another shape, tensor or optimizer) leaves the trainer as it was, is
+ * skipped with a warning naming it in the context's log, and the one
+ * before it is tried. The restored file's path goes to path[0..capacity-1]
+ * when path is not NULL (TD_ERR_INVALID_ARGUMENT, before reading anything,
+ * when capacity is below strlen(dir) + 66). TD_ERR_IO when the directory
+ * cannot be read or holds no such file; when no file is accepted, the
+ * newest one's status with its problem. Any other failure (memory, a
+ * device) ends the search with its own status. */
+TD_API td_status td_checkpoint_restore_latest(td_trainer *trainer, const char *dir, char *path, size_t capacity);
 
 TD_API void td_checkpoint_close(td_checkpoint *checkpoint);
 

@@ -38,7 +38,8 @@ TD_API td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out)
  * *images becomes a TD_U8 tensor [N, H, W, 1] (NHWC with one channel, H and W
  * as in the file) and *labels a TD_I32 tensor [N]. Images that are not a
  * rank-3 byte array, labels that are not a rank-1 byte array, counts that
- * differ or a label outside 0..9 give TD_ERR_CORRUPT_DATA naming the file
+ * differ, no image (or images of no pixel) or a label outside 0..9 give
+ * TD_ERR_CORRUPT_DATA naming the file
  * (and the index and value of a bad label). On failure both outputs are NULL. */
 TD_API td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
                                        td_tensor **labels);

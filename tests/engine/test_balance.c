@@ -398,6 +398,10 @@ Test(balance, parse_reads_the_three_spellings_and_names_bad_ones)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "expected even, auto, or weights", td_balance_parse(ctx, bad[i], &b, 3, w, &n));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "more than 3 weights", td_balance_parse(ctx, "1,1,1,1", &b, 3, w, &n));
+    /* Positive as doubles, but 0 or subnormal as the floats they are kept in. */
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "weight 1 '1e-46' is 0 as a float, expected a positive normal float",
+               td_balance_parse(ctx, "1e-46,1", &b, 3, w, &n));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "weight 2 '1e-40'", td_balance_parse(ctx, "1,1e-40", &b, 3, w, &n));
     td_context_destroy(ctx);
 }
 

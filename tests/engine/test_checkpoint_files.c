@@ -6,6 +6,7 @@
  * regression, one parameter w. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,10 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
          TD_ERR_INVALID_ARGUMENT, "optimizer 'adam', this trainer's is 'sgd'"},
         {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":\"12x\"}," ENTRY_W "}",
          16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.updates' is '12x'"},
+        /* A counter the run would wrap going on from it (the next file's number). */
+        {"{\"__metadata__\":{\"tandem.format\":\"1\",\"tandem.optimizer\":\"sgd\",\"tandem.updates\":"
+         "\"18446744073709551615\",\"tandem.micro_steps\":\"5\",\"tandem.allreduces\":\"5\"}," ENTRY_W "}",
+         16, TD_OK, TD_ERR_CORRUPT_DATA, "'tandem.updates' is 18446744073709551615, expected at most 9223372036854775807"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const corrupt_case *k = &cases[i];
@@ -182,7 +187,8 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
         TEST_FAILS(ctx, TD_ERR_CORRUPT_DATA, needles[i], td_checkpoint_open(ctx, path, &c));
     }
     snprintf(path, sizeof path, "%s/absent.safetensors", dir);
-    TEST_FAILS(ctx, TD_ERR_IO, "absent.safetensors: cannot open", td_checkpoint_open(ctx, path, &c));
+    TEST_FAILS(ctx, TD_ERR_IO, "cannot open '", td_checkpoint_open(ctx, path, &c));
+    cr_assert(test_message_mentions(ctx, "absent.safetensors"), "%s", td_last_error(ctx));
 
     /* Nothing refused changed the trainer. */
     TEST_OK(ctx, td_trainer_read_param(t, w, 0, got));
@@ -470,4 +476,196 @@ Test(checkpoint_files, released_trainers_and_checkpoints_answer_state)
     td_trainer_destroy(t);
     td_graph_destroy(g); /* the last handle: frees what is left of the context */
     ckpt_test_remove_dir(dir);
+}
+
+/* ---- files a directory holds that no restore accepts ---- */
+
+typedef struct log_capture {
+    char text[4096];
+    size_t used;
+} log_capture;
+
+static void capture_log(void *user, td_log_level level, const char *message)
+{
+    log_capture *c = user;
+    if (level < TD_LOG_WARN)
+        return;
+    int n = snprintf(c->text + c->used, sizeof c->text - c->used, "%s\n", message);
+    if (n > 0)
+        c->used += (size_t)n < sizeof c->text - c->used ? (size_t)n : sizeof c->text - c->used - 1;
+}
+
+/* Three higher-numbered files that no restore takes -- two torn, one
+ * well-formed with w of another shape -- must neither push the good
+ * checkpoints out of the newest three nor be restored: the resume takes
+ * the newest good one, and names each file it skipped. */
+Test(checkpoint_files, unloadable_files_neither_count_towards_keep_nor_stop_a_resume)
+{
+    log_capture log = {{0}, 0};
+    td_context_options co;
+    td_context_options_init(&co);
+    co.timeout_ms = 30000;
+    co.log = capture_log;
+    co.log_user = &log;
+    co.log_level = TD_LOG_WARN;
+    td_context *ctx;
+    cr_assert_eq(td_context_create(&co, &ctx), TD_OK);
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 3, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    for (int n = 10; n <= 11; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        write_raw(path, "{not json", NULL, 0);
+    }
+    snprintf(path, sizeof path, "%s/ckpt-00000012.safetensors", dir);
+    write_raw(path, "{" META ",\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", NULL, 16);
+
+    int64_t xd[2] = {4, 3}, yd[2] = {4, 1};
+    td_tensor *xt = test_tensor(ctx, TD_F32, 2, xd), *yt = test_tensor(ctx, TD_F32, 2, yd);
+    for (size_t i = 0; i < 12; i++)
+        test_f32(xt)[i] = (float)i / 12.0f;
+    for (size_t i = 0; i < 4; i++)
+        test_f32(yt)[i] = 1.0f;
+    td_binding b[2] = {{x, xt}, {y, yt}};
+    for (int step = 1; step <= 4; step++) {
+        TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
+        TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    }
+    for (int n = 1; n <= 12; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        const bool expected = (n >= 2 && n <= 4) || n >= 10;
+        cr_assert_eq(ckpt_test_file_exists(path), expected, "%s %s", path, expected ? "was removed" : "was kept");
+    }
+    cr_assert(strstr(log.text, "ckpt-00000012.safetensors"), "the save did not say why it left a file: %s", log.text);
+
+    td_trainer *fresh = linreg_trainer(ctx);
+    log.used = 0;
+    log.text[0] = '\0';
+    char restored[512];
+    TEST_OK(ctx, td_checkpoint_restore_latest(fresh, dir, restored, sizeof restored));
+    cr_assert(strstr(restored, "/ckpt-00000004.safetensors"), "restored %s", restored);
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(fresh, &p));
+    cr_assert_eq(p.updates, 4u);
+    for (int n = 10; n <= 12; n++) {
+        char name[64];
+        snprintf(name, sizeof name, "skipping %s/ckpt-%08d.safetensors", dir, n);
+        cr_assert(strstr(log.text, name), "no warning '%s' in: %s", name, log.text);
+    }
+    cr_assert(strstr(log.text, "has shape [2, 2]"), "the warning does not say why: %s", log.text);
+
+    /* None restores: the newest one's problem, and the trainer as it was. */
+    for (int n = 1; n <= 4; n++) {
+        snprintf(path, sizeof path, "%s/ckpt-%08d.safetensors", dir, n);
+        unlink(path);
+    }
+    td_trainer *untouched = linreg_trainer(ctx);
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "no checkpoint in",
+               td_checkpoint_restore_latest(untouched, dir, restored, sizeof restored));
+    TEST_OK(ctx, td_trainer_progress(untouched, &p));
+    cr_assert_eq(p.updates, 0u);
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path capacity 8", td_checkpoint_restore_latest(untouched, dir, restored, 8));
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* ---- a diverged run's state is neither saved nor restored ---- */
+
+Test(checkpoint_files, nan_or_infinite_values_are_neither_saved_nor_restored)
+{
+    td_context *ctx = test_context(30000);
+    char *dir = ckpt_test_temp_dir();
+    td_graph *g;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    td_node x, y, w, loss;
+    test_linreg_graph(ctx, g, 4, 4, &x, &y, &w, &loss);
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, test_mesh(ctx, "cpu:2"), loss, 1, &w, NULL, &t));
+    int64_t wd[2] = {4, 1};
+    const float good[4] = {0.5f, -1.5f, 2.0f, 0.25f};
+    td_tensor *values = test_tensor_f32(ctx, 2, wd, good);
+    TEST_OK(ctx, td_trainer_set_param(t, w, values));
+    char path[512];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    TEST_OK(ctx, td_checkpoint_save(t, path, NULL));
+
+    /* Saving: refused before the file is touched, naming the element. */
+    test_f32(values)[2] = NAN;
+    TEST_OK(ctx, td_trainer_set_param(t, w, values));
+    TEST_FAILS(ctx, TD_ERR_STATE, "tensor 'w' holds nan at element 2", td_checkpoint_save(t, path, NULL));
+    TEST_FAILS(ctx, TD_ERR_STATE, "diverged", td_checkpoint_save_dir(t, dir, NULL, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-"), 0);
+    cr_assert_eq(ckpt_test_count_prefixed(dir, ".tmp-"), 0);
+    td_checkpoint *c = NULL;
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    TEST_OK(ctx, td_checkpoint_restore(c, t)); /* the good file is still the good one */
+    td_checkpoint_close(c);
+
+    /* Restoring: a file holding an infinity leaves the trainer as it was. */
+    const float bad[4] = {1.0f, 2.0f, 3.0f, INFINITY};
+    write_raw(path, "{" META "," ENTRY_W "}", bad, sizeof bad);
+    TEST_OK(ctx, td_checkpoint_open(ctx, path, &c));
+    TEST_FAILS(ctx, TD_ERR_CORRUPT_DATA, "tensor 'w' holds inf at element 3", td_checkpoint_restore(c, t));
+    td_checkpoint_close(c);
+    TEST_OK(ctx, td_trainer_read_param(t, w, 1, values));
+    cr_assert(memcmp(test_f32(values), good, sizeof good) == 0, "a refused restore changed w");
+    td_train_progress p;
+    TEST_OK(ctx, td_trainer_progress(t, &p));
+    cr_assert_eq(p.updates, 0u);
+    td_tensor_destroy(values);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* ---- a FIFO where a checkpoint is read ---- */
+
+/* Opening a FIFO for reading waits for a writer: a checkpoint, the newest
+ * of a directory, or GPT weights in one's place are refused at once (the
+ * timeout fails the test rather than hanging it where that would happen). */
+Test(checkpoint_files, a_fifo_is_refused_without_waiting_for_a_writer, .timeout = 30)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    char path[512], fifo[512];
+    TEST_OK(ctx, td_checkpoint_save_dir(t, dir, NULL, path, sizeof path));
+    snprintf(fifo, sizeof fifo, "%s/ckpt-00000009.safetensors", dir);
+    cr_assert(ckpt_test_make_node(fifo, CKPT_TEST_FIFO));
+    td_checkpoint *c = NULL;
+    TEST_FAILS(ctx, TD_ERR_IO, "is a FIFO (named pipe), expected a regular file", td_checkpoint_open(ctx, fifo, &c));
+    TEST_OK(ctx, td_checkpoint_open_latest(ctx, dir, &c));
+    td_checkpoint_close(c);
+    char restored[512];
+    TEST_OK(ctx, td_checkpoint_restore_latest(t, dir, restored, sizeof restored));
+    cr_assert_str_eq(restored, path);
+    td_gpt_weights *w = NULL;
+    TEST_FAILS(ctx, TD_ERR_IO, "is a FIFO", td_gpt_weights_read(ctx, fifo, &w));
+    cr_assert_null(w);
+    ckpt_test_remove_node(fifo, CKPT_TEST_FIFO);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
+}
+
+/* Options whose struct_size cannot hold their fields are a caller's
+ * mistake: refused before anything is written. */
+Test(checkpoint_files, options_too_small_to_hold_their_fields_are_refused)
+{
+    td_context *ctx = test_context(30000);
+    td_trainer *t = linreg_trainer(ctx);
+    char *dir = ckpt_test_temp_dir();
+    td_checkpoint_options too_small;
+    TEST_OK(ctx, td_checkpoint_options_init(&too_small));
+    too_small.struct_size = 3;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_checkpoint_options.struct_size is 3, expected 0 or at least",
+               td_checkpoint_save_dir(t, dir, &too_small, NULL, 0));
+    cr_assert_eq(ckpt_test_count_prefixed(dir, "ckpt-"), 0);
+    ckpt_test_remove_dir(dir);
+    td_context_destroy(ctx);
 }

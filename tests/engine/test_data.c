@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -293,7 +294,7 @@ Test(data, missing_file_and_directory_are_io_errors)
 {
     const char *missing = path_of("no-such-file.idx.gz");
     expect_idx_failure(missing, TD_ERR_IO, strerror(ENOENT));
-    expect_idx_failure(dir, TD_ERR_IO, strerror(EISDIR));
+    expect_idx_failure(dir, TD_ERR_IO, "is a directory, expected a regular file");
     td_tensor *t = (td_tensor *)&t;
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path is NULL", td_idx_read(ctx, NULL, &t));
     cr_assert_null(t);
@@ -456,6 +457,15 @@ Test(data, load_mnist_rejects_images_of_the_wrong_rank)
     write_gzip("t10k-images-idx3-ubyte.gz", &img);
     free(img.data);
     expect_mnist_failure("t10k", TD_ERR_CORRUPT_DATA, "holds u8 data of rank 2", "images: u8 of rank 3");
+}
+
+Test(data, load_mnist_rejects_an_empty_split_and_images_of_no_pixel)
+{
+    write_fake_mnist("train", 0, 4, 4, 0, NULL);
+    expect_mnist_failure("train", TD_ERR_CORRUPT_DATA, "holds 0 images of 4 x 4", "expected at least one image");
+    static const unsigned char good[2] = {1, 2};
+    write_fake_mnist("t10k", 2, 0, 4, 2, good);
+    expect_mnist_failure("t10k", TD_ERR_CORRUPT_DATA, "holds 2 images of 0 x 4", "at least 1 x 1");
 }
 
 /* ---- the example order ---- */
@@ -724,4 +734,17 @@ Test(data, pixel_stats_are_the_scaled_mean_and_std)
     td_tensor_destroy(t);
     td_tensor_destroy(f);
     td_tensor_destroy(e);
+}
+
+/* A FIFO in place of an IDX file is refused at once instead of blocking
+ * the open until a writer comes (the timeout fails the test rather than
+ * hanging it where that would happen). */
+Test(data, a_fifo_in_place_of_an_idx_file_is_refused_without_waiting, .timeout = 20)
+{
+    static const unsigned char labels[2] = {1, 2};
+    write_fake_mnist("train", 2, 3, 3, 2, labels);
+    unlink(path_of("train-images-idx3-ubyte.gz"));
+    cr_assert_eq(mkfifo(path_of("train-images-idx3-ubyte"), 0600), 0, "mkfifo: %s", strerror(errno));
+    expect_mnist_failure("train", TD_ERR_IO, "train-images-idx3-ubyte' is a FIFO", "expected a regular file");
+    expect_idx_failure(path_of("train-images-idx3-ubyte"), TD_ERR_IO, "is a FIFO (named pipe)");
 }

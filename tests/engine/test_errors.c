@@ -388,6 +388,40 @@ Test(errors, trainer_options_are_validated)
     cr_assert_eq(td_trainer_options_init(NULL), TD_ERR_INVALID_ARGUMENT);
 }
 
+/* A struct_size too small to hold the fields of the first layout is a
+ * caller's mistake, not an older caller: refused, naming the size. */
+Test(errors, options_structs_too_small_to_hold_their_fields_are_refused)
+{
+    td_context_options co;
+    td_context_options_init(&co);
+    co.struct_size = 3;
+    td_context *other = NULL;
+    cr_assert_eq(td_context_create(&co, &other), TD_ERR_INVALID_ARGUMENT);
+    cr_assert_null(other);
+
+    td_mesh *mesh = test_mesh(ctx, "cpu:1");
+    int64_t d[1] = {3};
+    td_node w, s;
+    TEST_OK(ctx, td_graph_param(g, "w", 1, d, &w));
+    TEST_OK(ctx, td_graph_sum(g, w, 0, NULL, false, &s));
+    td_trainer_options o;
+    TEST_OK(ctx, td_trainer_options_init(&o));
+    o.struct_size = 3;
+    td_trainer *t = NULL;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_options.struct_size is 3, expected 0 or at least",
+               td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+    cr_assert_null(t);
+    o.struct_size = 0; /* the current size */
+    TEST_OK(ctx, td_trainer_create(g, mesh, s, 1, &w, &o, &t));
+
+    td_text_options to;
+    TEST_OK(ctx, td_text_options_init(&to));
+    to.struct_size = 3;
+    td_text *text = NULL;
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "td_text_options.struct_size is 3", td_text_open(ctx, "/nonexistent-text", &to, &text));
+    cr_assert_null(text);
+}
+
 /* ---- NULL everywhere ---- */
 
 Test(errors, null_pointers_give_statuses)

@@ -167,7 +167,26 @@ Test(mesh, malformed_selectors)
     expect_spec_error("cpu:-1", TD_ERR_UNKNOWN_DEVICE, NULL);
     expect_spec_error("cpu:2x", TD_ERR_UNKNOWN_DEVICE, NULL);
     expect_spec_error("cpu:", TD_ERR_UNKNOWN_DEVICE, NULL);
-    expect_spec_error("cpu:99999999999999999999", TD_ERR_UNKNOWN_DEVICE, NULL);
+}
+
+/* Every count past the mesh's limit is the same refusal, however far past
+ * (it used to depend on whether the digits passed 100000). */
+Test(mesh, counts_past_the_limit_are_one_refusal)
+{
+    const char *specs[] = {"cpu:257", "cpu:99999", "cpu:100001", "cpu:99999999999999999999", "cpu:200,cpu:57"};
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
+        expect_spec_error(specs[i], TD_ERR_INVALID_ARGUMENT, "more than 256 devices");
+}
+
+Test(mesh, fault_options_are_refused_twice_and_outside_their_range)
+{
+    expect_spec_error("cpu:1@fail=3;fail=4", TD_ERR_INVALID_ARGUMENT, "option 'fail' is given twice ('fail=3' and 'fail=4')");
+    expect_spec_error("cpu:1@slow=2;hang=5;slow=3", TD_ERR_INVALID_ARGUMENT, "option 'slow' is given twice");
+    expect_spec_error("cpu:1@fail=0", TD_ERR_INVALID_ARGUMENT, "expected fail=N with N from 1 to 4294967295");
+    expect_spec_error("cpu:1@hang=4294967296", TD_ERR_INVALID_ARGUMENT, "expected hang=N with N from 1 to 4294967295");
+    td_mesh *mesh = NULL;
+    TEST_OK(ctx, td_mesh_create(ctx, "cpu:1@fail=100001", &mesh));
+    td_mesh_destroy(mesh);
 }
 
 Test(mesh, too_many_devices_is_an_error_not_a_crash)

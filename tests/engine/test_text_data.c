@@ -816,3 +816,24 @@ Test(text, with_keep_handles_a_text_closes_after_its_context)
     td_text_close(text); /* the last handle frees the context */
     cr_assert_eq(own.live, 0, "%zu blocks leaked", own.live);
 }
+
+/* A FIFO where a file is read would block the open until a writer came,
+ * perhaps forever: refused at once, by name (the timeout fails the test
+ * rather than hanging it where that would happen). */
+Test(text, a_fifo_is_refused_without_waiting_for_a_writer, .timeout = 20)
+{
+    const char *fifo = path_of("fifo.bin");
+    cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo: %s", strerror(errno));
+    td_tokenizer *tok = (td_tokenizer *)&tok;
+    TEST_FAILS(ctx, TD_ERR_IO, "is a FIFO (named pipe), expected a regular file", td_tokenizer_open(ctx, fifo, &tok));
+    cr_assert_null(tok);
+    make_dir("fifo_shards");
+    static const uint16_t ids[4] = {1, 2, 3, 4};
+    write_shard("fifo_shards/a_train.bin", ids, 4);
+    cr_assert_eq(mkfifo(path_of("fifo_shards/b_train.bin"), 0600), 0, "mkfifo: %s", strerror(errno));
+    /* A FIFO among the shards is no shard: the listing passes it by. */
+    td_text *text = open_text(path_of("fifo_shards"), 0.5);
+    cr_assert_eq(summary_of(text).train_tokens + summary_of(text).val_tokens, 4u);
+    td_text_close(text);
+    expect_no_leak();
+}

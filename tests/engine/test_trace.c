@@ -429,3 +429,41 @@ Test(trace, off_leaves_no_file_and_the_same_results)
     }
     cr_assert_eq(memcmp(values[0], values[1], sizeof values[0]), 0, "tracing changed the trained values");
 }
+
+/* Two contexts tracing to one path write two temporary files of their
+ * own: each end leaves a whole trace of its own context at the path (the
+ * later end's replaces the earlier one's, as any later write would), and
+ * neither leaves a temporary file behind. */
+Test(trace, two_contexts_tracing_to_one_path_each_write_a_whole_file)
+{
+    td_context *a = test_context(0), *b = test_context(0);
+    char *dir = ckpt_test_temp_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    TEST_OK(a, td_trace_begin(a, path));
+    TEST_OK(b, td_trace_begin(b, path));
+    cr_assert_eq(count_temporaries(dir, "t.json"), 2, "the two traces share a temporary file");
+    TEST_OK(a, td_trace_span_begin(a, "a's span"));
+    TEST_OK(a, td_trace_span_end(a));
+    for (int i = 0; i < 3; i++) {
+        TEST_OK(b, td_trace_span_begin(b, "b's span"));
+        TEST_OK(b, td_trace_span_end(b));
+    }
+    TEST_OK(a, td_trace_end(a));
+    size_t n_tracks = 0;
+    track *tracks = load_trace(path, &n_tracks);
+    cr_assert(n_tracks == 1 && tracks[0].count == 1 && strcmp(tracks[0].spans[0].name, "a's span") == 0,
+              "a's trace is not a's alone");
+    free_tracks(tracks, n_tracks);
+    TEST_OK(b, td_trace_end(b));
+    tracks = load_trace(path, &n_tracks);
+    cr_assert(n_tracks == 1 && tracks[0].count == 3 && strcmp(tracks[0].spans[0].name, "b's span") == 0,
+              "b's trace is not b's alone");
+    free_tracks(tracks, n_tracks);
+    cr_assert_eq(count_temporaries(dir, "t.json"), 0);
+    td_context_destroy(a);
+    td_context_destroy(b);
+    remove(path);
+    rmdir(dir);
+    free(dir);
+}

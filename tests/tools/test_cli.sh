@@ -68,6 +68,23 @@ open(target, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
 PY
 }
 
+# with_transposed SOURCE TARGET: TARGET is the checkpoint SOURCE with its
+# first non-square matrix's shape reversed: a well-formed file, with the
+# same bytes and metadata, that no trainer of the run's model takes.
+with_transposed() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+source, target = sys.argv[1:3]
+raw = open(source, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = next(k for k, v in header.items() if k != "__metadata__" and len(v["shape"]) == 2 and v["shape"][0] != v["shape"][1])
+header[name]["shape"].reverse()
+text = json.dumps(header).encode()
+open(target, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+}
+
 echo "== help"
 for sub in "" train eval plot devices sample "train --model gpt"; do
   if expect_rc 0 "tandem $sub --help" "$tandem" $sub --help && ! grep -q "usage" out; then
@@ -132,6 +149,60 @@ expect_usage_error "cpu:0" "zero devices" "$tandem" train --model linreg --devic
 if expect_rc 1 "unwritable trace" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --trace /nonexistent-dir/t.json &&
   ! grep -q "/nonexistent-dir/t.json" err; then
   fail "an unwritable --trace path is not named: $(cat err)"
+fi
+
+# write_idx_split DIR SPLIT N H W: an MNIST-layout split of N images of H x W
+# (plain IDX files), labels 0..9 in turn.
+write_idx_split() {
+  python3 - "$@" <<'PY'
+import os, struct, sys
+folder, split, n, h, w = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+os.makedirs(folder, exist_ok=True)
+with open(f"{folder}/{split}-images-idx3-ubyte", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, h, w) + bytes(i % 251 for i in range(n * h * w)))
+with open(f"{folder}/{split}-labels-idx1-ubyte", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+}
+
+# Datasets are checked when they are read, not an epoch later: test images
+# of another size than the training images, and an empty training split.
+write_idx_split odd-idx train 8 6 6
+write_idx_split odd-idx t10k 4 5 5
+if expect_rc 1 "test images of another size" "$tandem" train --model mlp --data odd-idx --devices cpu:1 --epochs 1 --batch 4; then
+  grep -q "test images (t10k) are 5 x 5, expected the training images' 6 x 6" err || fail "the size mismatch is not named: $(cat err)"
+fi
+write_idx_split empty-idx train 0 6 6
+write_idx_split empty-idx t10k 4 6 6
+if expect_rc 1 "an empty training split" "$tandem" train --model mlp --data empty-idx --devices cpu:1 --epochs 1 --batch 4; then
+  grep -q "holds 0 images" err || fail "an empty training split is not named: $(cat err)"
+fi
+
+# --timeout bounds every wait: an injected hang fails the step within about
+# 4 x the timeout, not the default 60 s's 240 s.
+started=$SECONDS
+if expect_rc 1 "a hang under --timeout 0.5" timeout 60 "$tandem" train --model linreg --devices "cpu:2@hang=3" --epochs 1 \
+    --timeout 0.5; then
+  grep -q "TD_ERR_TIMEOUT.*within 2000 ms" err || fail "a hang under --timeout 0.5 is not a 2 s timeout: $(cat err)"
+  [ $((SECONDS - started)) -lt 30 ] || fail "a hang under --timeout 0.5 took $((SECONDS - started)) s"
+fi
+expect_usage_error "--timeout" "timeout 0" "$tandem" train --timeout 0
+expect_usage_error "--timeout" "eval timeout 0" "$tandem" eval --checkpoint x --timeout 0
+
+# A metrics file that cannot be written says why, naming it.
+if [ -w /dev/full ] && expect_rc 1 "metrics to a full device" "$tandem" train --model linreg --devices cpu:1 --epochs 1 \
+    --metrics /dev/full; then
+  grep -q "writing --metrics '/dev/full': No space left on device" err || fail "a failed --metrics write gives no reason: $(cat err)"
+fi
+
+# A diverging run stops at the first non-finite loss, saying where, and
+# writes no checkpoint of that state; its metrics lines stay valid JSON.
+if expect_rc 1 "a diverging run" "$tandem" train --model linreg --devices cpu:1 --epochs 1 --lr 1000 \
+    --checkpoint div --metrics div.jsonl; then
+  grep -q "the training loss is inf" err || fail "a diverged run does not say so: $(cat err)"
+  python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' div.jsonl ||
+    fail "the diverged run's metrics are not JSON: $(tail -c 300 div.jsonl)"
+  [ -z "$(ls div)" ] || fail "the diverged run saved a checkpoint: $(ls div)"
 fi
 
 # A seed above 2^63 (--seed takes any uint64) resumes: the checkpoint's
@@ -256,6 +327,7 @@ if expect_rc 0 "balance by weights" "$tandem" train --model linreg --devices cpu
   [ "$(json_field out split)" = "[8, 20, 32]" ] || fail "--balance 1,2,3 split: $(tail -1 out)"
 fi
 expect_usage_error "--balance" "bad balance" "$tandem" train --balance fastest
+expect_usage_error "weight 1 '1e-46' is 0 as a float" "a weight that is 0 as a float" "$tandem" train --balance 1e-46,1
 expect_rc 1 "a weight per device" "$tandem" train --model linreg --devices cpu:3 --epochs 1 --balance 1,2 || true
 grep -q "expected 3 (one per mesh device)" err || fail "a wrong weight count is not named: $(cat err)"
 
@@ -332,6 +404,15 @@ PY
     fail "an unknown 'inputs' value is not named: $(cat err)"
   fi
 
+  # A hostile batch is refused by the flag's own range, not allocated (2^40
+  # examples would ask for terabytes).
+  mkdir bigbatch
+  with_metadata ck/ckpt-00000010.safetensors bigbatch/ckpt-00000010.safetensors batch 1099511627776
+  if expect_rc 1 "eval with batch 2^40" "$tandem" eval --checkpoint bigbatch --devices cpu:2 &&
+    ! grep -q "'batch' is 1099511627776, expected 1 to 1048576" err; then
+    fail "a checkpoint's batch of 2^40 is not refused by name: $(cat err)"
+  fi
+
   echo "== resume"
   expect_usage_error "already holds" "a new run in a used directory" "$tandem" train "${mlp[@]}" --devices cpu:2 --checkpoint ck
   expect_usage_error "--model" "resume with another model" "$tandem" train --model cnn --checkpoint ck --resume
@@ -339,6 +420,20 @@ PY
      expect_rc 0 "resume to two" "$tandem" train --devices cpu:2 --epochs 2 --checkpoint half --resume; then
     cmp -s ck/ckpt-00000010.safetensors half/ckpt-00000010.safetensors ||
       fail "1 + 1 epochs resumed does not write the 2-epoch run's checkpoint bitwise"
+    # Newer files that do not restore -- three torn, one of another shape
+    # -- are skipped, each named, for the newest that does, and the run
+    # goes on from that file's place, bitwise.
+    mkdir fb && cp half/ckpt-00000005.safetensors fb/
+    for n in 96 97 98; do echo torn >"fb/ckpt-000000$n.safetensors"; done
+    with_transposed ck/ckpt-00000010.safetensors fb/ckpt-00000099.safetensors
+    if expect_rc 0 "resume past unloadable files" "$tandem" train --devices cpu:2 --epochs 2 --checkpoint fb --resume; then
+      for n in 96 97 98 99; do
+        grep -q "skipping fb/ckpt-000000$n.safetensors" err || fail "skipped ckpt-000000$n not named: $(cat err)"
+      done
+      cmp -s ck/ckpt-00000010.safetensors fb/ckpt-00000010.safetensors ||
+        fail "the run resumed past unloadable files does not write the 2-epoch run's checkpoint bitwise"
+      [ -f fb/ckpt-00000005.safetensors ] || fail "a valid checkpoint was removed because of unloadable ones: $(ls fb)"
+    fi
   fi
 fi
 
