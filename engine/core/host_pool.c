@@ -213,6 +213,14 @@ void td_context_host_pool_release(td_context *ctx)
     pthread_mutex_unlock(&ctx->pool_lock);
 }
 
+td_host_pool *td_context_host_pool_in_use(td_context *ctx)
+{
+    pthread_mutex_lock(&ctx->pool_lock);
+    td_host_pool *pool = ctx->pool;
+    pthread_mutex_unlock(&ctx->pool_lock);
+    return pool;
+}
+
 uint32_t td_host_pool_threads(const td_host_pool *pool)
 {
     return pool->threads;

@@ -36,6 +36,12 @@ typedef void (*td_host_task_fn)(void *arg, int64_t task);
 td_host_pool *td_context_host_pool_acquire(td_context *ctx);
 void td_context_host_pool_release(td_context *ctx);
 
+/* The pool while a CPU device holds it, else NULL: for host work done
+ * during a run on a device's worker (the optimizer's update of its chunk),
+ * which borrows the same spare threads. Valid while the mesh that holds
+ * the devices is running; thread-safe. */
+td_host_pool *td_context_host_pool_in_use(td_context *ctx);
+
 /* The pool's size in threads, the callers included (>= 1). */
 uint32_t td_host_pool_threads(const td_host_pool *pool);
 uint32_t td_host_pool_team(const td_host_pool *pool);

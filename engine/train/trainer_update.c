@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "td_host_pool.h"
 #include "td_trace.h"
 #include "td_trainer_state.h"
 
@@ -130,6 +131,30 @@ static double seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A slice's update in parts for the host pool's spare threads: every
+ * element's update reads and writes that element alone (the clipping norm
+ * and the bias corrections are computed before), so the parts give the
+ * bits of one pass. Parts start at multiples of 64 elements, keeping the
+ * vector loops' alignment. */
+enum { UPDATE_GRANULE = 64, UPDATE_MIN_PART = 16384 };
+
+typedef struct update_parts {
+    td_trainer *t;
+    uint32_t rank;
+    float *data;
+    size_t offset, count;
+    int64_t parts;
+} update_parts;
+
+static void update_part(void *arg, int64_t part)
+{
+    const update_parts *u = arg;
+    const size_t units = (u->count + UPDATE_GRANULE - 1) / UPDATE_GRANULE;
+    const size_t begin = UPDATE_GRANULE * ((size_t)part * units / (size_t)u->parts);
+    const size_t end = part + 1 == u->parts ? u->count : UPDATE_GRANULE * ((size_t)(part + 1) * units / (size_t)u->parts);
+    update_slice(u->t, u->rank, u->data + begin, u->offset + begin, end - begin);
+}
+
 /* Times the owner's update, so td_trainer_timing can tell it from the
  * ring's own work around it. */
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
@@ -138,7 +163,16 @@ static void update_finalize(void *user, uint32_t rank, float *data, size_t offse
     td_trace *tr = td_trace_of(t->ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
     const double start = seconds_now();
-    update_slice(t, rank, data, offset, count);
+    td_host_pool *pool = td_context_host_pool_in_use(t->ctx);
+    int64_t parts = pool ? td_host_pool_team(pool) : 1;
+    if (parts > (int64_t)(count / UPDATE_MIN_PART))
+        parts = (int64_t)(count / UPDATE_MIN_PART);
+    if (parts > 1) {
+        update_parts u = {t, rank, data, offset, count, parts};
+        td_host_pool_run(pool, parts, update_part, &u);
+    } else {
+        update_slice(t, rank, data, offset, count);
+    }
     t->owners[rank].update_seconds += seconds_now() - start;
     if (tr)
         td_trace_span(tr, td_trace_device_track(tr, &t->mesh->devices[rank]), "optimizer", "optimizer", NULL,
