@@ -8,6 +8,7 @@
  * GPU kernels gather instead (no atomics); the tests hold both to the same
  * bits. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "td_reference.h"
@@ -126,37 +127,60 @@ static float avg_divisor(const td_pool_params *pp, int64_t oy, int64_t ox)
     return pp->count_include_pad ? (float)(p->kh * p->kw) : (float)(inside_rows(p, oy) * inside_cols(p, ox));
 }
 
+/* Pooling walks each window's taps once and, at each tap, every channel
+ * of the pixel (contiguous in NHWC) in one inner loop the compiler
+ * vectorises; each channel still sees its taps in (i, j) order with the
+ * contract's comparisons, so the results are those of a channel-at-a-time
+ * loop, bit for bit. */
 void td_reference_pool(float *out, const float *a, const td_pool_params *pp)
 {
     const td_conv_params *p = &pp->geo;
     const int64_t c = p->c;
+    const bool max = pp->mode == TD_POOL_MAX;
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t oy = 0; oy < p->oh; oy++)
-            for (int64_t ox = 0; ox < p->ow; ox++) {
-                float div = pp->mode == TD_POOL_AVG ? avg_divisor(pp, oy, ox) : 1.0f;
-                for (int64_t ch = 0; ch < c; ch++, out++) {
-                    float acc = pp->mode == TD_POOL_MAX ? -INFINITY : 0.0f;
-                    int first = 1;
-                    for (int64_t i = 0; i < p->kh; i++) {
-                        int64_t iy = tap_y(p, oy, i);
-                        if (iy < 0 || iy >= p->h)
+            for (int64_t ox = 0; ox < p->ow; ox++, out += c) {
+                bool first = true;
+                for (int64_t i = 0; i < p->kh; i++) {
+                    int64_t iy = tap_y(p, oy, i);
+                    if (iy < 0 || iy >= p->h)
+                        continue;
+                    for (int64_t j = 0; j < p->kw; j++) {
+                        int64_t ix = tap_x(p, ox, j);
+                        if (ix < 0 || ix >= p->w)
                             continue;
-                        for (int64_t j = 0; j < p->kw; j++) {
-                            int64_t ix = tap_x(p, ox, j);
-                            if (ix < 0 || ix >= p->w)
-                                continue;
-                            float v = a[((b * p->h + iy) * p->w + ix) * c + ch];
-                            if (pp->mode == TD_POOL_AVG)
-                                acc += v;
-                            else if (first || v > acc || isnan(v))
-                                acc = v;
-                            first = 0;
+                        const float *v = a + ((b * p->h + iy) * p->w + ix) * c;
+                        if (max && first) {
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[ch] = v[ch];
+                        } else if (max) {
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[ch] = v[ch] > out[ch] || isnan(v[ch]) ? v[ch] : out[ch];
+                        } else {
+                            if (first)
+                                for (int64_t ch = 0; ch < c; ch++)
+                                    out[ch] = 0.0f; /* the sum starts from 0.0f, as the contract's */
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[ch] += v[ch];
                         }
+                        first = false;
                     }
-                    *out = pp->mode == TD_POOL_AVG ? acc / div : acc;
+                }
+                if (first) { /* no tap inside the image: the empty max, or 0 / the divisor */
+                    const float none = max ? -INFINITY : 0.0f / avg_divisor(pp, oy, ox);
+                    for (int64_t ch = 0; ch < c; ch++)
+                        out[ch] = none;
+                } else if (!max) {
+                    const float div = avg_divisor(pp, oy, ox);
+                    for (int64_t ch = 0; ch < c; ch++)
+                        out[ch] = out[ch] / div;
                 }
             }
 }
+
+/* Channels of one window handled together by the max gradient: a block of
+ * them keeps its targets, gradients and found flags on the stack. */
+enum { POOL_CHANNEL_BLOCK = 64 };
 
 void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
                                  const td_pool_params *pp)
@@ -166,29 +190,53 @@ void td_reference_pool_backward(float *gx, const float *x, const float *y, const
     int64_t image = td_conv_image_count(p);
     for (int64_t e = 0; e < image; e++)
         gx[e] = 0.0f;
-    int64_t w_index = 0; /* (b, oy, ox, ch) of the window, row-major */
+    const float *gw = gy, *yw = y; /* the window's (b, oy, ox) row of c */
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t oy = 0; oy < p->oh; oy++)
-            for (int64_t ox = 0; ox < p->ow; ox++) {
-                float div = pp->mode == TD_POOL_AVG ? avg_divisor(pp, oy, ox) : 1.0f;
-                for (int64_t ch = 0; ch < c; ch++, w_index++) {
-                    float g = pp->mode == TD_POOL_AVG ? gy[w_index] / div : gy[w_index];
-                    float target = pp->mode == TD_POOL_MAX ? y[w_index] : 0.0f;
-                    int done = 0;
-                    for (int64_t i = 0; i < p->kh && !done; i++) {
+            for (int64_t ox = 0; ox < p->ow; ox++, gw += c, yw += c) {
+                if (pp->mode == TD_POOL_AVG) {
+                    const float div = avg_divisor(pp, oy, ox);
+                    for (int64_t i = 0; i < p->kh; i++) {
                         int64_t iy = tap_y(p, oy, i);
                         if (iy < 0 || iy >= p->h)
                             continue;
-                        for (int64_t j = 0; j < p->kw && !done; j++) {
+                        for (int64_t j = 0; j < p->kw; j++) {
                             int64_t ix = tap_x(p, ox, j);
                             if (ix < 0 || ix >= p->w)
                                 continue;
-                            int64_t e = ((b * p->h + iy) * p->w + ix) * c + ch;
-                            if (pp->mode == TD_POOL_AVG) {
-                                gx[e] += g;
-                            } else if (x[e] == target || (isnan(target) && isnan(x[e]))) {
-                                gx[e] += g;
-                                done = 1; /* only the first maximum */
+                            float *g = gx + ((b * p->h + iy) * p->w + ix) * c;
+                            for (int64_t ch = 0; ch < c; ch++)
+                                g[ch] += gw[ch] / div;
+                        }
+                    }
+                    continue;
+                }
+                /* Max: each channel's gradient goes to its first tap equal
+                 * to the window's maximum (or NaN where that is NaN). */
+                for (int64_t c0 = 0; c0 < c; c0 += POOL_CHANNEL_BLOCK) {
+                    const int64_t cb = c - c0 < POOL_CHANNEL_BLOCK ? c - c0 : POOL_CHANNEL_BLOCK;
+                    int32_t found[POOL_CHANNEL_BLOCK] = {0}; /* 32-bit lanes, as the floats' */
+                    for (int64_t i = 0; i < p->kh; i++) {
+                        int64_t iy = tap_y(p, oy, i);
+                        if (iy < 0 || iy >= p->h)
+                            continue;
+                        for (int64_t j = 0; j < p->kw; j++) {
+                            int64_t ix = tap_x(p, ox, j);
+                            if (ix < 0 || ix >= p->w)
+                                continue;
+                            const int64_t e = ((b * p->h + iy) * p->w + ix) * c + c0;
+                            const float *xv = x + e, *t = yw + c0, *gv = gw + c0;
+                            float *g = gx + e;
+                            /* Branch-free, so the loop vectorises: x != x
+                             * is NaN, every operand is loaded whatever the
+                             * outcome, and gx is never -0.0 (sums from +0.0
+                             * round to nearest), so adding +0.0 where the
+                             * tap is not the maximum leaves it as it is. */
+                            for (int64_t ch = 0; ch < cb; ch++) {
+                                const float xc = xv[ch], tc = t[ch], gc = gv[ch];
+                                const int32_t hit = (found[ch] == 0) & ((xc == tc) | ((tc != tc) & (xc != xc)));
+                                g[ch] += hit ? gc : 0.0f;
+                                found[ch] |= hit;
                             }
                         }
                     }
