@@ -164,6 +164,17 @@ td_status td_last_status(const td_context *ctx)
     return ctx ? ctx->error_status : TD_ERR_INVALID_ARGUMENT;
 }
 
+td_status td_version(uint32_t *major, uint32_t *minor, uint32_t *patch)
+{
+    if (major)
+        *major = TD_VERSION_MAJOR;
+    if (minor)
+        *minor = TD_VERSION_MINOR;
+    if (patch)
+        *patch = TD_VERSION_PATCH;
+    return TD_OK;
+}
+
 const char *td_version_string(void)
 {
     return TD_VERSION_STRING;

@@ -123,11 +123,26 @@ TD_API const char *td_last_error(const td_context *ctx);
 /* The status of that most recent failure (TD_OK when none). */
 TD_API td_status td_last_status(const td_context *ctx);
 
-/* The library version as "MAJOR.MINOR.PATCH", which may differ from the
- * TD_VERSION_STRING a program was compiled with. */
+/* The version of the library running, which may differ from the
+ * TD_VERSION_MAJOR, _MINOR and _PATCH (tandem/version.h) a program was
+ * compiled with: a program built against version H runs on a library L of
+ * the same major version with L >= H (every struct, symbol and behaviour of
+ * H is still there); against an older L it should refuse to start, e.g.
+ *   td_version(&major, &minor, NULL);
+ *   if (major != TD_VERSION_MAJOR || minor < TD_VERSION_MINOR) ...
+ * The three parts are what td_version adds to the pair below (kept for
+ * printing and for one-number comparisons); it returns a td_status as every
+ * call that writes through pointers does. Each pointer may be NULL. Always
+ * TD_OK. Since 0.1. */
+TD_API td_status td_version(uint32_t *major, uint32_t *minor, uint32_t *patch);
+
+/* The library version as "MAJOR.MINOR.PATCH" (TD_VERSION_STRING of the
+ * library's build). A static string, not a td_status, so that it can be
+ * printed in one expression. Since 0.1. */
 TD_API const char *td_version_string(void);
 
-/* The library version as MAJOR*10000 + MINOR*100 + PATCH. */
+/* The library version as MAJOR*10000 + MINOR*100 + PATCH, to compare with
+ * TD_VERSION_NUMBER. Since 0.1. */
 TD_API int td_version_number(void);
 
 #ifdef __cplusplus

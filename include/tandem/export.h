@@ -1,5 +1,7 @@
-/* tandem — symbol export and version macros. The library is built with hidden
- * visibility; only what is marked TD_API is part of the ABI. */
+/* tandem — symbol export and the version macros (tandem/version.h, generated
+ * from meson.build's project version). The library is built with hidden
+ * visibility; only what is marked TD_API is part of the ABI, and that list is
+ * checked in as abi/tandem.symbols. Since 0.1. */
 #ifndef TANDEM_EXPORT_H
 #define TANDEM_EXPORT_H
 
@@ -15,10 +17,6 @@
 #  define TD_API
 #endif
 
-#define TD_VERSION_MAJOR 0
-#define TD_VERSION_MINOR 1
-#define TD_VERSION_PATCH 0
-#define TD_VERSION_NUMBER (TD_VERSION_MAJOR * 10000 + TD_VERSION_MINOR * 100 + TD_VERSION_PATCH)
-#define TD_VERSION_STRING "0.1.0"
+#include "tandem/version.h"
 
 #endif
