@@ -398,7 +398,7 @@ static int train(demo *d)
                 return fail(d, s, "td_trainer_step");
             loss_sum += loss * (double)valid;
             acc_sum += acc * (double)valid;
-            td_train_progress p;
+            td_train_progress p = {.struct_size = sizeof(td_train_progress)};
             td_trainer_progress(d->trainer, &p);
             if (p.devices_lost > lost) {
                 printf("epoch %d, step %zu: %u device(s) lost; continuing on %u (the cause is on stderr)\n", epoch + 1,
@@ -424,7 +424,7 @@ static int train(demo *d)
     if ((s = td_trainer_replicas_identical(d->trainer, &identical)) != TD_OK)
         return fail(d, s, "td_trainer_replicas_identical");
     double samples = (double)per_epoch * d->o.epochs;
-    td_train_progress end;
+    td_train_progress end = {.struct_size = sizeof(td_train_progress)};
     td_trainer_progress(d->trainer, &end);
     /* The split in force: examples per device of a global batch, every
      * device of every process (process 0's first). */

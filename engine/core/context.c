@@ -375,3 +375,33 @@ td_status td_options_bytes(td_context *ctx, const char *who, const char *type, s
     *bytes = struct_size < current ? struct_size : current;
     return TD_OK;
 }
+
+/* struct_size is every growth-safe struct's first member: read and written
+ * through memcpy, as the struct types differ. */
+td_status td_struct_read(td_context *ctx, const char *who, const char *type, const void *in, void *local,
+                         size_t minimum, size_t current)
+{
+    if (in) {
+        size_t struct_size, n = 0;
+        memcpy(&struct_size, in, sizeof struct_size);
+        td_status s = td_options_bytes(ctx, who, type, struct_size, minimum, current, &n);
+        if (s != TD_OK)
+            return s;
+        memcpy(local, in, n);
+    }
+    memcpy(local, &current, sizeof current);
+    return TD_OK;
+}
+
+td_status td_struct_write(td_context *ctx, const char *who, const char *type, void *out, const void *full,
+                          size_t minimum, size_t current)
+{
+    size_t struct_size, n = 0;
+    memcpy(&struct_size, out, sizeof struct_size);
+    td_status s = td_options_bytes(ctx, who, type, struct_size, minimum, current, &n);
+    if (s != TD_OK)
+        return s;
+    memcpy(out, full, n);
+    memcpy(out, &n, sizeof n);
+    return TD_OK;
+}

@@ -52,7 +52,7 @@ typedef struct td_checkpoint_entry {
 } td_checkpoint_entry;
 
 typedef struct td_checkpoint_options {
-    size_t struct_size; /* sizeof(td_checkpoint_options); 0 = current */
+    size_t struct_size; /* sizeof(td_checkpoint_options): growth-safe, see tandem/export.h */
     /* td_checkpoint_save_dir: how many checkpoints the directory keeps,
      * the newest by update count; the one just written is always kept.
      * 0 keeps them all. Default 3. */

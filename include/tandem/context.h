@@ -50,11 +50,8 @@ typedef struct td_allocator {
 typedef void (*td_log_fn)(void *user, td_log_level level, const char *message);
 
 typedef struct td_context_options {
-    /* sizeof(td_context_options), so the struct can grow without breaking
-     * callers built against an older header. 0 is taken as the current size;
-     * a size too small to hold the first layout's fields (through
-     * timeout_ms) makes td_context_create answer TD_ERR_INVALID_ARGUMENT.
-     * The same rule holds for every options struct with a struct_size. */
+    /* sizeof(td_context_options): growth-safe, see tandem/export.h. The
+     * first layout's fields run through timeout_ms. */
     size_t struct_size;
     /* NULL members mean the C library's aligned allocation. */
     td_allocator allocator;

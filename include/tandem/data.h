@@ -102,7 +102,7 @@ TD_API td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
 typedef struct td_text td_text;
 
 typedef struct td_text_options {
-    size_t struct_size; /* sizeof(td_text_options); 0 = current */
+    size_t struct_size; /* sizeof(td_text_options): growth-safe, see tandem/export.h */
     /* When the source has no validation shard: the fraction of its tokens,
      * taken from the end, held out for validation (floor(n * fraction)
      * tokens). 0 <= fraction < 1; default 0.1. Ignored when validation
@@ -113,14 +113,18 @@ typedef struct td_text_options {
 /* val_fraction 0.1. */
 TD_API td_status td_text_options_init(td_text_options *options);
 
-/* What a text holds. */
+/* What a text holds (td_text_info). */
 typedef struct td_text_summary {
+    size_t struct_size; /* sizeof(td_text_summary): growth-safe, see tandem/export.h */
     uint32_t vocab_size; /* TD_TEXT_BYTE_VOCAB or TD_TEXT_GPT2_VOCAB */
     bool bytes;          /* tokens are the source's bytes */
     bool val_held_out;   /* validation is the source's tail, not val shards */
     size_t train_tokens;
     size_t val_tokens;
 } td_text_summary;
+
+/* Zeroes *summary and sets its struct_size, ready for td_text_info. */
+TD_API td_status td_text_summary_init(td_text_summary *summary);
 
 /* Reads `path` whole into a new text (`options` may be NULL for the
  * defaults). `path` is one of:

@@ -52,6 +52,7 @@ typedef struct td_mesh td_mesh;
 
 /* What tandem knows of one device. Sizes are bytes; 0 means unknown. */
 typedef struct td_device_info {
+    size_t struct_size; /* sizeof(td_device_info): growth-safe, see tandem/export.h */
     char backend[16];            /* "cpu", "opencl", "vulkan" */
     uint32_t index;              /* index within the backend */
     char name[TD_NAME_MAX];
@@ -69,11 +70,19 @@ typedef struct td_device_info {
 
 /* What tandem knows of one backend compiled into the library. */
 typedef struct td_backend_info {
+    size_t struct_size; /* sizeof(td_backend_info): growth-safe, see tandem/export.h */
     char name[16];
     bool available;              /* a driver answered and listed >= 1 device */
     uint32_t device_count;
     char reason[256];            /* why unavailable; "" when available */
 } td_backend_info;
+
+/* Zeroes *info and sets its struct_size, ready for td_backend_query. */
+TD_API td_status td_backend_info_init(td_backend_info *info);
+
+/* Zeroes *info and sets its struct_size, ready for td_device_query and
+ * td_mesh_device_info. */
+TD_API td_status td_device_info_init(td_device_info *info);
 
 /* Number of backends compiled into this build (cpu is always one). */
 TD_API td_status td_backend_count(td_context *ctx, uint32_t *count);

@@ -19,4 +19,30 @@
 
 #include "tandem/version.h"
 
+/* Growth-safe structs. Every public struct a caller fills or receives
+ * begins with `size_t struct_size`, so that a later version can add fields
+ * at its end without breaking a program built against an older header. The
+ * struct's `_init` (for td_initializer, each constructor) sets struct_size
+ * to the sizeof the program was compiled with. The library then
+ *   - refuses a struct_size below the struct's first layout (its fields as
+ *     of the version its "Since" note names) with TD_ERR_INVALID_ARGUMENT
+ *     and the message "<function>: <struct>.struct_size is N, expected 0
+ *     or at least M" (td_context_create has no context to hold it);
+ *   - reads an input struct up to struct_size only: fields past it take
+ *     the defaults of the `_init` (fields added later say "Since" of their
+ *     own); a larger struct_size, from a newer caller, is accepted and the
+ *     fields this library does not know are not read;
+ *   - writes an output struct up to struct_size only, and sets its
+ *     struct_size to the bytes written (the smaller of the two sizes).
+ * struct_size 0 is taken as the library's current size, so that `= {0}` and
+ * designated initializers work in code built with the library it runs
+ * with. A program that may meet a newer library than its header must set
+ * struct_size (the `_init` does): with 0, a newer library would read or
+ * write past the program's struct.
+ * Structs that are array elements (td_binding, td_checkpoint_entry,
+ * td_step_timing) or embedded in another struct (td_allocator,
+ * td_schedule) keep a fixed layout instead: arrays are indexed by the
+ * caller's sizeof, so their elements cannot grow; new fields would come as
+ * a new struct. */
+
 #endif

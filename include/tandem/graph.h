@@ -104,6 +104,7 @@ TD_API td_status td_graph_dropout(td_graph *g, td_node x, float rate, uint64_t s
  * `mean` and `var` normalise x. y = (x - m) * rsqrt(v + epsilon) * scale +
  * bias; scale and bias are [features] or TD_NO_NODE. */
 typedef struct td_batch_norm_options {
+    size_t struct_size; /* sizeof(td_batch_norm_options): growth-safe, see tandem/export.h */
     float momentum; /* [0, 1); flax's default 0.99 */
     float epsilon;  /* (0, 1]; flax's default 1e-5 */
     /* false: each device normalises by its own shard's statistics (what
@@ -217,6 +218,7 @@ typedef enum td_padding_kind {
 } td_padding_kind;
 
 typedef struct td_conv2d_options {
+    size_t struct_size; /* sizeof(td_conv2d_options): growth-safe, see tandem/export.h */
     int64_t stride[2];   /* >= 1 */
     int64_t dilation[2]; /* >= 1 (kernel dilation) */
     td_padding_kind padding;
@@ -235,6 +237,7 @@ TD_API td_status td_graph_conv2d(td_graph *g, td_node x, td_node kernel, const t
                                  td_node *out);
 
 typedef struct td_pool2d_options {
+    size_t struct_size; /* sizeof(td_pool2d_options): growth-safe, see tandem/export.h */
     int64_t window[2];      /* >= 1 */
     int64_t stride[2];      /* >= 1 */
     td_padding_kind padding;

@@ -17,6 +17,7 @@
 #ifndef TANDEM_INIT_H
 #define TANDEM_INIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tandem/status.h"
@@ -49,9 +50,11 @@ typedef enum td_init_distribution {
     TD_DIST_UNIFORM = 2, /* in [-limit, limit), limit = sqrt(3 * scale / fan) */
 } td_init_distribution;
 
-/* Fill it by hand or with the td_initializer_* functions below; only the
- * fields of its kind are read. */
+/* Fill it with the td_initializer_* functions below (each sets
+ * struct_size), or by hand from `{.struct_size = sizeof(td_initializer)}`;
+ * only the fields of its kind are read. */
 typedef struct td_initializer {
+    size_t struct_size; /* sizeof(td_initializer): growth-safe, see tandem/export.h */
     td_init_kind kind;
     uint64_t seed;
     float value;  /* CONSTANT */

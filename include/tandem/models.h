@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 typedef struct td_model_options {
+    size_t struct_size; /* sizeof(td_model_options): growth-safe, see tandem/export.h */
     uint64_t seed;    /* initial parameters and dropout masks */
     int64_t classes;  /* classifier outputs; Fashion-MNIST has 10 */
     bool batch_norm;  /* normalise after each conv / hidden dense (their bias then dropped) */
@@ -69,6 +70,7 @@ TD_API td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions);
 /* ---- the GPT of seed 002 ---- */
 
 typedef struct td_gpt_options {
+    size_t struct_size; /* sizeof(td_gpt_options): growth-safe, see tandem/export.h */
     uint64_t seed;   /* initial parameters and dropout masks */
     int64_t vocab;   /* token ids 0..vocab-1: 256 for bytes, 50257 for GPT-2's tokens */
     int64_t context; /* rows of the position table: the longest sequence */
@@ -136,6 +138,7 @@ TD_API td_status td_model_gpt_loss(td_graph *g, td_node tokens, td_node targets,
 
 /* A GPT-2's sizes. */
 typedef struct td_gpt_config {
+    size_t struct_size; /* sizeof(td_gpt_config): growth-safe, see tandem/export.h */
     int64_t vocab;        /* V: token ids 0 .. V-1 */
     /* llm.c's padded vocabulary Vp >= V: the rows its wte has (V .. Vp-1
      * unused), so its logits are Vp wide. Read from an llm.c file; 0 when
@@ -147,6 +150,10 @@ typedef struct td_gpt_config {
     int64_t heads;        /* H, dividing width */
     int64_t width;        /* D, the model's channels */
 } td_gpt_config;
+
+/* Zeroes *config and sets its struct_size: ready for td_gpt_weights_config,
+ * or to fill for td_gpt_weights_write_llmc. */
+TD_API td_status td_gpt_config_init(td_gpt_config *config);
 
 /* GPT-2 parameters read from a file: the config and one f32 host tensor
  * per parameter, in the order above. Owned by its context (released by

@@ -38,7 +38,7 @@ typedef enum td_balance {
 } td_balance;
 
 typedef struct td_trainer_options {
-    size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
+    size_t struct_size; /* sizeof(td_trainer_options): growth-safe, see tandem/export.h */
     td_optimizer_kind optimizer;
     /* The rate when schedule.kind is TD_SCHEDULE_CONSTANT; 0 (the default)
      * takes the optimizer's own, td_optimizer_default_learning_rate (SGD
@@ -117,6 +117,7 @@ typedef struct td_trainer_options {
  * waiting in the accumulators, and whether the last call updated the
  * parameters (false after a failed call). */
 typedef struct td_train_progress {
+    size_t struct_size; /* sizeof(td_train_progress): growth-safe, see tandem/export.h */
     uint64_t micro_steps;
     uint64_t updates;
     uint64_t allreduces;
@@ -183,6 +184,9 @@ TD_API td_status td_trainer_step(td_trainer *trainer, uint32_t n_bindings, const
  * failed or none ran. */
 TD_API td_status td_trainer_metrics(const td_trainer *trainer, uint32_t capacity, float *values);
 
+/* Zeroes *progress and sets its struct_size, ready for td_trainer_progress. */
+TD_API td_status td_train_progress_init(td_train_progress *progress);
+
 /* Fills *progress (see td_train_progress). */
 TD_API td_status td_trainer_progress(const td_trainer *trainer, td_train_progress *progress);
 
@@ -199,7 +203,7 @@ TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, s
 /* What one device of a trainer holds, in bytes (seed 002's accounting).
  * The first four are device memory, the last host memory kept for it. */
 typedef struct td_memory_report {
-    size_t struct_size;   /* sizeof(td_memory_report); 0 = current */
+    size_t struct_size; /* sizeof(td_memory_report): growth-safe, see tandem/export.h */
     uint64_t parameters;  /* every parameter (and state) of the graph, replicated */
     uint64_t gradients;   /* the gradient bucket, one slot per parameter element */
     /* The arena at its peak: inputs, activations kept for the backward
@@ -215,8 +219,11 @@ typedef struct td_memory_report {
     uint64_t accumulators;
 } td_memory_report;
 
-/* *report = mesh device `device`'s memory (above); report->struct_size
- * as the caller's sizeof. The same errors as td_trainer_memory. */
+/* Zeroes *report and sets its struct_size. */
+TD_API td_status td_memory_report_init(td_memory_report *report);
+
+/* *report = mesh device `device`'s memory (above), up to its struct_size.
+ * The same errors as td_trainer_memory. */
 TD_API td_status td_trainer_memory_report(const td_trainer *trainer, uint32_t device, td_memory_report *report);
 
 /* *timing = mesh device `device`'s split of the last td_trainer_step (see
@@ -266,6 +273,9 @@ TD_API td_status td_trainer_rebalance(td_trainer *trainer);
 /* What a step callback receives after each successful td_trainer_step.
  * The pointers are the trainer's and valid during the call only. */
 typedef struct td_step_report {
+    /* The library's sizeof(td_step_report): a callback built against a
+     * newer header reads a field only when struct_size covers it. */
+    size_t struct_size;
     uint64_t micro_step;    /* successful td_trainer_step calls, this one included */
     uint64_t updates;       /* optimizer updates applied so far */
     bool updated;           /* this call applied one (it closed an accumulation round) */

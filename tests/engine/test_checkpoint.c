@@ -250,7 +250,7 @@ Test(checkpoint, save_then_restore_gives_back_every_value_and_counter)
         td_tensor_destroy(va);
         td_tensor_destroy(vb);
     }
-    td_train_progress pa, pb;
+    td_train_progress pa = {.struct_size = sizeof(td_train_progress)}, pb = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(ta, &pa));
     TEST_OK(ctx, td_trainer_progress(tb, &pb));
     cr_assert(pa.updates == pb.updates && pa.micro_steps == pb.micro_steps && pa.allreduces == pb.allreduces,
@@ -451,7 +451,7 @@ Test(checkpoint, a_device_lost_before_a_save_is_the_resumed_run_bitwise)
     feeder_init(ctx, &fa, &data, 0, 0);
     float la[STEPS];
     train(ctx, ta, &a, &fa, STEPS, la); /* the fourth device fails in step 3 */
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(ta, &p));
     cr_assert_eq(p.devices, 3);
     cr_assert_eq(p.devices_lost, 1);

@@ -93,7 +93,7 @@ static void expect_released(const every_kind *k, bool mesh_and_graph_too)
     float loss, value;
     uint32_t rank, n;
     int64_t dims[TD_MAX_RANK];
-    td_train_progress progress;
+    td_train_progress progress = {.struct_size = sizeof(td_train_progress)};
     bool same;
     size_t bytes;
     cr_assert_eq(td_program_run(k->program, 2, b), TD_ERR_STATE);

@@ -132,7 +132,7 @@ static td_text *open_text(const char *path, double val_fraction)
 
 static td_text_summary summary_of(const td_text *text)
 {
-    td_text_summary s;
+    td_text_summary s = {.struct_size = sizeof(td_text_summary)};
     TEST_OK(ctx, td_text_info(text, &s));
     return s;
 }
@@ -811,7 +811,7 @@ Test(text, with_keep_handles_a_text_closes_after_its_context)
     td_text *text = NULL;
     TEST_OK(c, td_text_open(c, write_file("kept", "hello world", 11), NULL, &text));
     td_context_destroy(c);
-    td_text_summary s;
+    td_text_summary s = {.struct_size = sizeof(td_text_summary)};
     cr_assert_eq(td_text_info(text, &s), TD_ERR_STATE);
     td_text_close(text); /* the last handle frees the context */
     cr_assert_eq(own.live, 0, "%zu blocks leaked", own.live);

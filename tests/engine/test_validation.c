@@ -343,7 +343,7 @@ Test(validation, a_schedule_that_overflows_later_is_refused_when_it_does)
         TEST_FAILS(ctx, TD_ERR_STATE, "learning rate at update 2 is inf", td_trainer_step(t, 2, b, NULL));
     TEST_OK(ctx, td_trainer_read_param(t, w, 1, after));
     cr_assert_arr_eq(test_f32(before), test_f32(after), 3 * sizeof(float));
-    td_train_progress progress;
+    td_train_progress progress = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(t, &progress));
     cr_assert_eq(progress.updates, 2);
     td_tensor_destroy(xv);
