@@ -19,7 +19,13 @@
 
 #include "tandem/version.h"
 
-/* Growth-safe structs. Every public struct a caller fills or receives
+/* "Since" notes. Each public function, type and struct ends its comment with
+ * the version it first appeared in ("Since 0.1."); one comment over a group
+ * of declarations covers the group. A field added to a struct after the
+ * struct itself carries a note of its own; a field without one is as old as
+ * its struct.
+ *
+ * Growth-safe structs. Every public struct a caller fills or receives
  * begins with `size_t struct_size`, so that a later version can add fields
  * at its end without breaking a program built against an older header. The
  * struct's `_init` (for td_initializer, each constructor) sets struct_size
