@@ -193,7 +193,7 @@ static td_status host_tensors(td_cli_text_session *s)
     if (st == TD_OK)
         st = td_tensor_create(s->ctx, TD_F32, 1, b, &s->val_mask);
     if (st == TD_OK)
-        st = td_batch_mask(s->ctx, s->ones, (size_t)s->config.batch);
+        st = td_data_batch_mask(s->ctx, s->ones, (size_t)s->config.batch);
     return st;
 }
 

@@ -30,7 +30,7 @@ extern "C" {
  * stream give TD_ERR_CORRUPT_DATA, with the file named in the message. On
  * failure *out is NULL and nothing is left allocated.
  * Since 0.1. */
-TD_API td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out);
+TD_API td_status td_data_read_idx(td_context *ctx, const char *path, td_tensor **out);
 
 /* Loads one split of an MNIST-layout dataset (Fashion-MNIST: pass
  * TD_FASHION_MNIST_DIR). `split` is "train" or "t10k"; the files read are
@@ -43,8 +43,8 @@ TD_API td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out)
  * TD_ERR_CORRUPT_DATA naming the file
  * (and the index and value of a bad label). On failure both outputs are NULL.
  * Since 0.1. */
-TD_API td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
-                                       td_tensor **labels);
+TD_API td_status td_data_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
+                                    td_tensor **labels);
 
 /* Writes a permutation of 0..n-1 into order[0..n-1]: a Fisher-Yates shuffle
  * driven by tandem's counter-based generator keyed by `seed`, with the epoch
@@ -63,8 +63,8 @@ TD_API td_status td_data_order(td_context *ctx, uint64_t seed, uint64_t epoch, s
  * src's row count. Nothing is written unless all checks pass. Does not
  * allocate: it is meant to run every step.
  * Since 0.1. */
-TD_API td_status td_batch_gather(td_context *ctx, const td_tensor *src, const uint32_t *indices, size_t count,
-                                 td_tensor *dst);
+TD_API td_status td_data_gather_batch(td_context *ctx, const td_tensor *src, const uint32_t *indices,
+                                      size_t count, td_tensor *dst);
 
 /* *mean and *std of the u8 values of `images` scaled by 1 / 255 (the
  * population standard deviation), for td_model_options' input_mean and
@@ -72,13 +72,13 @@ TD_API td_status td_batch_gather(td_context *ctx, const td_tensor *src, const ui
  * TD_ERR_INVALID_ARGUMENT naming what is wrong. Fashion-MNIST's training
  * images give 0.2860 and 0.3530.
  * Since 0.1. */
-TD_API td_status td_dataset_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std);
+TD_API td_status td_data_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std);
 
 /* Sets the first `valid` entries of a TD_F32 or TD_U8 tensor [B] to 1 and the
  * others to 0: the per-example weights that let a padded last batch train on
  * its real examples only. valid must be at most B. Does not allocate.
  * Since 0.1. */
-TD_API td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
+TD_API td_status td_data_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
 
 /* ---- Text ----
  *
@@ -198,7 +198,7 @@ TD_API td_status td_text_val_windows(const td_text *text, size_t T, size_t *coun
 /* Fills rows 0 .. valid - 1 of inputs and targets (TD_I32 [B, T]) with
  * validation windows first_window, first_window + 1, ... (inputs the
  * window's first T tokens, targets its last T), zero-fills the other rows,
- * sets mask (TD_F32 or TD_U8 [B], as td_batch_mask) to 1 on the valid rows
+ * sets mask (TD_F32 or TD_U8 [B], as td_data_batch_mask) to 1 on the valid rows
  * and 0 on the padding, and sets *valid = min(B, count - first_window).
  * first_window may be at most the window count (at the count the batch is
  * all padding). Nothing is written unless every check passes; does not

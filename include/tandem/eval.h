@@ -5,7 +5,7 @@
  * and batch norm lower for inference). It takes the trainer's current
  * parameters with td_evaluator_load, then runs global batches that the
  * caller binds, the mask included: the last short batch is padded and its
- * padding rows masked out (td_batch_gather and td_batch_mask do both).
+ * padding rows masked out (td_data_gather_batch and td_data_batch_mask do both).
  * Each batch's metrics are weighted by its number of valid examples, so
  * the result is the average over exactly the valid examples of the data
  * set, provided each metric is a td_graph_masked_mean over the batch. */

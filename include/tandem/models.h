@@ -25,7 +25,7 @@ typedef struct td_model_options {
     float dropout;    /* rate before the classifier (cnn) or after each hidden relu (mlp); 0 = none */
     /* td_model_classification's input scaling: pixels / 255, then
      * (x - input_mean) / input_std. The defaults 0 and 1 leave [0, 1];
-     * td_dataset_pixel_stats gives a training set's mean and std. */
+     * td_data_pixel_stats gives a training set's mean and std. */
     float input_mean;
     float input_std;
     /* Batch norm's statistics over the global batch (td_batch_norm_options

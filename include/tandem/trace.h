@@ -12,7 +12,7 @@
  *     bytes), the optimizer's update of the chunk the device owns, and
  *     the output download (device->host, with bytes);
  *   - one host track: td_trainer_step ("step"), evaluator runs
- *     ("evaluate"), batch assembly (td_batch_gather: "batch"), checkpoint
+ *     ("evaluate"), batch assembly (td_data_gather_batch: "batch"), checkpoint
  *     writes and restores, and the caller's own spans (td_trace_span_*).
  * Spans on one track nest: a child starts and ends within its parent.
  *

@@ -144,9 +144,9 @@ static void train(td_context *ctx, td_trainer *t, const model *m, feeder *f, int
             TEST_OK(ctx, td_data_order(ctx, DATA_SEED, f->epoch, N_EXAMPLES, f->order));
         }
         size_t count = N_EXAMPLES - f->position < BATCH ? N_EXAMPLES - f->position : BATCH;
-        TEST_OK(ctx, td_batch_gather(ctx, f->data->x, f->order + f->position, count, f->x));
-        TEST_OK(ctx, td_batch_gather(ctx, f->data->y, f->order + f->position, count, f->y));
-        TEST_OK(ctx, td_batch_mask(ctx, f->mask, count));
+        TEST_OK(ctx, td_data_gather_batch(ctx, f->data->x, f->order + f->position, count, f->x));
+        TEST_OK(ctx, td_data_gather_batch(ctx, f->data->y, f->order + f->position, count, f->y));
+        TEST_OK(ctx, td_data_batch_mask(ctx, f->mask, count));
         f->position += count;
         td_binding b[3] = {{m->x, f->x}, {m->y, f->y}, {m->mask, f->mask}};
         TEST_OK(ctx, td_trainer_step(t, 3, b, &losses[s]));

@@ -511,7 +511,7 @@ Test(text, validation_windows_are_llmc_strided_windows_with_a_padded_last_batch)
         cr_assert_eq(test_f32(mask)[r], 0.0f);
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "first_window is 8", td_text_val_batch(text, T, 8, B, x, y, mask, &valid));
     cr_assert(test_message_mentions(ctx, "7 validation windows"));
-    /* A u8 mask works as for td_batch_mask. */
+    /* A u8 mask works as for td_data_batch_mask. */
     td_tensor *mask8 = test_tensor(ctx, TD_U8, 1, (int64_t[]){B});
     TEST_OK(ctx, td_text_val_batch(text, T, 4, B, x, y, mask8, &valid));
     const uint8_t *m8 = NULL;
