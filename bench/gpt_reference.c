@@ -88,7 +88,8 @@ static int write_files(const options *o)
         if (s == TD_OK) s = td_tensor_create(ctx, TD_F32, rank, pd, &values[i]);
         if (s == TD_OK) s = td_program_read_param(p, param, 0, values[i]);
     }
-    td_gpt_config config = {o->gpt.vocab, 0, o->gpt.context, o->gpt.layers, o->gpt.heads, o->gpt.width};
+    td_gpt_config config = {.struct_size = sizeof config, .vocab = o->gpt.vocab, .context = o->gpt.context,
+                            .layers = o->gpt.layers, .heads = o->gpt.heads, .width = o->gpt.width};
     char path[4096];
     snprintf(path, sizeof path, "%s/model.bin", o->write_dir);
     if (s == TD_OK)
@@ -145,7 +146,7 @@ static int train(const options *o)
     uint32_t n = 0;
     td_status s = td_context_create(NULL, &ctx);
     if (s == TD_OK) s = td_gpt_weights_read(ctx, o->model, &w);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     if (s == TD_OK) s = td_gpt_weights_config(w, &c);
     td_gpt_options go;
     td_gpt_options_init(&go);

@@ -87,7 +87,7 @@ static void usage(FILE *f)
  * vulkan:0x2 two of vulkan:0 -- so that every line names another device. */
 static void device_label(td_mesh *mesh, uint32_t n, uint32_t i, char *out, size_t capacity)
 {
-    td_device_info me, other;
+    td_device_info me = {.struct_size = sizeof(td_device_info)}, other = {.struct_size = sizeof(td_device_info)};
     td_mesh_device_info(mesh, i, &me);
     uint32_t instance = 0, instances = 0;
     for (uint32_t j = 0; j < n; j++) {
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     else
         printf("linreg on %u device(s):\n", n);
     for (uint32_t i = 0; i < n_local; i++) {
-        td_device_info info;
+        td_device_info info = {.struct_size = sizeof(td_device_info)};
         td_mesh_device_info(mesh, i, &info);
         char label[48];
         device_label(mesh, n_local, i, label, sizeof label);

@@ -300,8 +300,8 @@ static int setup(demo *d, const char *model)
     td_processes_mesh(d->mesh, &d->n_dev, &first_device); /* the job's devices, every process's */
     if ((s = td_balance_parse(d->ctx, d->o.balance, &d->balance, 64, d->balance_weights, &d->n_balance_weights)) != TD_OK)
         return fail(d, s, "--balance");
-    if ((s = td_dataset_load_mnist(d->ctx, d->o.data, "train", &d->train_images, &d->train_labels)) != TD_OK ||
-        (s = td_dataset_load_mnist(d->ctx, d->o.data, "t10k", &d->test_images, &d->test_labels)) != TD_OK)
+    if ((s = td_data_load_mnist(d->ctx, d->o.data, "train", &d->train_images, &d->train_labels)) != TD_OK ||
+        (s = td_data_load_mnist(d->ctx, d->o.data, "t10k", &d->test_images, &d->test_labels)) != TD_OK)
         return fail(d, s, "loading Fashion-MNIST");
 
     const int64_t B = d->o.batch, xdims[4] = {B, 28, 28, 1}, ydims[1] = {B};
@@ -313,8 +313,8 @@ static int setup(demo *d, const char *model)
     mo.batch_norm = d->o.batch_norm;
     mo.dropout = d->o.dropout;
     if (!d->o.raw_inputs &&
-        (s = td_dataset_pixel_stats(d->ctx, d->train_images, &mo.input_mean, &mo.input_std)) != TD_OK)
-        return fail(d, s, "td_dataset_pixel_stats");
+        (s = td_data_pixel_stats(d->ctx, d->train_images, &mo.input_mean, &mo.input_std)) != TD_OK)
+        return fail(d, s, "td_data_pixel_stats");
     d->input_mean = mo.input_mean;
     d->input_std = mo.input_std;
     if ((s = td_graph_create(d->ctx, &d->g)) != TD_OK ||
@@ -398,7 +398,7 @@ static int train(demo *d)
                 return fail(d, s, "td_trainer_step");
             loss_sum += loss * (double)valid;
             acc_sum += acc * (double)valid;
-            td_train_progress p;
+            td_train_progress p = {.struct_size = sizeof(td_train_progress)};
             td_trainer_progress(d->trainer, &p);
             if (p.devices_lost > lost) {
                 printf("epoch %d, step %zu: %u device(s) lost; continuing on %u (the cause is on stderr)\n", epoch + 1,
@@ -424,7 +424,7 @@ static int train(demo *d)
     if ((s = td_trainer_replicas_identical(d->trainer, &identical)) != TD_OK)
         return fail(d, s, "td_trainer_replicas_identical");
     double samples = (double)per_epoch * d->o.epochs;
-    td_train_progress end;
+    td_train_progress end = {.struct_size = sizeof(td_train_progress)};
     td_trainer_progress(d->trainer, &end);
     /* The split in force: examples per device of a global batch, every
      * device of every process (process 0's first). */

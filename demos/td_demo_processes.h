@@ -118,11 +118,11 @@ static inline td_status td_demo_fill_rows(td_context *ctx, const td_tensor *x, c
     const size_t mine = valid > first ? (valid - first < count ? valid - first : (size_t)count) : 0;
     const uint32_t *rows = index + (mine ? first : 0);
     if (st == TD_OK)
-        st = td_batch_gather(ctx, x, rows, mine, b->x);
+        st = td_data_gather_batch(ctx, x, rows, mine, b->x);
     if (st == TD_OK)
-        st = td_batch_gather(ctx, y, rows, mine, b->y);
+        st = td_data_gather_batch(ctx, y, rows, mine, b->y);
     if (st == TD_OK)
-        st = td_batch_mask(ctx, b->mask, mine);
+        st = td_data_batch_mask(ctx, b->mask, mine);
     return st;
 }
 

@@ -157,8 +157,8 @@ static int load_data(td_cli_session *s)
             return fail(s, st, "generating data");
         return TD_CLI_EXIT_OK;
     }
-    if ((st = td_dataset_load_mnist(s->ctx, c->data, "train", &s->train.x, &s->train.y)) != TD_OK ||
-        (st = td_dataset_load_mnist(s->ctx, c->data, "t10k", &s->test.x, &s->test.y)) != TD_OK)
+    if ((st = td_data_load_mnist(s->ctx, c->data, "train", &s->train.x, &s->train.y)) != TD_OK ||
+        (st = td_data_load_mnist(s->ctx, c->data, "t10k", &s->test.x, &s->test.y)) != TD_OK)
         return fail(s, st, "loading Fashion-MNIST (--data DIR, or --data generated)");
     td_tensor_count(s->train.y, &s->train.count);
     td_tensor_count(s->test.y, &s->test.count);
@@ -217,7 +217,7 @@ static td_status build_graph(td_cli_session *s)
     mo.classes = CLASSES;
     /* The whole training split's statistics: the same for every --limit,
      * for train and for eval, so a checkpoint needs to record only whether. */
-    if (strcmp(s->config.inputs, "standardized") == 0 && (st = td_dataset_pixel_stats(s->ctx, s->train.x, &mo.input_mean, &mo.input_std)) != TD_OK)
+    if (strcmp(s->config.inputs, "standardized") == 0 && (st = td_data_pixel_stats(s->ctx, s->train.x, &mo.input_mean, &mo.input_std)) != TD_OK)
         return st;
     if ((st = td_graph_input(s->g, "label", TD_I32, 1, bd, TD_SHARDED, &s->y)) == TD_OK)
         st = td_model_classification(s->g, s->config.model, s->x, s->y, s->mask, &mo, &s->loss, &s->accuracy);

@@ -74,6 +74,7 @@ static int open_text(td_cli_text_session *s)
     td_status st = td_text_open(s->ctx, c->data, NULL, &s->text);
     if (st != TD_OK)
         return fail(s, st, "--data");
+    td_text_summary_init(&s->summary);
     td_text_info(s->text, &s->summary);
     if (c->vocab && (int64_t)s->summary.vocab_size != c->vocab) {
         fprintf(stderr, "tandem %s: --data '%s' holds %s (vocabulary %u), but the model of %s has a vocabulary of %lld\n",
@@ -118,7 +119,7 @@ static bool agrees(const char *command, const td_cli_text_config *c, unsigned bi
 
 int td_cli_text_config_from_weights(const char *command, const td_gpt_weights *w, td_cli_text_config *c)
 {
-    td_gpt_config g;
+    td_gpt_config g = {.struct_size = sizeof(td_gpt_config)};
     td_gpt_weights_config(w, &g);
     if (!agrees(command, c, TD_CLI_TEXT_SET_LAYERS, "--layers", c->layers, g.layers) ||
         !agrees(command, c, TD_CLI_TEXT_SET_HEADS, "--heads", c->heads, g.heads) ||
@@ -192,7 +193,7 @@ static td_status host_tensors(td_cli_text_session *s)
     if (st == TD_OK)
         st = td_tensor_create(s->ctx, TD_F32, 1, b, &s->val_mask);
     if (st == TD_OK)
-        st = td_batch_mask(s->ctx, s->ones, (size_t)s->config.batch);
+        st = td_data_batch_mask(s->ctx, s->ones, (size_t)s->config.batch);
     return st;
 }
 

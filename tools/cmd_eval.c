@@ -95,7 +95,7 @@ int td_cli_eval(int argc, char **argv)
             rc = td_cli_fail("eval", s.ctx, st, "evaluating");
     }
     if (rc == TD_CLI_EXIT_OK) {
-        td_train_progress p;
+        td_train_progress p = {.struct_size = sizeof(td_train_progress)};
         td_trainer_progress(s.trainer, &p);
         printf("tandem eval: %s (%s, epoch %llu + %llu steps, %llu updates) on %u device(s) [%s]: %zu test "
                "examples, loss %.4f",

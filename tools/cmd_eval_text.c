@@ -62,7 +62,7 @@ int td_cli_eval_text(const td_cli_eval_args *a)
         }
     }
     if (rc == TD_CLI_EXIT_OK) {
-        td_train_progress p;
+        td_train_progress p = {.struct_size = sizeof(td_train_progress)};
         td_trainer_progress(s.trainer, &p);
         const double bits = loss / log(2.0);
         printf("tandem eval: %s (gpt, %lld layers, width %lld, step %llu, %llu updates) on %u device(s) [%s]: %zu "

@@ -83,7 +83,7 @@ static void on_step(void *user, const td_step_report *report)
  * whether it could. */
 static int save(train_run *r, td_cli_position at, bool *saved)
 {
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     td_trainer_progress(r->s.trainer, &p);
     *saved = false;
     if (p.accumulated != 0)
@@ -195,7 +195,7 @@ static int run_loop(train_run *r, td_cli_position start, epoch_result *last)
         const size_t end = total - epoch * steps < steps ? (size_t)(total - epoch * steps) : steps;
         for (size_t step = first; step < end; step++) {
             const size_t valid = s->per_epoch - step * B < B ? s->per_epoch - step * B : B;
-            td_train_progress after;
+            td_train_progress after = {.struct_size = sizeof(td_train_progress)};
             float loss, accuracy;
             const double t0 = td_cli_now();
             if ((st = td_cli_session_step(s, s->order + step * B, valid, &loss, &accuracy)) != TD_OK) {
@@ -463,7 +463,7 @@ int td_cli_train(int argc, char **argv)
         const uint64_t done = start.epoch * r->s.steps_per_epoch + start.position;
         if (c.steps ? done < (uint64_t)c.steps : start.epoch < (uint64_t)c.epochs) {
             rc = run_loop(r, start, &last);
-            td_train_progress p;
+            td_train_progress p = {.struct_size = sizeof(td_train_progress)};
             if (rc == TD_CLI_EXIT_OK && td_trainer_progress(r->s.trainer, &p) == TD_OK && p.accumulated)
                 printf("note: the last %u micro-batch(es) did not complete a round of --accumulate %lld: they are not "
                        "applied to the parameters nor in a checkpoint\n",

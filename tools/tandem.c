@@ -18,7 +18,7 @@ static int cmd_devices(td_context *ctx, int json)
     if (json)
         printf("[");
     for (uint32_t b = 0; b < backends; b++) {
-        td_backend_info bi;
+        td_backend_info bi = {.struct_size = sizeof(td_backend_info)};
         td_status s = td_backend_query(ctx, b, &bi);
         if (s != TD_OK || !bi.available) {
             const char *why = s != TD_OK ? td_last_error(ctx) : bi.reason;
@@ -35,7 +35,7 @@ static int cmd_devices(td_context *ctx, int json)
             continue;
         }
         for (uint32_t d = 0; d < bi.device_count; d++) {
-            td_device_info di;
+            td_device_info di = {.struct_size = sizeof(td_device_info)};
             if ((s = td_device_query(ctx, bi.name, d, &di)) != TD_OK) {
                 if (json) {
                     printf("%s\n {\"backend\":", first ? "" : ",");

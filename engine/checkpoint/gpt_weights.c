@@ -83,7 +83,15 @@ td_status td_gpt_weights_config(const td_gpt_weights *w, td_gpt_config *config)
         return s;
     if (!config)
         return td_error_set(w->ctx, TD_ERR_INVALID_ARGUMENT, "td_gpt_weights_config: config is NULL");
-    *config = w->config;
+    return TD_STRUCT_WRITE(w->ctx, "td_gpt_weights_config", td_gpt_config, config, &w->config);
+}
+
+td_status td_gpt_config_init(td_gpt_config *config)
+{
+    if (!config)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(config, 0, sizeof *config);
+    config->struct_size = sizeof *config;
     return TD_OK;
 }
 

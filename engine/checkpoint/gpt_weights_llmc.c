@@ -325,7 +325,11 @@ td_status td_gpt_weights_write_llmc(td_context *ctx, const char *path, const td_
         return TD_ERR_INVALID_ARGUMENT;
     if (!path || !config || (n && (!names || !values)))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: path, config, names or values is NULL", write_fn);
-    td_gpt_config c = *config;
+    td_gpt_config c;
+    td_gpt_config_init(&c);
+    td_status read = TD_STRUCT_READ(ctx, write_fn, td_gpt_config, config, &c);
+    if (read != TD_OK)
+        return read;
     char problem[256];
     if (td_gpt_config_problem(&c, problem, sizeof problem))
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "%s: config: %s", write_fn, problem);

@@ -164,6 +164,17 @@ td_status td_last_status(const td_context *ctx)
     return ctx ? ctx->error_status : TD_ERR_INVALID_ARGUMENT;
 }
 
+td_status td_version(uint32_t *major, uint32_t *minor, uint32_t *patch)
+{
+    if (major)
+        *major = TD_VERSION_MAJOR;
+    if (minor)
+        *minor = TD_VERSION_MINOR;
+    if (patch)
+        *patch = TD_VERSION_PATCH;
+    return TD_OK;
+}
+
 const char *td_version_string(void)
 {
     return TD_VERSION_STRING;
@@ -362,5 +373,35 @@ td_status td_options_bytes(td_context *ctx, const char *who, const char *type, s
                                   who, type, struct_size, minimum)
                    : TD_ERR_INVALID_ARGUMENT;
     *bytes = struct_size < current ? struct_size : current;
+    return TD_OK;
+}
+
+/* struct_size is every growth-safe struct's first member: read and written
+ * through memcpy, as the struct types differ. */
+td_status td_struct_read(td_context *ctx, const char *who, const char *type, const void *in, void *local,
+                         size_t minimum, size_t current)
+{
+    if (in) {
+        size_t struct_size, n = 0;
+        memcpy(&struct_size, in, sizeof struct_size);
+        td_status s = td_options_bytes(ctx, who, type, struct_size, minimum, current, &n);
+        if (s != TD_OK)
+            return s;
+        memcpy(local, in, n);
+    }
+    memcpy(local, &current, sizeof current);
+    return TD_OK;
+}
+
+td_status td_struct_write(td_context *ctx, const char *who, const char *type, void *out, const void *full,
+                          size_t minimum, size_t current)
+{
+    size_t struct_size, n = 0;
+    memcpy(&struct_size, out, sizeof struct_size);
+    td_status s = td_options_bytes(ctx, who, type, struct_size, minimum, current, &n);
+    if (s != TD_OK)
+        return s;
+    memcpy(out, full, n);
+    memcpy(out, &n, sizeof n);
     return TD_OK;
 }

@@ -526,8 +526,9 @@ td_status td_mesh_device_info(const td_mesh *mesh, uint32_t position, td_device_
     if (position >= mesh->count)
         return td_error_set(mesh->ctx, TD_ERR_INVALID_ARGUMENT, "mesh position %u out of range (mesh of %u devices)",
                             position, mesh->count);
-    *info = mesh->devices[position].info;
-    return TD_OK;
+    td_device_info full = mesh->devices[position].info;
+    full.struct_size = sizeof full;
+    return TD_STRUCT_WRITE(mesh->ctx, "td_mesh_device_info", td_device_info, info, &full);
 }
 
 td_status td_mesh_device_submit_wait(td_mesh_device *md, uint32_t timeout_ms)

@@ -61,9 +61,32 @@ td_status td_backend_query(td_context *ctx, uint32_t i, td_backend_info *info)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_backend_query: backend index %u out of range (this build has %u)", i,
                             td_runtime_backend_count());
+    td_backend_info full;
+    td_backend_info_init(&full);
+    snprintf(full.name, sizeof full.name, "%s", backends[i]->name);
+    td_status s = backends[i]->probe(ctx, &full);
+    if (s != TD_OK)
+        return s;
+    full.struct_size = sizeof full; /* whatever the backend did with it */
+    return TD_STRUCT_WRITE(ctx, "td_backend_query", td_backend_info, info, &full);
+}
+
+td_status td_backend_info_init(td_backend_info *info)
+{
+    if (!info)
+        return TD_ERR_INVALID_ARGUMENT;
     memset(info, 0, sizeof *info);
-    snprintf(info->name, sizeof info->name, "%s", backends[i]->name);
-    return backends[i]->probe(ctx, info);
+    info->struct_size = sizeof *info;
+    return TD_OK;
+}
+
+td_status td_device_info_init(td_device_info *info)
+{
+    if (!info)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    return TD_OK;
 }
 
 td_status td_device_query(td_context *ctx, const char *backend, uint32_t device, td_device_info *info)
@@ -93,6 +116,10 @@ td_status td_device_query(td_context *ctx, const char *backend, uint32_t device,
     if (device >= binfo.device_count)
         return td_error_set(ctx, TD_ERR_UNKNOWN_DEVICE, "%s device %u does not exist (%u found)", backend, device,
                             binfo.device_count);
-    memset(info, 0, sizeof *info);
-    return ops->describe(ctx, device, info);
+    td_device_info full;
+    td_device_info_init(&full);
+    if ((s = ops->describe(ctx, device, &full)) != TD_OK)
+        return s;
+    full.struct_size = sizeof full; /* whatever the backend did with it */
+    return TD_STRUCT_WRITE(ctx, "td_device_query", td_device_info, info, &full);
 }

@@ -42,14 +42,35 @@ td_status td_dtype_error(td_context *ctx, const char *fn, const char *what, td_d
 
 void td_log(td_context *ctx, td_log_level level, const char *fmt, ...) TD_PRINTF(3, 4);
 
-/* How many bytes of a caller's options struct to read: its struct_size (0:
- * the current size), at most the current size (a newer caller's extra
- * fields are not read). A size below `minimum` -- the size of the first
- * layout, whose fields every caller has -- cannot hold the fields and is
+/* The growth-safe struct rule (tandem/export.h) in one place. How many
+ * bytes of a caller's struct to read or write: its struct_size (0: the
+ * current size), at most the current size (a newer caller's extra fields
+ * are not touched). A size below `minimum` -- the size of the struct's
+ * first layout, whose fields every caller has -- is
  * TD_ERR_INVALID_ARGUMENT, "<who>: <type>.struct_size is N, expected 0 or
  * at least <minimum>" (with no message when ctx is NULL). */
 td_status td_options_bytes(td_context *ctx, const char *who, const char *type, size_t struct_size, size_t minimum,
                            size_t current, size_t *bytes);
+
+/* An input struct: *local holds the defaults (its _init); the caller's
+ * `in` (NULL: keep them all) is copied over them up to its struct_size,
+ * and local's struct_size becomes `current`. On failure *local is
+ * unchanged. */
+td_status td_struct_read(td_context *ctx, const char *who, const char *type, const void *in, void *local,
+                         size_t minimum, size_t current);
+
+/* An output struct: `full` (the library's whole struct) is copied to the
+ * caller's `out` up to out's struct_size, and out's struct_size becomes the
+ * bytes written. Nothing is written on failure. */
+td_status td_struct_write(td_context *ctx, const char *who, const char *type, void *out, const void *full,
+                          size_t minimum, size_t current);
+
+/* Both for a struct whose first layout is the current one (every struct
+ * that became growth-safe in 0.1 without earlier fields). */
+#define TD_STRUCT_READ(ctx, who, type, in, local) \
+    td_struct_read(ctx, who, #type, in, local, sizeof(type), sizeof(type))
+#define TD_STRUCT_WRITE(ctx, who, type, out, full) \
+    td_struct_write(ctx, who, #type, out, full, sizeof(type), sizeof(type))
 
 /* The wait bound every blocking wait in tandem must respect. */
 uint32_t td_context_timeout_ms(const td_context *ctx);

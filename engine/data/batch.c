@@ -8,7 +8,7 @@
 #include "td_context_internal.h"
 #include "td_trace.h"
 
-static const char *const GATHER = "td_batch_gather";
+static const char *const GATHER = "td_data_gather_batch";
 
 /* dst must be src with a different row count; *row_bytes is one row's size. */
 static td_status gather_layout(td_context *ctx, const td_tensor *src, const td_tensor *dst, size_t count,
@@ -48,7 +48,8 @@ static td_status gather_layout(td_context *ctx, const td_tensor *src, const td_t
     return TD_OK;
 }
 
-td_status td_batch_gather(td_context *ctx, const td_tensor *src, const uint32_t *indices, size_t count, td_tensor *dst)
+td_status td_data_gather_batch(td_context *ctx, const td_tensor *src, const uint32_t *indices, size_t count,
+                               td_tensor *dst)
 {
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;
@@ -82,24 +83,24 @@ td_status td_batch_gather(td_context *ctx, const td_tensor *src, const uint32_t 
     return TD_OK;
 }
 
-td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid)
+td_status td_data_batch_mask(td_context *ctx, td_tensor *mask, size_t valid)
 {
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;
     if (!mask)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_batch_mask: mask is NULL, expected an f32 or u8 [B] tensor");
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_data_batch_mask: mask is NULL, expected an f32 or u8 [B] tensor");
     td_dtype dtype;
     uint32_t rank;
     int64_t dims[TD_MAX_RANK];
     td_tensor_dtype(mask, &dtype);
     td_tensor_shape(mask, &rank, dims);
     if (dtype != TD_F32 && dtype != TD_U8)
-        return td_dtype_error(ctx, "td_batch_mask", "mask", dtype, "f32 or u8");
+        return td_dtype_error(ctx, "td_data_batch_mask", "mask", dtype, "f32 or u8");
     if (rank != 1)
-        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "td_batch_mask: mask has rank %u, expected 1 ([B])", rank);
+        return td_error_set(ctx, TD_ERR_SHAPE_MISMATCH, "td_data_batch_mask: mask has rank %u, expected 1 ([B])", rank);
     size_t b = (size_t)dims[0];
     if (valid > b)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_batch_mask: valid is %zu, expected at most B = %zu", valid,
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_data_batch_mask: valid is %zu, expected at most B = %zu", valid,
                             b);
     void *data;
     td_tensor_data(mask, &data);

@@ -229,17 +229,17 @@ void td_idx_close(td_idx_file *f)
     f->gz = NULL;
 }
 
-td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out)
+td_status td_data_read_idx(td_context *ctx, const char *path, td_tensor **out)
 {
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;
     if (!out)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_idx_read: out is NULL, expected a td_tensor **");
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_data_read_idx: out is NULL, expected a td_tensor **");
     *out = NULL;
     if (!path)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_idx_read: path is NULL, expected a file name");
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_data_read_idx: path is NULL, expected a file name");
     td_idx_file f;
-    td_status s = td_idx_open(ctx, "td_idx_read", path, &f);
+    td_status s = td_idx_open(ctx, "td_data_read_idx", path, &f);
     if (s != TD_OK)
         return s;
     td_tensor *t = NULL;

@@ -11,7 +11,7 @@
 
 #define MNIST_CLASSES 10
 
-static const char *const FN = "td_dataset_load_mnist";
+static const char *const FN = "td_data_load_mnist";
 
 /* <dir>/<split>-<kind>.gz, or the name without ".gz" when only that exists. */
 static td_status mnist_path(td_context *ctx, const char *dir, const char *split, const char *kind, char **out)
@@ -63,8 +63,8 @@ static td_status read_labels(td_context *ctx, td_idx_file *f, td_tensor *labels)
     return TD_OK;
 }
 
-td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
-                                td_tensor **labels)
+td_status td_data_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
+                             td_tensor **labels)
 {
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;

@@ -1,4 +1,4 @@
-/* td_dataset_pixel_stats: a training set's pixel mean and standard
+/* td_data_pixel_stats: a training set's pixel mean and standard
  * deviation, for td_model_options' input_mean / input_std. */
 #include <math.h>
 #include <stdint.h>
@@ -6,9 +6,9 @@
 #include "tandem/data.h"
 #include "td_context_internal.h"
 
-td_status td_dataset_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std)
+td_status td_data_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std)
 {
-    const char *fn = "td_dataset_pixel_stats";
+    const char *fn = "td_data_pixel_stats";
     if (!ctx)
         return TD_ERR_INVALID_ARGUMENT;
     if (!images || !mean || !std)

@@ -191,12 +191,22 @@ td_status td_text_info(const td_text *text, td_text_summary *summary)
     if (!summary)
         return td_error_set(text->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_text_info: summary is NULL, expected a td_text_summary to fill");
-    *summary = (td_text_summary){
+    const td_text_summary full = {
+        .struct_size = sizeof full,
         .vocab_size = text->vocab_size,
         .bytes = text->bytes,
         .val_held_out = text->val_held_out,
         .train_tokens = text->n_train,
         .val_tokens = text->n_val,
     };
+    return TD_STRUCT_WRITE(text->ctx, "td_text_info", td_text_summary, summary, &full);
+}
+
+td_status td_text_summary_init(td_text_summary *summary)
+{
+    if (!summary)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(summary, 0, sizeof *summary);
+    summary->struct_size = sizeof *summary;
     return TD_OK;
 }

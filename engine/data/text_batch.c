@@ -181,7 +181,7 @@ td_status td_text_val_batch(const td_text *text, size_t T, size_t first_window, 
         copy_window(val + (first_window + row) * T, T, row, in, out);
     memset(in + n * T, 0, (B - n) * T * sizeof *in);
     memset(out + n * T, 0, (B - n) * T * sizeof *out);
-    td_batch_mask(ctx, mask, n);
+    td_data_batch_mask(ctx, mask, n);
     *valid = n;
     return TD_OK;
 }

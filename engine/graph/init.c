@@ -23,6 +23,7 @@ static td_status set(td_initializer *out, td_init_kind kind, uint64_t seed)
     if (!out)
         return TD_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
     out->kind = kind;
     out->seed = seed;
     return TD_OK;

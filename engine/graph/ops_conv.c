@@ -358,6 +358,7 @@ td_status td_conv2d_options_init(td_conv2d_options *o)
     if (!o)
         return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->stride[0] = o->stride[1] = 1;
     o->dilation[0] = o->dilation[1] = 1;
     o->padding = TD_PADDING_SAME;
@@ -372,8 +373,8 @@ td_status td_graph_conv2d(td_graph *g, td_node x, td_node kernel, const td_conv2
         return s;
     td_conv2d_options o;
     td_conv2d_options_init(&o);
-    if (options)
-        o = *options;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_conv2d_options, options, &o)) != TD_OK)
+        return s;
     const td_shape *ks = &g->nodes[kernel].shape;
     if (ks->rank != 4)
         return td_error_set(g->ctx, TD_ERR_SHAPE_MISMATCH, "%s: kernel has rank %u, expected 4 (KH, KW, C, O)", fn,
@@ -390,6 +391,7 @@ td_status td_pool2d_options_init(td_pool2d_options *o)
     if (!o)
         return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->window[0] = o->window[1] = 2;
     o->stride[0] = o->stride[1] = 2;
     o->padding = TD_PADDING_VALID;
@@ -405,8 +407,8 @@ static td_status pool(td_graph *g, td_node x, const td_pool2d_options *options, 
         return s;
     td_pool2d_options o;
     td_pool2d_options_init(&o);
-    if (options)
-        o = *options;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_pool2d_options, options, &o)) != TD_OK)
+        return s;
     td_node_def d = td_node_make(TD_OP_POOL, 1, x, 0, 0);
     const int64_t one[2] = {1, 1};
     if ((s = window_attrs(g, fn, x, o.window, o.stride, one, o.padding, o.pad, &d)) != TD_OK)

@@ -179,6 +179,8 @@ td_status td_batch_norm_options_init(td_batch_norm_options *o)
 {
     if (!o)
         return TD_ERR_INVALID_ARGUMENT;
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->momentum = 0.99f;
     o->epsilon = 1e-5f;
     o->sync = false;
@@ -216,8 +218,8 @@ td_status td_graph_batch_norm(td_graph *g, td_node x, td_node scale, td_node bia
         return s;
     td_batch_norm_options o;
     td_batch_norm_options_init(&o);
-    if (options)
-        o = *options;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_batch_norm_options, options, &o)) != TD_OK)
+        return s;
     if ((s = td_batch_norm_check_options(g, fn, &o)) != TD_OK)
         return s;
     const td_shape xs = g->nodes[x].shape;

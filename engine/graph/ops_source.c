@@ -138,9 +138,12 @@ static td_status param(td_graph *g, const char *name, uint32_t rank, const int64
     if ((s = node_name(g, name, fn, "param", d.name)) != TD_OK)
         return s;
     if (init) {
-        if ((s = td_init_check(g->ctx, init, fn, d.name)) != TD_OK)
+        td_initializer local;
+        td_initializer_zeros(&local);
+        if ((s = TD_STRUCT_READ(g->ctx, fn, td_initializer, init, &local)) != TD_OK ||
+            (s = td_init_check(g->ctx, &local, fn, d.name)) != TD_OK)
             return s;
-        d.init = *init;
+        d.init = local;
     }
     return td_graph_append(g, &d, out);
 }

@@ -45,8 +45,8 @@ td_status td_layer_batch_norm(td_graph *g, const char *name, td_node x, const td
         return s;
     td_batch_norm_options o;
     td_batch_norm_options_init(&o);
-    if (options)
-        o = *options;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_batch_norm_options, options, &o)) != TD_OK)
+        return s;
     /* Before the parameters exist: a refused layer leaves the graph alone. */
     if ((s = td_batch_norm_check_options(g, fn, &o)) != TD_OK)
         return s;

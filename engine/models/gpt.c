@@ -24,6 +24,7 @@ td_status td_gpt_options_init(td_gpt_options *o)
     if (!o)
         return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->vocab = 256;
     o->context = 64;
     o->layers = 4;
@@ -212,8 +213,8 @@ td_status td_model_gpt(td_graph *g, td_node tokens, const td_gpt_options *option
         return s;
     td_gpt_options o;
     td_gpt_options_init(&o);
-    if (options)
-        o = *options;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_gpt_options, options, &o)) != TD_OK)
+        return s;
     if ((s = check_options(g, &o, fn)) != TD_OK)
         return s;
     const td_shape *ts = &g->nodes[tokens].shape;

@@ -11,6 +11,7 @@ td_status td_model_options_init(td_model_options *o)
     if (!o)
         return TD_ERR_INVALID_ARGUMENT;
     memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
     o->classes = 10;
     o->input_std = 1.0f;
     return TD_OK;
@@ -32,8 +33,8 @@ static td_status check(td_graph *g, td_node images, const td_model_options *in, 
     if (s != TD_OK || (s = td_graph_check_node(g, images, fn, TD_F32)) != TD_OK)
         return s;
     td_model_options_init(o);
-    if (in)
-        *o = *in;
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_model_options, in, o)) != TD_OK)
+        return s;
     if (o->classes < 1)
         return td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "%s: classes %lld, expected >= 1", fn,
                             (long long)o->classes);
@@ -179,9 +180,8 @@ td_status td_model_classification(td_graph *g, const char *name, td_node images,
         return s;
     td_model_options o;
     td_model_options_init(&o);
-    if (options)
-        o = *options;
-    if ((s = check_input_scaling(g, &o, fn)) != TD_OK)
+    if ((s = TD_STRUCT_READ(g->ctx, fn, td_model_options, options, &o)) != TD_OK ||
+        (s = check_input_scaling(g, &o, fn)) != TD_OK)
         return s;
     td_node pixels, scaled, logits, per_example, predicted, label_f32, correct;
     if ((s = td_graph_cast(g, images, &pixels)) != TD_OK ||

@@ -271,10 +271,12 @@ td_status td_trainer_memory_report(const td_trainer *t, uint32_t device, td_memo
         return live;
     if (!report)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: report is NULL", fn);
-    size_t size = report->struct_size ? report->struct_size : sizeof *report;
-    if (size < offsetof(td_memory_report, parameters) + sizeof(uint64_t) || size > sizeof *report)
-        return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "%s: struct_size %zu, expected %zu or a smaller earlier size",
-                            fn, size, sizeof *report);
+    /* Checked before the trainer's state: a bad size is the caller's whatever the state. */
+    const size_t first_layout = offsetof(td_memory_report, parameters) + sizeof(uint64_t);
+    size_t size;
+    if ((live = td_options_bytes(t->ctx, fn, "td_memory_report", report->struct_size, first_layout, sizeof *report,
+                                 &size)) != TD_OK)
+        return live;
     if ((live = td_trainer_check_planned(t, fn)) != TD_OK)
         return live;
     if (device >= t->mesh->count)
@@ -283,7 +285,7 @@ td_status td_trainer_memory_report(const td_trainer *t, uint32_t device, td_memo
     const td_plan *plan = td_program_plan_of(t->program, device);
     const trainer_owner *ow = &t->owners[device];
     td_memory_report r = {0};
-    r.struct_size = size;
+    r.struct_size = sizeof r;
     r.parameters = plan->size[TD_BUF_PARAMS] * sizeof(float);
     r.gradients = plan->size[TD_BUF_GRADS] * sizeof(float);
     r.activations = plan->size[TD_BUF_ARENA] * sizeof(float);
@@ -291,7 +293,15 @@ td_status td_trainer_memory_report(const td_trainer *t, uint32_t device, td_memo
     r.optimizer_state = 2 * (uint64_t)t->state_floats * (ow->hi - ow->lo) * sizeof(float);
     if (t->accum)
         r.accumulators = (uint64_t)t->param_elems * sizeof(float) * (t->accum[device].scratch ? 2 : 1);
-    memcpy(report, &r, size);
+    return td_struct_write(t->ctx, fn, "td_memory_report", report, &r, first_layout, sizeof r);
+}
+
+td_status td_memory_report_init(td_memory_report *report)
+{
+    if (!report)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(report, 0, sizeof *report);
+    report->struct_size = sizeof *report;
     return TD_OK;
 }
 
@@ -357,13 +367,25 @@ td_status td_trainer_progress(const td_trainer *t, td_train_progress *out)
         return live;
     if (!out)
         return td_error_set(t->ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_progress: out is NULL");
-    out->micro_steps = t->micro_steps;
-    out->updates = t->steps;
-    out->allreduces = t->allreduces;
-    out->accumulated = t->micro;
-    out->updated = t->updated;
-    out->devices = t->mesh->count;
-    out->devices_lost = t->devices_lost;
+    const td_train_progress full = {
+        .struct_size = sizeof full,
+        .micro_steps = t->micro_steps,
+        .updates = t->steps,
+        .allreduces = t->allreduces,
+        .accumulated = t->micro,
+        .updated = t->updated,
+        .devices = t->mesh->count,
+        .devices_lost = t->devices_lost,
+    };
+    return TD_STRUCT_WRITE(t->ctx, "td_trainer_progress", td_train_progress, out, &full);
+}
+
+td_status td_train_progress_init(td_train_progress *progress)
+{
+    if (!progress)
+        return TD_ERR_INVALID_ARGUMENT;
+    memset(progress, 0, sizeof *progress);
+    progress->struct_size = sizeof *progress;
     return TD_OK;
 }
 

@@ -27,6 +27,7 @@ static void report_step(td_trainer *t, float loss, double seconds)
     for (uint32_t d = 0; d < t->mesh->count; d++)
         td_trainer_fill_timing(t, d, &t->report_timing[d]);
     const td_step_report r = {
+        .struct_size = sizeof r,
         .micro_step = t->micro_steps,
         .updates = t->steps,
         .updated = t->updated,

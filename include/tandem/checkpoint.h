@@ -42,17 +42,20 @@
 extern "C" {
 #endif
 
-/* An opened checkpoint file whose format has been validated. */
+/* An opened checkpoint file whose format has been validated.
+ * Since 0.1. */
 typedef struct td_checkpoint td_checkpoint;
 
-/* One caller metadata pair: both strings are copied into the file. */
+/* One caller metadata pair: both strings are copied into the file.
+ * Since 0.1. */
 typedef struct td_checkpoint_entry {
     const char *key;
     const char *value;
 } td_checkpoint_entry;
 
+/* Since 0.1. */
 typedef struct td_checkpoint_options {
-    size_t struct_size; /* sizeof(td_checkpoint_options); 0 = current */
+    size_t struct_size; /* sizeof(td_checkpoint_options): growth-safe, see tandem/export.h */
     /* td_checkpoint_save_dir: how many checkpoints the directory keeps,
      * the newest by update count; the one just written is always kept.
      * 0 keeps them all. Default 3. */
@@ -63,7 +66,8 @@ typedef struct td_checkpoint_options {
     const td_checkpoint_entry *metadata;
 } td_checkpoint_options;
 
-/* keep 3, no metadata. */
+/* keep 3, no metadata.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
 
 /* Writes the trainer's state to `path` atomically (see above); an existing
@@ -76,7 +80,8 @@ TD_API td_status td_checkpoint_options_init(td_checkpoint_options *options);
  * trainer must be between accumulation rounds (td_train_progress.accumulated
  * == 0), else TD_ERR_STATE: a checkpoint never holds half a round. I/O
  * failures are TD_ERR_IO naming the path and the system's reason; nothing
- * is left under `path` or in a temporary file. */
+ * is left under `path` or in a temporary file.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const td_checkpoint_options *options);
 
 /* td_checkpoint_save to "<dir>/ckpt-<updates>.safetensors" (the update
@@ -88,14 +93,16 @@ TD_API td_status td_checkpoint_save(td_trainer *trainer, const char *path, const
  * a checkpoint is left alone with a warning in the context's log, so it
  * never pushes a good checkpoint out. `dir` must exist. The file's path goes to path[0..
  * capacity-1] when path is not NULL (TD_ERR_INVALID_ARGUMENT, before
- * writing anything, when it does not fit). One writer per directory. */
+ * writing anything, when it does not fit). One writer per directory.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_save_dir(td_trainer *trainer, const char *dir, const td_checkpoint_options *options,
                                         char *path, size_t capacity);
 
 /* Opens and validates the format of the checkpoint at `path` (nothing of a
  * trainer is needed yet). TD_ERR_IO when it cannot be read,
  * TD_ERR_CORRUPT_DATA naming the file, the tensor and the problem when its
- * header or layout is wrong. Owned by ctx until td_checkpoint_close. */
+ * header or layout is wrong. Owned by ctx until td_checkpoint_close.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_open(td_context *ctx, const char *path, td_checkpoint **out);
 
 /* Opens the newest valid checkpoint of `dir`: among the files named
@@ -103,7 +110,8 @@ TD_API td_status td_checkpoint_open(td_context *ctx, const char *path, td_checkp
  * td_checkpoint_open accepts; the ones it refuses are skipped with a
  * warning in the context's log (a torn disk, a file copied in by hand).
  * TD_ERR_IO when the directory cannot be read or holds no such file;
- * TD_ERR_CORRUPT_DATA, with the newest one's problem, when none is valid. */
+ * TD_ERR_CORRUPT_DATA, with the newest one's problem, when none is valid.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_open_latest(td_context *ctx, const char *dir, td_checkpoint **out);
 
 /* Restores `trainer` from the newest checkpoint of `dir` that it accepts:
@@ -117,12 +125,15 @@ TD_API td_status td_checkpoint_open_latest(td_context *ctx, const char *dir, td_
  * when capacity is below strlen(dir) + 66). TD_ERR_IO when the directory
  * cannot be read or holds no such file; when no file is accepted, the
  * newest one's status with its problem. Any other failure (memory, a
- * device) ends the search with its own status. */
+ * device) ends the search with its own status.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_restore_latest(td_trainer *trainer, const char *dir, char *path, size_t capacity);
 
+/* Since 0.1. */
 TD_API void td_checkpoint_close(td_checkpoint *checkpoint);
 
-/* The file's path (valid until close). */
+/* The file's path (valid until close).
+ * Since 0.1. */
 TD_API td_status td_checkpoint_path(const td_checkpoint *checkpoint, const char **path);
 
 /* *value = the metadata value of `key` (valid until close). An absent key
@@ -133,7 +144,8 @@ TD_API td_status td_checkpoint_path(const td_checkpoint *checkpoint, const char 
  * (a NULL or closed checkpoint, a NULL key) *value is NULL too, when value
  * is not NULL. The trainer's own keys ("tandem.updates",
  * "tandem.micro_steps", "tandem.allreduces", "tandem.optimizer",
- * "tandem.format", "tandem.version", "tandem.devices") are readable too. */
+ * "tandem.format", "tandem.version", "tandem.devices") are readable too.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_metadata(const td_checkpoint *checkpoint, const char *key, const char **value);
 
 /* The metadata value of `key` as a decimal unsigned 64-bit number (digits
@@ -141,7 +153,8 @@ TD_API td_status td_checkpoint_metadata(const td_checkpoint *checkpoint, const c
  * naming the key and the file when the key is absent (a number has no
  * "none"; a caller for whom the key is optional asks
  * td_checkpoint_metadata first), TD_ERR_CORRUPT_DATA naming it when the
- * value is not such a number. *value is written only on TD_OK. */
+ * value is not such a number. *value is written only on TD_OK.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_metadata_u64(const td_checkpoint *checkpoint, const char *key, uint64_t *value);
 
 /* Loads the checkpoint into `trainer`, on any mesh: every parameter and
@@ -160,7 +173,8 @@ TD_API td_status td_checkpoint_metadata_u64(const td_checkpoint *checkpoint, con
  * key: TD_ERR_SHAPE_MISMATCH for a tensor of another shape;
  * TD_ERR_INVALID_ARGUMENT for a missing or extra tensor or another
  * optimizer; TD_ERR_CORRUPT_DATA for missing or malformed "tandem." keys;
- * TD_ERR_IO when the data cannot be read. */
+ * TD_ERR_IO when the data cannot be read.
+ * Since 0.1. */
 TD_API td_status td_checkpoint_restore(const td_checkpoint *checkpoint, td_trainer *trainer);
 
 #ifdef __cplusplus

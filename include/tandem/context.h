@@ -30,8 +30,10 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef struct td_context td_context;
 
+/* Since 0.1. */
 typedef enum td_log_level {
     TD_LOG_DEBUG = 0,
     TD_LOG_INFO = 1,
@@ -40,21 +42,21 @@ typedef enum td_log_level {
 } td_log_level;
 
 /* Host allocator hooks. `alloc` must return memory aligned to `alignment`
- * (a power of two, at most 4096) or NULL; `free` receives what `alloc` gave. */
+ * (a power of two, at most 4096) or NULL; `free` receives what `alloc` gave.
+ * Since 0.1. */
 typedef struct td_allocator {
     void *(*alloc)(void *user, size_t bytes, size_t alignment);
     void (*free)(void *user, void *ptr);
     void *user;
 } td_allocator;
 
+/* Since 0.1. */
 typedef void (*td_log_fn)(void *user, td_log_level level, const char *message);
 
+/* Since 0.1. */
 typedef struct td_context_options {
-    /* sizeof(td_context_options), so the struct can grow without breaking
-     * callers built against an older header. 0 is taken as the current size;
-     * a size too small to hold the first layout's fields (through
-     * timeout_ms) makes td_context_create answer TD_ERR_INVALID_ARGUMENT.
-     * The same rule holds for every options struct with a struct_size. */
+    /* sizeof(td_context_options): growth-safe, see tandem/export.h. The
+     * first layout's fields run through timeout_ms. */
     size_t struct_size;
     /* NULL members mean the C library's aligned allocation. */
     td_allocator allocator;
@@ -84,22 +86,27 @@ typedef struct td_context_options {
      * own small block, so that the object's destroy may still be called,
      * once, after the context's; every other call on it answers
      * TD_ERR_STATE. The caller must then destroy every handle: the last
-     * one's destroy frees what remains of the context. */
+     * one's destroy frees what remains of the context.
+     * Since 0.1 (after the first layout, as cpu_threads). */
     bool keep_handles;
     /* Threads the simulated CPU devices may use, their own included: with
      * fewer CPU devices than threads, each device's kernels are split
      * over the spare ones (results are bitwise the same at any count).
      * 0, the default: the machine's online cores, divided among the
-     * processes Open MPI started on it. */
+     * processes Open MPI started on it.
+     * Since 0.1 (after the first layout, so a struct_size through
+     * timeout_ms leaves it at its default). */
     uint32_t cpu_threads;
 } td_context_options;
 
 /* Fills `options` with the defaults (no allocator hooks, silent log, 60 s
- * timeout). Always succeeds unless `options` is NULL. */
+ * timeout). Always succeeds unless `options` is NULL.
+ * Since 0.1. */
 TD_API td_status td_context_options_init(td_context_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults. On failure *out is
- * NULL and the status says why (there is no context to hold a message yet). */
+ * NULL and the status says why (there is no context to hold a message yet).
+ * Since 0.1. */
 TD_API td_status td_context_create(const td_context_options *options, td_context **out);
 
 /* Destroys the context and every object it still owns, newest first (see
@@ -112,22 +119,43 @@ TD_API td_status td_context_create(const td_context_options *options, td_context
  * a call another of the caller's threads is still making. Destroy every
  * context before unloading the library. Host tensors are not touched:
  * they may be destroyed later, while the allocator hooks are still
- * callable. NULL is ignored. */
+ * callable. NULL is ignored.
+ * Since 0.1. */
 TD_API void td_context_destroy(td_context *ctx);
 
 /* The message of the most recent failure of a call on this context, naming
  * the value at fault and what was expected; "" when nothing has failed. The
- * pointer stays valid until the next call on the context. */
+ * pointer stays valid until the next call on the context.
+ * Since 0.1. */
 TD_API const char *td_last_error(const td_context *ctx);
 
-/* The status of that most recent failure (TD_OK when none). */
+/* The status of that most recent failure (TD_OK when none).
+ * Since 0.1. */
 TD_API td_status td_last_status(const td_context *ctx);
 
-/* The library version as "MAJOR.MINOR.PATCH", which may differ from the
- * TD_VERSION_STRING a program was compiled with. */
+/* The version of the library running, which may differ from the
+ * TD_VERSION_MAJOR, _MINOR and _PATCH (tandem/version.h) a program was
+ * compiled with: a program built against version H runs on a library L of
+ * the same major version with L >= H (every struct, symbol and behaviour of
+ * H is still there); against an older L it should refuse to start, e.g.
+ *   td_version(&major, &minor, NULL);
+ *   if (major != TD_VERSION_MAJOR || minor < TD_VERSION_MINOR) ...
+ * The three parts are what td_version adds to the pair below (kept for
+ * printing and for one-number comparisons); it returns a td_status as every
+ * call that writes through pointers does. Each pointer may be NULL. Always
+ * TD_OK.
+ * Since 0.1. */
+TD_API td_status td_version(uint32_t *major, uint32_t *minor, uint32_t *patch);
+
+/* The library version as "MAJOR.MINOR.PATCH" (TD_VERSION_STRING of the
+ * library's build). A static string, not a td_status, so that it can be
+ * printed in one expression.
+ * Since 0.1. */
 TD_API const char *td_version_string(void);
 
-/* The library version as MAJOR*10000 + MINOR*100 + PATCH. */
+/* The library version as MAJOR*10000 + MINOR*100 + PATCH, to compare with
+ * TD_VERSION_NUMBER.
+ * Since 0.1. */
 TD_API int td_version_number(void);
 
 #ifdef __cplusplus

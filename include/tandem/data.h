@@ -28,8 +28,9 @@ extern "C" {
  * bad magic number, a rank outside 1..TD_MAX_RANK, a size that does not fit in
  * memory, data shorter or longer than the header promises, or a damaged gzip
  * stream give TD_ERR_CORRUPT_DATA, with the file named in the message. On
- * failure *out is NULL and nothing is left allocated. */
-TD_API td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out);
+ * failure *out is NULL and nothing is left allocated.
+ * Since 0.1. */
+TD_API td_status td_data_read_idx(td_context *ctx, const char *path, td_tensor **out);
 
 /* Loads one split of an MNIST-layout dataset (Fashion-MNIST: pass
  * TD_FASHION_MNIST_DIR). `split` is "train" or "t10k"; the files read are
@@ -40,9 +41,10 @@ TD_API td_status td_idx_read(td_context *ctx, const char *path, td_tensor **out)
  * rank-3 byte array, labels that are not a rank-1 byte array, counts that
  * differ, no image (or images of no pixel) or a label outside 0..9 give
  * TD_ERR_CORRUPT_DATA naming the file
- * (and the index and value of a bad label). On failure both outputs are NULL. */
-TD_API td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
-                                       td_tensor **labels);
+ * (and the index and value of a bad label). On failure both outputs are NULL.
+ * Since 0.1. */
+TD_API td_status td_data_load_mnist(td_context *ctx, const char *dir, const char *split, td_tensor **images,
+                                    td_tensor **labels);
 
 /* Writes a permutation of 0..n-1 into order[0..n-1]: a Fisher-Yates shuffle
  * driven by tandem's counter-based generator keyed by `seed`, with the epoch
@@ -50,7 +52,8 @@ TD_API td_status td_dataset_load_mnist(td_context *ctx, const char *dir, const c
  * "td_data_order", epoch low 32 bits, epoch high 32 bits). The result depends
  * only on (seed, epoch, n), so every device of every mesh agrees on the global
  * batch order. n must fit in a
- * uint32_t; order may be NULL only when n is 0. */
+ * uint32_t; order may be NULL only when n is 0.
+ * Since 0.1. */
 TD_API td_status td_data_order(td_context *ctx, uint64_t seed, uint64_t epoch, size_t n, uint32_t *order);
 
 /* Copies the rows src[indices[i]] (along axis 0) into rows 0..count-1 of dst
@@ -58,21 +61,24 @@ TD_API td_status td_data_order(td_context *ctx, uint64_t seed, uint64_t epoch, s
  * Any dtype and trailing shape; dst must have src's dtype, rank and trailing
  * dims, at least `count` rows, and must not be src. Every index must be below
  * src's row count. Nothing is written unless all checks pass. Does not
- * allocate: it is meant to run every step. */
-TD_API td_status td_batch_gather(td_context *ctx, const td_tensor *src, const uint32_t *indices, size_t count,
-                                 td_tensor *dst);
+ * allocate: it is meant to run every step.
+ * Since 0.1. */
+TD_API td_status td_data_gather_batch(td_context *ctx, const td_tensor *src, const uint32_t *indices,
+                                      size_t count, td_tensor *dst);
 
 /* *mean and *std of the u8 values of `images` scaled by 1 / 255 (the
  * population standard deviation), for td_model_options' input_mean and
  * input_std. A u8 tensor with at least one value; otherwise
  * TD_ERR_INVALID_ARGUMENT naming what is wrong. Fashion-MNIST's training
- * images give 0.2860 and 0.3530. */
-TD_API td_status td_dataset_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std);
+ * images give 0.2860 and 0.3530.
+ * Since 0.1. */
+TD_API td_status td_data_pixel_stats(td_context *ctx, const td_tensor *images, float *mean, float *std);
 
 /* Sets the first `valid` entries of a TD_F32 or TD_U8 tensor [B] to 1 and the
  * others to 0: the per-example weights that let a padded last batch train on
- * its real examples only. valid must be at most B. Does not allocate. */
-TD_API td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
+ * its real examples only. valid must be at most B. Does not allocate.
+ * Since 0.1. */
+TD_API td_status td_data_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
 
 /* ---- Text ----
  *
@@ -99,10 +105,12 @@ TD_API td_status td_batch_mask(td_context *ctx, td_tensor *mask, size_t valid);
 #define TD_TEXT_BYTE_VOCAB 256u
 #define TD_TEXT_GPT2_VOCAB 50257u
 
+/* Since 0.1. */
 typedef struct td_text td_text;
 
+/* Since 0.1. */
 typedef struct td_text_options {
-    size_t struct_size; /* sizeof(td_text_options); 0 = current */
+    size_t struct_size; /* sizeof(td_text_options): growth-safe, see tandem/export.h */
     /* When the source has no validation shard: the fraction of its tokens,
      * taken from the end, held out for validation (floor(n * fraction)
      * tokens). 0 <= fraction < 1; default 0.1. Ignored when validation
@@ -110,17 +118,24 @@ typedef struct td_text_options {
     double val_fraction;
 } td_text_options;
 
-/* val_fraction 0.1. */
+/* val_fraction 0.1.
+ * Since 0.1. */
 TD_API td_status td_text_options_init(td_text_options *options);
 
-/* What a text holds. */
+/* What a text holds (td_text_info).
+ * Since 0.1. */
 typedef struct td_text_summary {
+    size_t struct_size; /* sizeof(td_text_summary): growth-safe, see tandem/export.h */
     uint32_t vocab_size; /* TD_TEXT_BYTE_VOCAB or TD_TEXT_GPT2_VOCAB */
     bool bytes;          /* tokens are the source's bytes */
     bool val_held_out;   /* validation is the source's tail, not val shards */
     size_t train_tokens;
     size_t val_tokens;
 } td_text_summary;
+
+/* Zeroes *summary and sets its struct_size, ready for td_text_info.
+ * Since 0.1. */
+TD_API td_status td_text_summary_init(td_text_summary *summary);
 
 /* Reads `path` whole into a new text (`options` may be NULL for the
  * defaults). `path` is one of:
@@ -143,13 +158,16 @@ typedef struct td_text_summary {
  * what was expected); TD_ERR_INVALID_ARGUMENT for a bad option, a path
  * that is neither file nor directory, a directory with nothing to read, or
  * a source of no tokens. On failure *out is NULL and nothing is left
- * allocated. */
+ * allocated.
+ * Since 0.1. */
 TD_API td_status td_text_open(td_context *ctx, const char *path, const td_text_options *options, td_text **out);
 
-/* Frees the text. NULL is ignored. */
+/* Frees the text. NULL is ignored.
+ * Since 0.1. */
 TD_API void td_text_close(td_text *text);
 
-/* Fills *summary: vocabulary, kind and token counts. */
+/* Fills *summary: vocabulary, kind and token counts.
+ * Since 0.1. */
 TD_API td_status td_text_info(const td_text *text, td_text_summary *summary);
 
 /* Writes training batch `step` of `seed` into caller-owned TD_I32 host
@@ -165,24 +183,27 @@ TD_API td_status td_text_info(const td_text *text, td_text_summary *summary);
  * below 2^32 (a counter word). Training text of fewer than T + 1 tokens is
  * TD_ERR_INVALID_ARGUMENT naming both numbers; a wrong dtype or shape
  * names what was expected. Nothing is written unless every check passes;
- * does not allocate (it runs every step). */
+ * does not allocate (it runs every step).
+ * Since 0.1. */
 TD_API td_status td_text_batch(const td_text *text, uint64_t seed, uint64_t step, size_t B, size_t T, td_tensor *inputs,
                                td_tensor *targets);
 
 /* Validation as llm.c evaluates it: windows of T + 1 validation tokens at
  * stride T from the first, every window that fits: window w covers
  * validation tokens [w T, w T + T]. *count = floor((n_val - 1) / T), or 0
- * without validation tokens. T >= 1. */
+ * without validation tokens. T >= 1.
+ * Since 0.1. */
 TD_API td_status td_text_val_windows(const td_text *text, size_t T, size_t *count);
 
 /* Fills rows 0 .. valid - 1 of inputs and targets (TD_I32 [B, T]) with
  * validation windows first_window, first_window + 1, ... (inputs the
  * window's first T tokens, targets its last T), zero-fills the other rows,
- * sets mask (TD_F32 or TD_U8 [B], as td_batch_mask) to 1 on the valid rows
+ * sets mask (TD_F32 or TD_U8 [B], as td_data_batch_mask) to 1 on the valid rows
  * and 0 on the padding, and sets *valid = min(B, count - first_window).
  * first_window may be at most the window count (at the count the batch is
  * all padding). Nothing is written unless every check passes; does not
- * allocate. */
+ * allocate.
+ * Since 0.1. */
 TD_API td_status td_text_val_batch(const td_text *text, size_t T, size_t first_window, size_t B, td_tensor *inputs,
                                    td_tensor *targets, td_tensor *mask, size_t *valid);
 
@@ -193,26 +214,31 @@ TD_API td_status td_text_val_batch(const td_text *text, size_t T, size_t first_w
  * vocabulary size V, and in version 2 [3] the end-of-text token id --
  * then for each of the V tokens a one-byte length (1 to 255) followed by
  * that many bytes, and nothing after. Version 1 is GPT-2's alone (V must be
- * 50257; end of text is 50256). Owned by its context like a text. */
+ * 50257; end of text is 50256). Owned by its context like a text.
+ * Since 0.1. */
 typedef struct td_tokenizer td_tokenizer;
 
 /* Reads the file whole. A file that cannot be read is TD_ERR_IO; a bad
  * magic, version, vocabulary size or end-of-text id, a zero-length token, a
  * table running past the end of the file or bytes after it are
  * TD_ERR_CORRUPT_DATA naming the file, the value (and token) and what was
- * expected. On failure *out is NULL and nothing is left allocated. */
+ * expected. On failure *out is NULL and nothing is left allocated.
+ * Since 0.1. */
 TD_API td_status td_tokenizer_open(td_context *ctx, const char *path, td_tokenizer **out);
 
-/* Frees the tokenizer. NULL is ignored. */
+/* Frees the tokenizer. NULL is ignored.
+ * Since 0.1. */
 TD_API void td_tokenizer_close(td_tokenizer *tok);
 
-/* *vocab_size = V and *eot_token = the end-of-text id (either may be NULL). */
+/* *vocab_size = V and *eot_token = the end-of-text id (either may be NULL).
+ * Since 0.1. */
 TD_API td_status td_tokenizer_vocab(const td_tokenizer *tok, uint32_t *vocab_size, uint32_t *eot_token);
 
 /* *bytes = the bytes token `id` stands for and *len their count (>= 1).
  * They may hold any byte, 0 included; a 0 byte follows them (not counted)
  * for printing. Valid until td_tokenizer_close. An id >= V is
- * TD_ERR_INVALID_ARGUMENT naming the id and V. */
+ * TD_ERR_INVALID_ARGUMENT naming the id and V.
+ * Since 0.1. */
 TD_API td_status td_tokenizer_decode(const td_tokenizer *tok, uint32_t id, const uint8_t **bytes, size_t *len);
 
 #ifdef __cplusplus

@@ -46,12 +46,15 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef struct td_mesh td_mesh;
 
 #define TD_NAME_MAX 128
 
-/* What tandem knows of one device. Sizes are bytes; 0 means unknown. */
+/* What tandem knows of one device. Sizes are bytes; 0 means unknown.
+ * Since 0.1. */
 typedef struct td_device_info {
+    size_t struct_size; /* sizeof(td_device_info): growth-safe, see tandem/export.h */
     char backend[16];            /* "cpu", "opencl", "vulkan" */
     uint32_t index;              /* index within the backend */
     char name[TD_NAME_MAX];
@@ -67,23 +70,37 @@ typedef struct td_device_info {
     bool unified_memory;         /* device memory is host memory (zero-copy) */
 } td_device_info;
 
-/* What tandem knows of one backend compiled into the library. */
+/* What tandem knows of one backend compiled into the library.
+ * Since 0.1. */
 typedef struct td_backend_info {
+    size_t struct_size; /* sizeof(td_backend_info): growth-safe, see tandem/export.h */
     char name[16];
     bool available;              /* a driver answered and listed >= 1 device */
     uint32_t device_count;
     char reason[256];            /* why unavailable; "" when available */
 } td_backend_info;
 
-/* Number of backends compiled into this build (cpu is always one). */
+/* Zeroes *info and sets its struct_size, ready for td_backend_query.
+ * Since 0.1. */
+TD_API td_status td_backend_info_init(td_backend_info *info);
+
+/* Zeroes *info and sets its struct_size, ready for td_device_query and
+ * td_mesh_device_info.
+ * Since 0.1. */
+TD_API td_status td_device_info_init(td_device_info *info);
+
+/* Number of backends compiled into this build (cpu is always one).
+ * Since 0.1. */
 TD_API td_status td_backend_count(td_context *ctx, uint32_t *count);
 
 /* Probes backend `i` (0 <= i < count) and reports whether it has devices and,
  * if not, why. Never fails because a driver is missing: that is reported in
- * info->reason. */
+ * info->reason.
+ * Since 0.1. */
 TD_API td_status td_backend_query(td_context *ctx, uint32_t i, td_backend_info *info);
 
-/* Describes device `device` of backend `backend` ("opencl", ...). */
+/* Describes device `device` of backend `backend` ("opencl", ...).
+ * Since 0.1. */
 TD_API td_status td_device_query(td_context *ctx, const char *backend, uint32_t device,
                                  td_device_info *info);
 
@@ -91,19 +108,23 @@ TD_API td_status td_device_query(td_context *ctx, const char *backend, uint32_t 
  * thread. Errors: TD_ERR_UNKNOWN_DEVICE for a spec that names no backend or a
  * device index that does not exist, TD_ERR_NO_DEVICE for a spec selecting
  * zero devices (e.g. "cpu:0"), TD_ERR_BACKEND_UNAVAILABLE for a backend not
- * built in or without a driver. */
+ * built in or without a driver.
+ * Since 0.1. */
 TD_API td_status td_mesh_create(td_context *ctx, const char *spec, td_mesh **out);
 
 /* Stops the mesh's workers and releases its devices. NULL is ignored. The
  * programs, trainers and evaluators compiled for the mesh are released with
  * it: their handles then accept only their destroy (other calls answer
- * TD_ERR_STATE), so destroying them before or after the mesh is safe. */
+ * TD_ERR_STATE), so destroying them before or after the mesh is safe.
+ * Since 0.1. */
 TD_API void td_mesh_destroy(td_mesh *mesh);
 
-/* Number of devices in the mesh (its axis size). */
+/* Number of devices in the mesh (its axis size).
+ * Since 0.1. */
 TD_API td_status td_mesh_size(const td_mesh *mesh, uint32_t *size);
 
-/* Describes the device at mesh position `position`. */
+/* Describes the device at mesh position `position`.
+ * Since 0.1. */
 TD_API td_status td_mesh_device_info(const td_mesh *mesh, uint32_t position, td_device_info *info);
 
 #ifdef __cplusplus

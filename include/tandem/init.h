@@ -17,6 +17,7 @@
 #ifndef TANDEM_INIT_H
 #define TANDEM_INIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tandem/status.h"
@@ -25,6 +26,7 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef enum td_init_kind {
     TD_INIT_ZEROS = 0,
     TD_INIT_ONES = 1,
@@ -35,12 +37,14 @@ typedef enum td_init_kind {
     TD_INIT_VARIANCE_SCALING = 6, /* scale, mode, distribution */
 } td_init_kind;
 
+/* Since 0.1. */
 typedef enum td_fan_mode {
     TD_FAN_IN = 0,
     TD_FAN_OUT = 1,
     TD_FAN_AVG = 2, /* (fan_in + fan_out) / 2 */
 } td_fan_mode;
 
+/* Since 0.1. */
 typedef enum td_init_distribution {
     /* N(0, 1) truncated to (-2, 2), rescaled by 1 / 0.87962566103423978 so
      * the variance is still scale / fan, as jax does. */
@@ -49,9 +53,12 @@ typedef enum td_init_distribution {
     TD_DIST_UNIFORM = 2, /* in [-limit, limit), limit = sqrt(3 * scale / fan) */
 } td_init_distribution;
 
-/* Fill it by hand or with the td_initializer_* functions below; only the
- * fields of its kind are read. */
+/* Fill it with the td_initializer_* functions below (each sets
+ * struct_size), or by hand from `{.struct_size = sizeof(td_initializer)}`;
+ * only the fields of its kind are read.
+ * Since 0.1. */
 typedef struct td_initializer {
+    size_t struct_size; /* sizeof(td_initializer): growth-safe, see tandem/export.h */
     td_init_kind kind;
     uint64_t seed;
     float value;  /* CONSTANT */
@@ -64,47 +71,60 @@ typedef struct td_initializer {
 
 /* All zeros: what td_graph_param gives. These constructors only fill *out
  * (they return TD_ERR_INVALID_ARGUMENT when out is NULL); the values are
- * checked, with a message naming the bad one, by td_graph_param_init. */
+ * checked, with a message naming the bad one, by td_graph_param_init.
+ * Since 0.1. */
 TD_API td_status td_initializer_zeros(td_initializer *out);
 
-/* All ones. */
+/* All ones.
+ * Since 0.1. */
 TD_API td_status td_initializer_ones(td_initializer *out);
 
-/* Every element `value` (finite). */
+/* Every element `value` (finite).
+ * Since 0.1. */
 TD_API td_status td_initializer_constant(float value, td_initializer *out);
 
-/* stddev * N(0, 1), as jax.nn.initializers.normal(stddev). */
+/* stddev * N(0, 1), as jax.nn.initializers.normal(stddev).
+ * Since 0.1. */
 TD_API td_status td_initializer_normal(float stddev, uint64_t seed, td_initializer *out);
 
-/* Uniform in [a, b); jax.nn.initializers.uniform(scale) is a = 0, b = scale. */
+/* Uniform in [a, b); jax.nn.initializers.uniform(scale) is a = 0, b = scale.
+ * Since 0.1. */
 TD_API td_status td_initializer_uniform(float a, float b, uint64_t seed, td_initializer *out);
 
 /* stddev * a standard normal truncated to (-2, 2), as
  * jax.nn.initializers.truncated_normal(stddev): the values' standard
- * deviation is about 0.88 * stddev and no value reaches 2 * stddev. */
+ * deviation is about 0.88 * stddev and no value reaches 2 * stddev.
+ * Since 0.1. */
 TD_API td_status td_initializer_truncated_normal(float stddev, uint64_t seed, td_initializer *out);
 
-/* jax.nn.initializers.variance_scaling(scale, mode, distribution). */
+/* jax.nn.initializers.variance_scaling(scale, mode, distribution).
+ * Since 0.1. */
 TD_API td_status td_initializer_variance_scaling(float scale, td_fan_mode mode, td_init_distribution distribution,
                                                  uint64_t seed, td_initializer *out);
 
-/* Glorot (Xavier) uniform: variance_scaling(1, fan_avg, uniform). */
+/* Glorot (Xavier) uniform: variance_scaling(1, fan_avg, uniform).
+ * Since 0.1. */
 TD_API td_status td_initializer_glorot_uniform(uint64_t seed, td_initializer *out);
 
-/* Glorot (Xavier) normal: variance_scaling(1, fan_avg, truncated_normal). */
+/* Glorot (Xavier) normal: variance_scaling(1, fan_avg, truncated_normal).
+ * Since 0.1. */
 TD_API td_status td_initializer_glorot_normal(uint64_t seed, td_initializer *out);
 
-/* He (Kaiming) normal: variance_scaling(2, fan_in, truncated_normal). */
+/* He (Kaiming) normal: variance_scaling(2, fan_in, truncated_normal).
+ * Since 0.1. */
 TD_API td_status td_initializer_he_normal(uint64_t seed, td_initializer *out);
 
-/* He (Kaiming) uniform: variance_scaling(2, fan_in, uniform). */
+/* He (Kaiming) uniform: variance_scaling(2, fan_in, uniform).
+ * Since 0.1. */
 TD_API td_status td_initializer_he_uniform(uint64_t seed, td_initializer *out);
 
 /* LeCun normal: variance_scaling(1, fan_in, truncated_normal); flax's
- * default kernel initializer. */
+ * default kernel initializer.
+ * Since 0.1. */
 TD_API td_status td_initializer_lecun_normal(uint64_t seed, td_initializer *out);
 
-/* LeCun uniform: variance_scaling(1, fan_in, uniform). */
+/* LeCun uniform: variance_scaling(1, fan_in, uniform).
+ * Since 0.1. */
 TD_API td_status td_initializer_lecun_uniform(uint64_t seed, td_initializer *out);
 
 #ifdef __cplusplus

@@ -16,14 +16,16 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef struct td_model_options {
+    size_t struct_size; /* sizeof(td_model_options): growth-safe, see tandem/export.h */
     uint64_t seed;    /* initial parameters and dropout masks */
     int64_t classes;  /* classifier outputs; Fashion-MNIST has 10 */
     bool batch_norm;  /* normalise after each conv / hidden dense (their bias then dropped) */
     float dropout;    /* rate before the classifier (cnn) or after each hidden relu (mlp); 0 = none */
     /* td_model_classification's input scaling: pixels / 255, then
      * (x - input_mean) / input_std. The defaults 0 and 1 leave [0, 1];
-     * td_dataset_pixel_stats gives a training set's mean and std. */
+     * td_data_pixel_stats gives a training set's mean and std. */
     float input_mean;
     float input_std;
     /* Batch norm's statistics over the global batch (td_batch_norm_options
@@ -34,21 +36,25 @@ typedef struct td_model_options {
     bool sync_batch_norm;
 } td_model_options;
 
-/* seed 0, 10 classes, no batch norm, no dropout, inputs in [0, 1]. */
+/* seed 0, 10 classes, no batch norm, no dropout, inputs in [0, 1].
+ * Since 0.1. */
 TD_API td_status td_model_options_init(td_model_options *options);
 
 /* Seed 003's MLP: images [B, H, W, C] f32 flattened, dense 512, relu,
  * dense 512, relu, dense classes -> logits [B, classes]. options NULL:
- * the defaults. */
+ * the defaults.
+ * Since 0.1. */
 TD_API td_status td_model_mlp(td_graph *g, td_node images, const td_model_options *options, td_node *logits);
 
 /* Seed 000's CNN: images [B, H, W, C] (H and W multiples of 4): conv 3x3
  * 32, relu, max-pool 2, conv 3x3 64, relu, max-pool 2, flatten, dense
- * classes -> logits [B, classes]. */
+ * classes -> logits [B, classes].
+ * Since 0.1. */
 TD_API td_status td_model_cnn(td_graph *g, td_node images, const td_model_options *options, td_node *logits);
 
 /* The classifier called `name` ("mlp" or "cnn"); any other name is
- * TD_ERR_INVALID_ARGUMENT naming it and the choices. */
+ * TD_ERR_INVALID_ARGUMENT naming it and the choices.
+ * Since 0.1. */
 TD_API td_status td_model_classifier(td_graph *g, const char *name, td_node images, const td_model_options *options,
                                      td_node *logits);
 
@@ -58,17 +64,21 @@ TD_API td_status td_model_classifier(td_graph *g, const char *name, td_node imag
  *   *loss     = masked mean over the global batch of the per-example
  *               softmax cross-entropy of the logits,
  *   *accuracy = masked mean of argmax(logits) == label,
- * both scalars, fit for a trainer (loss, metric) and an evaluator. */
+ * both scalars, fit for a trainer (loss, metric) and an evaluator.
+ * Since 0.1. */
 TD_API td_status td_model_classification(td_graph *g, const char *name, td_node images, td_node labels, td_node mask,
                                          const td_model_options *options, td_node *loss, td_node *accuracy);
 
 /* The seed linear regression: x [B, F] -> x @ "linreg/kernel" [F, 1] +
- * "linreg/bias" [1], predictions [B, 1]; parameters start at zero. */
+ * "linreg/bias" [1], predictions [B, 1]; parameters start at zero.
+ * Since 0.1. */
 TD_API td_status td_model_linreg(td_graph *g, td_node x, td_node *predictions);
 
 /* ---- the GPT of seed 002 ---- */
 
+/* Since 0.1. */
 typedef struct td_gpt_options {
+    size_t struct_size; /* sizeof(td_gpt_options): growth-safe, see tandem/export.h */
     uint64_t seed;   /* initial parameters and dropout masks */
     int64_t vocab;   /* token ids 0..vocab-1: 256 for bytes, 50257 for GPT-2's tokens */
     int64_t context; /* rows of the position table: the longest sequence */
@@ -87,7 +97,8 @@ typedef struct td_gpt_options {
 } td_gpt_options;
 
 /* seed 0, vocab 256 (bytes), context 64, 4 layers, 4 heads, width 128, no
- * dropout: nanoGPT's character model on a CPU. */
+ * dropout: nanoGPT's character model on a CPU.
+ * Since 0.1. */
 TD_API td_status td_gpt_options_init(td_gpt_options *options);
 
 /* GPT-2 (Radford et al. 2019, as Hugging Face's GPT2LMHeadModel): tokens
@@ -104,14 +115,16 @@ TD_API td_status td_gpt_options_init(td_gpt_options *options);
  * 4 width], "h.<l>.mlp.c_proj.*", "ln_f.weight" / ".bias". GPT-2's
  * initialization: weights and embeddings normal(0, 0.02), the two residual
  * projections of each block normal(0, 0.02 / sqrt(2 layers)), biases 0,
- * LayerNorm scales 1. options NULL: the defaults. */
+ * LayerNorm scales 1. options NULL: the defaults.
+ * Since 0.1. */
 TD_API td_status td_model_gpt(td_graph *g, td_node tokens, const td_gpt_options *options, td_node *logits);
 
 /* The language-model loss: tokens and targets i32 [B, T] (targets[b, t] =
  * the token after tokens[b, t]), mask f32 [B] (1 = a real sequence, 0 =
  * padding): the mean cross-entropy over every token of the valid
  * sequences of the global batch (td_graph_masked_mean), a scalar. Builds
- * td_model_gpt. */
+ * td_model_gpt.
+ * Since 0.1. */
 TD_API td_status td_model_gpt_loss(td_graph *g, td_node tokens, td_node targets, td_node mask,
                                    const td_gpt_options *options, td_node *loss);
 
@@ -134,8 +147,10 @@ TD_API td_status td_model_gpt_loss(td_graph *g, td_node tokens, td_node targets,
  * -- 4 + 12 L tensors. c_attn's 3D columns are [q | k | v], D each, and
  * head h owns columns h*D/H .. (h+1)*D/H - 1 of each (H = heads). */
 
-/* A GPT-2's sizes. */
+/* A GPT-2's sizes.
+ * Since 0.1. */
 typedef struct td_gpt_config {
+    size_t struct_size; /* sizeof(td_gpt_config): growth-safe, see tandem/export.h */
     int64_t vocab;        /* V: token ids 0 .. V-1 */
     /* llm.c's padded vocabulary Vp >= V: the rows its wte has (V .. Vp-1
      * unused), so its logits are Vp wide. Read from an llm.c file; 0 when
@@ -148,9 +163,15 @@ typedef struct td_gpt_config {
     int64_t width;        /* D, the model's channels */
 } td_gpt_config;
 
+/* Zeroes *config and sets its struct_size: ready for td_gpt_weights_config,
+ * or to fill for td_gpt_weights_write_llmc.
+ * Since 0.1. */
+TD_API td_status td_gpt_config_init(td_gpt_config *config);
+
 /* GPT-2 parameters read from a file: the config and one f32 host tensor
  * per parameter, in the order above. Owned by its context (released by
- * td_gpt_weights_destroy or td_context_destroy, with the tensors). */
+ * td_gpt_weights_destroy or td_context_destroy, with the tensors).
+ * Since 0.1. */
 typedef struct td_gpt_weights td_gpt_weights;
 
 /* Reads GPT-2 weights from `path`, telling the format by its first bytes:
@@ -184,25 +205,31 @@ typedef struct td_gpt_weights td_gpt_weights;
  * the tensor, the shape found and the one expected; TD_ERR_IO when the
  * file cannot be read. Each tensor is read straight into its own host
  * tensor (no second copy of the file). On failure *out is NULL and
- * nothing stays allocated. */
+ * nothing stays allocated.
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_read(td_context *ctx, const char *path, td_gpt_weights **out);
 
+/* Since 0.1. */
 TD_API void td_gpt_weights_destroy(td_gpt_weights *weights);
 
-/* The sizes read (see td_gpt_config). */
+/* The sizes read (see td_gpt_config).
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_config(const td_gpt_weights *weights, td_gpt_config *config);
 
-/* The number of tensors, 4 + 12 * layers. */
+/* The number of tensors, 4 + 12 * layers.
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_count(const td_gpt_weights *weights, uint32_t *count);
 
 /* Tensor `index` (0 .. count-1, the order above): its name and value,
  * both valid until the weights are destroyed; the tensor is the weights'
- * (read it, do not destroy it). Either out-pointer may be NULL. */
+ * (read it, do not destroy it). Either out-pointer may be NULL.
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_get(const td_gpt_weights *weights, uint32_t index, const char **name,
                                     const td_tensor **value);
 
 /* The tensor called `name` ("h.0.ln_1.weight"; no "transformer." prefix):
- * TD_ERR_INVALID_ARGUMENT naming it when there is none (*value NULL). */
+ * TD_ERR_INVALID_ARGUMENT naming it when there is none (*value NULL).
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_find(const td_gpt_weights *weights, const char *name, const td_tensor **value);
 
 /* Writes llm.c's version 3 checkpoint (float32, padded vocabulary: what
@@ -216,7 +243,8 @@ TD_API td_status td_gpt_weights_find(const td_gpt_weights *weights, const char *
  * replaced atomically, as td_checkpoint_save replaces one (a temporary
  * file beside it, fsync, rename; only a regular file or nothing at
  * `path`); TD_ERR_IO naming the path when writing fails, leaving nothing
- * behind. Needs no Jansson. */
+ * behind. Needs no Jansson.
+ * Since 0.1. */
 TD_API td_status td_gpt_weights_write_llmc(td_context *ctx, const char *path, const td_gpt_config *config, uint32_t n,
                                            const char *const *names, const td_tensor *const *values);
 

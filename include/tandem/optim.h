@@ -19,6 +19,7 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef enum td_optimizer_kind {
     TD_OPTIMIZER_SGD = 0,  /* optax.sgd: momentum (0 = none), nesterov */
     TD_OPTIMIZER_ADAM = 1, /* optax.adam: b1, b2, eps */
@@ -29,9 +30,11 @@ typedef enum td_optimizer_kind {
 /* The learning rate an optimizer starts from when the caller names none
  * (td_trainer_options.learning_rate 0): SGD 0.01 (with or without
  * momentum); ADAM, ADAMW and RMSPROP 1e-3, the rate optax's examples use
- * for them. 0 for a value that is no td_optimizer_kind. */
+ * for them. 0 for a value that is no td_optimizer_kind.
+ * Since 0.1. */
 TD_API float td_optimizer_default_learning_rate(td_optimizer_kind kind);
 
+/* Since 0.1. */
 typedef enum td_schedule_kind {
     TD_SCHEDULE_CONSTANT = 0,          /* init_value at every step */
     TD_SCHEDULE_EXPONENTIAL_DECAY = 1, /* optax.exponential_decay */
@@ -52,7 +55,8 @@ typedef enum td_schedule_kind {
  *   WARMUP_COSINE_DECAY: linear from init_value to peak_value over
  *                        warmup_steps, then cosine decay from peak_value to
  *                        end_value over the remaining decay_steps - warmup_steps
- *                        (decay_steps counts the warm-up, as in optax). */
+ *                        (decay_steps counts the warm-up, as in optax).
+ * Since 0.1. */
 typedef struct td_schedule {
     td_schedule_kind kind;
     float init_value;
@@ -75,7 +79,8 @@ typedef struct td_schedule {
  * above warmup_steps give TD_ERR_INVALID_ARGUMENT with a message in `ctx`
  * (which may be NULL when no message is wanted) naming the field; so does
  * a value that overflows float at `step` (decay_rate > 1 grows without
- * bound unless has_end_value caps it). */
+ * bound unless has_end_value caps it).
+ * Since 0.1. */
 TD_API td_status td_schedule_value(td_context *ctx, const td_schedule *schedule, uint64_t step, float *lr);
 
 /* The named schedules a training run over `updates` updates picks from
@@ -85,7 +90,8 @@ TD_API td_status td_schedule_value(td_context *ctx, const td_schedule *schedule,
  *   "warmup-cosine"  linear from 0 to peak over the first tenth of the run
  *                    (at least one update), then cosine decay to 0.
  * Another name is TD_ERR_INVALID_ARGUMENT naming it and the choices (in
- * `ctx`, which may be NULL). updates 0 is taken as 1. */
+ * `ctx`, which may be NULL). updates 0 is taken as 1.
+ * Since 0.1. */
 TD_API td_status td_schedule_for_run(td_context *ctx, const char *name, float peak, uint64_t updates,
                                      td_schedule *schedule);
 

@@ -52,11 +52,13 @@
 extern "C" {
 #endif
 
-/* Whether this library was built with MPI (-Dmpi). */
+/* Whether this library was built with MPI (-Dmpi).
+ * Since 0.1. */
 TD_API bool td_processes_available(void);
 
 /* Whether this process was started by an MPI launcher (mpirun's
- * environment), so a tool can join only then. */
+ * environment), so a tool can join only then.
+ * Since 0.1. */
 TD_API bool td_processes_launched(void);
 
 /* Joins the job's processes: initializes MPI if nobody has (the matching
@@ -68,26 +70,31 @@ TD_API bool td_processes_launched(void);
  * process that does not join within 2 x the context timeout is named
  * (TD_ERR_TIMEOUT); a caller that initialized MPI must have no receive
  * pending there that could take it. Meshes created afterwards on ctx span
- * every process. TD_ERR_STATE when ctx already joined. */
+ * every process. TD_ERR_STATE when ctx already joined.
+ * Since 0.1. */
 TD_API td_status td_processes_join(td_context *ctx);
 
 /* This process's rank and the job's process count; 0 and 1 for a context
- * that joined nothing. */
+ * that joined nothing.
+ * Since 0.1. */
 TD_API td_status td_processes_rank(td_context *ctx, uint32_t *rank, uint32_t *count);
 
 /* Ends the whole job at once with `code` (MPI_Abort): what a process that
  * failed does so that no other process waits for it. For a context that
- * joined nothing, returns TD_ERR_STATE and ends nothing. */
+ * joined nothing, returns TD_ERR_STATE and ends nothing.
+ * Since 0.1. */
 TD_API td_status td_processes_abort(td_context *ctx, int code);
 
 /* The global mesh `mesh` belongs to: its device count over every process
  * and the global position of this process's local device 0 (the mesh's
- * own count and 0 in one process). */
+ * own count and 0 in one process).
+ * Since 0.1. */
 TD_API td_status td_processes_mesh(td_mesh *mesh, uint32_t *global_size, uint32_t *first_position);
 
 /* values[i] summed over every process, in process order (so every process
  * gets bitwise the same sums), for i < n; in place. Collective. For a
- * context that joined nothing, the values are unchanged. */
+ * context that joined nothing, the values are unchanged.
+ * Since 0.1. */
 TD_API td_status td_processes_sum(td_context *ctx, double *values, uint32_t n);
 
 #ifdef __cplusplus

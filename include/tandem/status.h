@@ -33,6 +33,7 @@ extern "C" {
     X(TD_ERR_UNSUPPORTED, 15, "the operation is not supported for these arguments")     \
     X(TD_ERR_STATE, 16, "the call is not valid in the object's current state")
 
+/* Since 0.1. */
 typedef enum td_status {
 #define TD_STATUS_ENUM_ENTRY(name, value, text) name = value,
     TD_STATUS_TABLE(TD_STATUS_ENUM_ENTRY)
@@ -40,11 +41,13 @@ typedef enum td_status {
 } td_status;
 
 /* The enumerator's name as a string ("TD_ERR_TIMEOUT"); "TD_STATUS_UNKNOWN"
- * for a value outside the table. The string is static. */
+ * for a value outside the table. The string is static.
+ * Since 0.1. */
 TD_API const char *td_status_name(td_status status);
 
 /* One sentence saying what the status means in general; static string. The
- * context's td_last_error() has the specifics of the last failure. */
+ * context's td_last_error() has the specifics of the last failure.
+ * Since 0.1. */
 TD_API const char *td_status_describe(td_status status);
 
 #ifdef __cplusplus

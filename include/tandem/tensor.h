@@ -21,7 +21,8 @@ extern "C" {
 #define TD_MAX_RANK 4
 
 /* Element types. Compute is f32 today; i32 carries class labels. The other
- * values are reserved so the enum stays stable as kernels arrive. */
+ * values are reserved so the enum stays stable as kernels arrive.
+ * Since 0.1. */
 typedef enum td_dtype {
     TD_F32 = 0,
     TD_F16 = 1,
@@ -31,32 +32,41 @@ typedef enum td_dtype {
     TD_DTYPE_COUNT
 } td_dtype;
 
+/* Since 0.1. */
 typedef struct td_tensor td_tensor;
 
-/* Bytes per element of `dtype`; TD_ERR_INVALID_ARGUMENT for an unknown one. */
+/* Bytes per element of `dtype`; TD_ERR_INVALID_ARGUMENT for an unknown one.
+ * Since 0.1. */
 TD_API td_status td_dtype_size(td_dtype dtype, size_t *bytes);
 
-/* Name of a dtype ("f32"); "unknown" outside the enum. */
+/* Name of a dtype ("f32"); "unknown" outside the enum.
+ * Since 0.1. */
 TD_API const char *td_dtype_name(td_dtype dtype);
 
 /* Creates a zero-filled host tensor. rank 0 is a scalar (one element); dims
- * must be >= 0 (0 gives an empty tensor). */
+ * must be >= 0 (0 gives an empty tensor).
+ * Since 0.1. */
 TD_API td_status td_tensor_create(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims,
                                   td_tensor **out);
 
-/* Frees the tensor, before or after its context's destroy. NULL is ignored. */
+/* Frees the tensor, before or after its context's destroy. NULL is ignored.
+ * Since 0.1. */
 TD_API void td_tensor_destroy(td_tensor *tensor);
 
 /* The tensor's memory: prod(dims) elements of its dtype, row-major, 64-byte
- * aligned, valid until destroy. */
+ * aligned, valid until destroy.
+ * Since 0.1. */
 TD_API td_status td_tensor_data(const td_tensor *tensor, void **data);
 
-/* Shape: *rank and dims[0..rank-1] (dims must hold TD_MAX_RANK values). */
+/* Shape: *rank and dims[0..rank-1] (dims must hold TD_MAX_RANK values).
+ * Since 0.1. */
 TD_API td_status td_tensor_shape(const td_tensor *tensor, uint32_t *rank, int64_t *dims);
 
+/* Since 0.1. */
 TD_API td_status td_tensor_dtype(const td_tensor *tensor, td_dtype *dtype);
 
-/* Number of elements (product of dims). */
+/* Number of elements (product of dims).
+ * Since 0.1. */
 TD_API td_status td_tensor_count(const td_tensor *tensor, size_t *count);
 
 #ifdef __cplusplus

@@ -12,7 +12,7 @@
  *     bytes), the optimizer's update of the chunk the device owns, and
  *     the output download (device->host, with bytes);
  *   - one host track: td_trainer_step ("step"), evaluator runs
- *     ("evaluate"), batch assembly (td_batch_gather: "batch"), checkpoint
+ *     ("evaluate"), batch assembly (td_data_gather_batch: "batch"), checkpoint
  *     writes and restores, and the caller's own spans (td_trace_span_*).
  * Spans on one track nest: a child starts and ends within its parent.
  *
@@ -41,7 +41,8 @@ extern "C" {
  * a directory, device node, FIFO, socket or symbolic link there is
  * TD_ERR_INVALID_ARGUMENT naming it and what it is (a link is not
  * followed: the rename would replace the link itself). TD_ERR_STATE when
- * a trace is already on. */
+ * a trace is already on.
+ * Since 0.1. */
 TD_API td_status td_trace_begin(td_context *ctx, const char *path);
 
 /* Stops recording and writes the file: the temporary file is written,
@@ -50,17 +51,20 @@ TD_API td_status td_trace_begin(td_context *ctx, const char *path);
  * other than a regular file meanwhile is TD_ERR_INVALID_ARGUMENT as in
  * td_trace_begin, left as it was, and the temporary file is removed.
  * TD_ERR_STATE when no trace is on. The events are released either way.
- * td_context_destroy ends a trace still on (the file is written). */
+ * td_context_destroy ends a trace still on (the file is written).
+ * Since 0.1. */
 TD_API td_status td_trace_end(td_context *ctx);
 
-/* true while a trace is on. */
+/* true while a trace is on.
+ * Since 0.1. */
 TD_API bool td_trace_active(const td_context *ctx);
 
 /* A span of the caller's on the host track (loading data, an epoch):
  * begin/end pairs nest, at most 32 deep. With no trace on, both do
  * nothing and return TD_OK, so callers need not test (a NULL or empty
  * name is refused either way). span_end without a begin is TD_ERR_STATE.
- * The name is copied. */
+ * The name is copied.
+ * Since 0.1. */
 TD_API td_status td_trace_span_begin(td_context *ctx, const char *name);
 TD_API td_status td_trace_span_end(td_context *ctx);
 

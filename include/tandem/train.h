@@ -16,29 +16,33 @@
 extern "C" {
 #endif
 
+/* Since 0.1. */
 typedef struct td_trainer td_trainer;
 
-/* Fields after learning_rate were added later: a caller built against the
- * shorter struct passes its smaller struct_size and gets the defaults of
- * td_trainer_options_init for the rest. Every float field must be finite,
+/* Fields after learning_rate were added later (all of them since 0.1): a
+ * caller built against the shorter struct passes its smaller struct_size
+ * and gets the defaults of td_trainer_options_init for the rest. Every float field must be finite,
  * whichever optimizer reads it (TD_ERR_INVALID_ARGUMENT naming the field
  * otherwise), and within its range where the optimizer reads it. */
-/* td_trainer_options.on_device_loss. */
+/* td_trainer_options.on_device_loss.
+ * Since 0.1. */
 typedef enum td_on_device_loss {
     TD_ON_DEVICE_LOSS_FAIL = 0,
     TD_ON_DEVICE_LOSS_CONTINUE = 1,
 } td_on_device_loss;
 
 /* td_trainer_options.balance: how each global batch is split over the
- * devices. */
+ * devices.
+ * Since 0.1. */
 typedef enum td_balance {
     TD_BALANCE_EVEN = 0,     /* equal shares (the remainder one example each to the first devices) */
     TD_BALANCE_AUTO = 1,     /* in proportion to each device's measured throughput on the step */
     TD_BALANCE_EXPLICIT = 2, /* in proportion to balance_weights */
 } td_balance;
 
+/* Since 0.1. */
 typedef struct td_trainer_options {
-    size_t struct_size; /* sizeof(td_trainer_options); 0 = current */
+    size_t struct_size; /* sizeof(td_trainer_options): growth-safe, see tandem/export.h */
     td_optimizer_kind optimizer;
     /* The rate when schedule.kind is TD_SCHEDULE_CONSTANT; 0 (the default)
      * takes the optimizer's own, td_optimizer_default_learning_rate (SGD
@@ -115,8 +119,10 @@ typedef struct td_trainer_options {
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer
  * updates, gradient all-reduces run (one per update), micro-batches now
  * waiting in the accumulators, and whether the last call updated the
- * parameters (false after a failed call). */
+ * parameters (false after a failed call).
+ * Since 0.1. */
 typedef struct td_train_progress {
+    size_t struct_size; /* sizeof(td_train_progress): growth-safe, see tandem/export.h */
     uint64_t micro_steps;
     uint64_t updates;
     uint64_t allreduces;
@@ -131,7 +137,8 @@ typedef struct td_train_progress {
  * owner updates each reduced slice of its chunk as it arrives), so `update`
  * is the time the optimizer ran on this device's chunk and `allreduce` the
  * rest of the pass: moving, summing and waiting for peers (and, with
- * gradient accumulation, reading the gradients back). */
+ * gradient accumulation, reading the gradients back).
+ * Since 0.1. */
 typedef struct td_step_timing {
     double upload;    /* the bound inputs (and step words) to the device */
     double compute;   /* forward and backward, in-graph collectives included */
@@ -144,24 +151,29 @@ typedef struct td_step_timing {
  * rate of the optimizer's default (learning_rate 0: SGD 0.01, the others
  * 1e-3), no clipping, and optax's defaults for the other optimizers (b1
  * 0.9, b2 0.999, eps 1e-8, weight_decay 1e-4, decay 0.9), so that changing
- * `optimizer` alone gives optax's optimizer of that name at its own rate. */
+ * `optimizer` alone gives optax's optimizer of that name at its own rate.
+ * Since 0.1. */
 TD_API td_status td_trainer_options_init(td_trainer_options *options);
 
 /* Builds value_and_grad of `loss` (a scalar node) with respect to `params`
  * and compiles the training step for `mesh`. n_params may be 0 (params
- * NULL): each step then computes the loss and metrics only. */
+ * NULL): each step then computes the loss and metrics only.
+ * Since 0.1. */
 TD_API td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n_params,
                                    const td_node *params, const td_trainer_options *options, td_trainer **out);
 
 /* Releases the trainer's program, master parameters and optimizer state.
  * NULL is ignored. Valid before or after its mesh's destroy (see
- * tandem/context.h, "Lifetimes"). */
+ * tandem/context.h, "Lifetimes").
+ * Since 0.1. */
 TD_API void td_trainer_destroy(td_trainer *trainer);
 
-/* Sets a parameter's value on every device. */
+/* Sets a parameter's value on every device.
+ * Since 0.1. */
 TD_API td_status td_trainer_set_param(td_trainer *trainer, td_node param, const td_tensor *value);
 
-/* Reads a parameter as held by mesh device `device`. */
+/* Reads a parameter as held by mesh device `device`.
+ * Since 0.1. */
 TD_API td_status td_trainer_read_param(td_trainer *trainer, td_node param, uint32_t device, td_tensor *out);
 
 /* One synchronous data-parallel step. A schedule whose rate overflows to
@@ -173,33 +185,44 @@ TD_API td_status td_trainer_read_param(td_trainer *trainer, td_node param, uint3
  * completes a round of K (td_trainer_progress says whether it did); *loss
  * is then this micro-batch's loss. A failed call changes no parameter and
  * drops the round's accumulated gradients: the next call starts a new
- * round. */
+ * round.
+ * Since 0.1. */
 TD_API td_status td_trainer_step(td_trainer *trainer, uint32_t n_bindings, const td_binding *bindings, float *loss);
 
 /* The metrics' values at the last td_trainer_step, in options.metrics
  * order, each averaged over the devices in mesh order -- the global value
  * when the metric is a td_graph_masked_mean or a mean over equal shards.
  * capacity must be at least n_metrics; TD_ERR_STATE when the last call
- * failed or none ran. */
+ * failed or none ran.
+ * Since 0.1. */
 TD_API td_status td_trainer_metrics(const td_trainer *trainer, uint32_t capacity, float *values);
 
-/* Fills *progress (see td_train_progress). */
+/* Zeroes *progress and sets its struct_size, ready for td_trainer_progress.
+ * Since 0.1. */
+TD_API td_status td_train_progress_init(td_train_progress *progress);
+
+/* Fills *progress (see td_train_progress).
+ * Since 0.1. */
 TD_API td_status td_trainer_progress(const td_trainer *trainer, td_train_progress *progress);
 
-/* *identical = whether every device holds bitwise the same parameters. */
+/* *identical = whether every device holds bitwise the same parameters.
+ * Since 0.1. */
 TD_API td_status td_trainer_replicas_identical(td_trainer *trainer, bool *identical);
 
 /* *state_bytes = host memory that mesh device `device`'s ring rank holds
  * for optimizer state (momentum, Adam's moments, ...). Each rank keeps the
  * state of the parameter chunk it owns in the ring, so the total is split
  * over the devices rather than copied to each; it is kept twice (current
- * and the step's pending copy) so that a failed step changes nothing. */
+ * and the step's pending copy) so that a failed step changes nothing.
+ * Since 0.1. */
 TD_API td_status td_trainer_memory(const td_trainer *trainer, uint32_t device, size_t *state_bytes);
 
 /* What one device of a trainer holds, in bytes (seed 002's accounting).
- * The first four are device memory, the last host memory kept for it. */
+ * The first four are device memory, the last host memory kept for it. The
+ * first layout ends at `parameters`; the fields after it are since 0.1 too.
+ * Since 0.1. */
 typedef struct td_memory_report {
-    size_t struct_size;   /* sizeof(td_memory_report); 0 = current */
+    size_t struct_size; /* sizeof(td_memory_report): growth-safe, see tandem/export.h */
     uint64_t parameters;  /* every parameter (and state) of the graph, replicated */
     uint64_t gradients;   /* the gradient bucket, one slot per parameter element */
     /* The arena at its peak: inputs, activations kept for the backward
@@ -215,24 +238,32 @@ typedef struct td_memory_report {
     uint64_t accumulators;
 } td_memory_report;
 
-/* *report = mesh device `device`'s memory (above); report->struct_size
- * as the caller's sizeof. The same errors as td_trainer_memory. */
+/* Zeroes *report and sets its struct_size.
+ * Since 0.1. */
+TD_API td_status td_memory_report_init(td_memory_report *report);
+
+/* *report = mesh device `device`'s memory (above), up to its struct_size.
+ * The same errors as td_trainer_memory.
+ * Since 0.1. */
 TD_API td_status td_trainer_memory_report(const td_trainer *trainer, uint32_t device, td_memory_report *report);
 
 /* *timing = mesh device `device`'s split of the last td_trainer_step (see
  * td_step_timing and options.timing_waits). TD_ERR_STATE when the last call
  * failed or none ran; TD_ERR_INVALID_ARGUMENT for a device outside the
- * mesh. Reads values the step already measured: costs nothing. */
+ * mesh. Reads values the step already measured: costs nothing.
+ * Since 0.1. */
 TD_API td_status td_trainer_timing(const td_trainer *trainer, uint32_t device, td_step_timing *timing);
 
 /* Time spent inside td_trainer_step so far, in seconds, and the number of
- * optimizer updates (the calls, unless gradients are accumulated). */
+ * optimizer updates (the calls, unless gradients are accumulated).
+ * Since 0.1. */
 TD_API td_status td_trainer_stats(const td_trainer *trainer, double *step_seconds, uint64_t *steps);
 
 /* The batch split in force: rows[d] examples of each global batch on mesh
  * device d, for the n (<= capacity) devices the trainer runs on now;
  * zeros when the graph's sharded inputs share no batch size (each is then
- * divided evenly on its own). */
+ * divided evenly on its own).
+ * Since 0.1. */
 TD_API td_status td_trainer_split(const td_trainer *trainer, uint32_t capacity, uint32_t *rows, uint32_t *n);
 
 /* Across processes (tandem/processes.h) each process binds only its own
@@ -240,13 +271,15 @@ TD_API td_status td_trainer_split(const td_trainer *trainer, uint32_t capacity, 
  * batch, for the next td_trainer_step (a split the balancer found takes
  * effect there, so ask before binding each batch). In one process: 0 and
  * the whole batch. TD_ERR_UNSUPPORTED across processes when the sharded
- * inputs share no batch size. */
+ * inputs share no batch size.
+ * Since 0.1. */
 TD_API td_status td_trainer_process_rows(const td_trainer *trainer, uint64_t *first, uint64_t *count);
 
 /* balance = AUTO: each device's speed as last measured, in examples per
  * second of its own busy time (upload and forward + backward); zeros
  * before the first measurement and for other balances. The ideal step
- * for a global batch B is about B over their sum. */
+ * for a global batch B is about B over their sum.
+ * Since 0.1. */
 TD_API td_status td_trainer_device_speeds(const td_trainer *trainer, uint32_t capacity, double *examples_per_second,
                                           uint32_t *n);
 
@@ -254,18 +287,24 @@ TD_API td_status td_trainer_device_speeds(const td_trainer *trainer, uint32_t ca
  * "auto", or explicit weights "W0,W1,..." (finite numbers > 0, at most
  * `capacity` of them, written to weights and counted in *n_weights; 0 for
  * even and auto). Anything else is TD_ERR_INVALID_ARGUMENT naming it (in
- * ctx's message; ctx may be NULL to check a flag before any context). */
+ * ctx's message; ctx may be NULL to check a flag before any context).
+ * Since 0.1. */
 TD_API td_status td_balance_parse(td_context *ctx, const char *text, td_balance *balance, uint32_t capacity,
                                   float *weights, uint32_t *n_weights);
 
 /* balance = AUTO: measures the devices again over the next balance_warmup
  * steps and re-splits if that is faster (a device's speed changed).
- * TD_ERR_STATE for another balance. */
+ * TD_ERR_STATE for another balance.
+ * Since 0.1. */
 TD_API td_status td_trainer_rebalance(td_trainer *trainer);
 
 /* What a step callback receives after each successful td_trainer_step.
- * The pointers are the trainer's and valid during the call only. */
+ * The pointers are the trainer's and valid during the call only.
+ * Since 0.1. */
 typedef struct td_step_report {
+    /* The library's sizeof(td_step_report): a callback built against a
+     * newer header reads a field only when struct_size covers it. */
+    size_t struct_size;
     uint64_t micro_step;    /* successful td_trainer_step calls, this one included */
     uint64_t updates;       /* optimizer updates applied so far */
     bool updated;           /* this call applied one (it closed an accumulation round) */
@@ -281,13 +320,15 @@ typedef struct td_step_report {
     bool rebalanced;        /* the split changes from the next call on (balance = auto) */
 } td_step_report;
 
+/* Since 0.1. */
 typedef void (*td_step_fn)(void *user, const td_step_report *report);
 
 /* Calls fn(user, report) at the end of every successful td_trainer_step,
  * on the caller's thread, before td_trainer_step returns; NULL fn turns it
  * off. The report is filled from values the step already holds: no
  * allocation, no device work. fn must not call back into the trainer's
- * step. */
+ * step.
+ * Since 0.1. */
 TD_API td_status td_trainer_on_step(td_trainer *trainer, td_step_fn fn, void *user);
 
 #ifdef __cplusplus

@@ -120,7 +120,7 @@ void check_weights(td_context *ctx, const td_gpt_weights *w, const tiny *t, valu
 
 void check_config(td_context *ctx, const td_gpt_weights *w, const tiny *t, int64_t padded_vocab)
 {
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     cr_assert_eq(c.vocab, t->vocab);
     cr_assert_eq(c.padded_vocab, padded_vocab);

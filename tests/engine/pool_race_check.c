@@ -119,7 +119,7 @@ static int gpt_steps(const char *path, const char *spec, int64_t B, uint32_t thr
     CHECK(ctx, td_tensor_create(ctx, TD_I32, 2, td, &tok));
     CHECK(ctx, td_tensor_create(ctx, TD_I32, 2, td, &tgt));
     CHECK(ctx, td_tensor_create(ctx, TD_F32, 1, &B, &mk));
-    CHECK(ctx, td_batch_mask(ctx, mk, (size_t)B));
+    CHECK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
     td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
     float l;
     for (uint64_t step = 0; step < 3; step++) {

@@ -152,7 +152,7 @@ static void train_balanced(const char *spec, td_balance balance, const float *we
     }
     TEST_OK(ctx, td_trainer_replicas_identical(t, &out->identical));
     TEST_OK(ctx, td_trainer_split(t, 8, out->split, &out->n_split));
-    td_train_progress progress;
+    td_train_progress progress = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(t, &progress));
     out->lost = progress.devices_lost;
     for (uint32_t i = 0; i < n_params; i++) {

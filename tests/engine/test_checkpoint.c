@@ -144,9 +144,9 @@ static void train(td_context *ctx, td_trainer *t, const model *m, feeder *f, int
             TEST_OK(ctx, td_data_order(ctx, DATA_SEED, f->epoch, N_EXAMPLES, f->order));
         }
         size_t count = N_EXAMPLES - f->position < BATCH ? N_EXAMPLES - f->position : BATCH;
-        TEST_OK(ctx, td_batch_gather(ctx, f->data->x, f->order + f->position, count, f->x));
-        TEST_OK(ctx, td_batch_gather(ctx, f->data->y, f->order + f->position, count, f->y));
-        TEST_OK(ctx, td_batch_mask(ctx, f->mask, count));
+        TEST_OK(ctx, td_data_gather_batch(ctx, f->data->x, f->order + f->position, count, f->x));
+        TEST_OK(ctx, td_data_gather_batch(ctx, f->data->y, f->order + f->position, count, f->y));
+        TEST_OK(ctx, td_data_batch_mask(ctx, f->mask, count));
         f->position += count;
         td_binding b[3] = {{m->x, f->x}, {m->y, f->y}, {m->mask, f->mask}};
         TEST_OK(ctx, td_trainer_step(t, 3, b, &losses[s]));
@@ -250,7 +250,7 @@ Test(checkpoint, save_then_restore_gives_back_every_value_and_counter)
         td_tensor_destroy(va);
         td_tensor_destroy(vb);
     }
-    td_train_progress pa, pb;
+    td_train_progress pa = {.struct_size = sizeof(td_train_progress)}, pb = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(ta, &pa));
     TEST_OK(ctx, td_trainer_progress(tb, &pb));
     cr_assert(pa.updates == pb.updates && pa.micro_steps == pb.micro_steps && pa.allreduces == pb.allreduces,
@@ -451,7 +451,7 @@ Test(checkpoint, a_device_lost_before_a_save_is_the_resumed_run_bitwise)
     feeder_init(ctx, &fa, &data, 0, 0);
     float la[STEPS];
     train(ctx, ta, &a, &fa, STEPS, la); /* the fourth device fails in step 3 */
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(ta, &p));
     cr_assert_eq(p.devices, 3);
     cr_assert_eq(p.devices_lost, 1);

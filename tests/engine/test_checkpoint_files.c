@@ -107,7 +107,7 @@ Test(checkpoint_files, corrupt_and_mismatched_files_are_refused_naming_the_probl
     td_tensor *got = test_tensor(ctx, TD_F32, 2, wd);
     TEST_OK(ctx, td_trainer_read_param(t, w, 1, got));
     cr_assert(memcmp(test_f32(got), w1, sizeof w1) == 0, "w was not restored from the hand-written file");
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(t, &p));
     cr_assert_eq(p.updates, 5u);
 
@@ -549,7 +549,7 @@ Test(checkpoint_files, unloadable_files_neither_count_towards_keep_nor_stop_a_re
     char restored[512];
     TEST_OK(ctx, td_checkpoint_restore_latest(fresh, dir, restored, sizeof restored));
     cr_assert(strstr(restored, "/ckpt-00000004.safetensors"), "restored %s", restored);
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(fresh, &p));
     cr_assert_eq(p.updates, 4u);
     for (int n = 10; n <= 12; n++) {
@@ -616,7 +616,7 @@ Test(checkpoint_files, nan_or_infinite_values_are_neither_saved_nor_restored)
     td_checkpoint_close(c);
     TEST_OK(ctx, td_trainer_read_param(t, w, 1, values));
     cr_assert(memcmp(test_f32(values), good, sizeof good) == 0, "a refused restore changed w");
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(t, &p));
     cr_assert_eq(p.updates, 0u);
     td_tensor_destroy(values);

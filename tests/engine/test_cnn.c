@@ -236,8 +236,8 @@ Test(cnn_slow, fashion_mnist_subset_passes_an_accuracy_floor, .timeout = 600)
         cr_skip_test("a training run: suite 'slow' runs it (TD_TEST_SLOW=1)");
     td_context *ctx = test_context(0);
     td_tensor *images = NULL, *labels = NULL, *test_images = NULL, *test_labels = NULL;
-    if (td_dataset_load_mnist(ctx, TD_FASHION_MNIST_DIR, "train", &images, &labels) != TD_OK ||
-        td_dataset_load_mnist(ctx, TD_FASHION_MNIST_DIR, "t10k", &test_images, &test_labels) != TD_OK) {
+    if (td_data_load_mnist(ctx, TD_FASHION_MNIST_DIR, "train", &images, &labels) != TD_OK ||
+        td_data_load_mnist(ctx, TD_FASHION_MNIST_DIR, "t10k", &test_images, &test_labels) != TD_OK) {
         td_context_destroy(ctx);
         cr_skip_test("Fashion-MNIST is not installed in %s (Debian's dataset-fashion-mnist)", TD_FASHION_MNIST_DIR);
     }
@@ -279,8 +279,8 @@ Test(cnn_slow, fashion_mnist_subset_passes_an_accuracy_floor, .timeout = 600)
     for (int step = 0; step < STEPS_REAL; step++) {
         for (int i = 0; i < B; i++)
             idx[i] = (uint32_t)(step * B + i);
-        TEST_OK(ctx, td_batch_gather(ctx, images, idx, B, xb));
-        TEST_OK(ctx, td_batch_gather(ctx, labels, idx, B, ybt));
+        TEST_OK(ctx, td_data_gather_batch(ctx, images, idx, B, xb));
+        TEST_OK(ctx, td_data_gather_batch(ctx, labels, idx, B, ybt));
         td_binding b[2] = {{xu, xb}, {y, ybt}};
         TEST_OK(ctx, td_trainer_step(t, 2, b, NULL));
     }
@@ -297,8 +297,8 @@ Test(cnn_slow, fashion_mnist_subset_passes_an_accuracy_floor, .timeout = 600)
     for (int start = 0; start < TEST_N; start += B) {
         for (int i = 0; i < B; i++)
             idx[i] = (uint32_t)(start + i);
-        TEST_OK(ctx, td_batch_gather(ctx, test_images, idx, B, xb));
-        TEST_OK(ctx, td_batch_gather(ctx, test_labels, idx, B, ybt));
+        TEST_OK(ctx, td_data_gather_batch(ctx, test_images, idx, B, xb));
+        TEST_OK(ctx, td_data_gather_batch(ctx, test_labels, idx, B, ybt));
         td_binding b[2] = {{xu, xb}, {y, ybt}};
         TEST_OK(ctx, td_program_run(eval, 2, b));
         for (uint32_t d = 0; d < 2; d++) {

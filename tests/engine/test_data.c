@@ -145,7 +145,7 @@ static void *data_of(const td_tensor *t)
 static void expect_idx_failure(const char *path, td_status expected, const char *needle)
 {
     td_tensor *t = (td_tensor *)&t;
-    TEST_FAILS(ctx, expected, needle, td_idx_read(ctx, path, &t));
+    TEST_FAILS(ctx, expected, needle, td_data_read_idx(ctx, path, &t));
     cr_assert_null(t);
     cr_assert(test_message_mentions(ctx, path), "message '%s' does not name %s", td_last_error(ctx), path);
     cr_assert_eq(counter.live, live_at_start, "%zu allocations left behind", counter.live - live_at_start);
@@ -162,7 +162,7 @@ Test(data, u8_round_trips_plain)
         v[i] = (unsigned char)(i * 23 + 200);
     put(&b, v, 12);
     td_tensor *t;
-    TEST_OK(ctx, td_idx_read(ctx, write_plain("u8.idx", &b), &t));
+    TEST_OK(ctx, td_data_read_idx(ctx, write_plain("u8.idx", &b), &t));
     expect_shape(t, TD_U8, 2, (int64_t[]){3, 4});
     const uint8_t *got = data_of(t);
     for (int i = 0; i < 12; i++)
@@ -179,7 +179,7 @@ Test(data, i32_round_trips_gzip_with_negative_values)
     for (int i = 0; i < 12; i++)
         put_be32(&b, (uint32_t)v[i]);
     td_tensor *t;
-    TEST_OK(ctx, td_idx_read(ctx, write_gzip("i32.idx.gz", &b), &t));
+    TEST_OK(ctx, td_data_read_idx(ctx, write_gzip("i32.idx.gz", &b), &t));
     expect_shape(t, TD_I32, 3, (int64_t[]){2, 2, 3});
     const int32_t *got = data_of(t);
     for (int i = 0; i < 12; i++)
@@ -201,7 +201,7 @@ Test(data, f32_round_trips_plain_and_gzip_bit_for_bit)
     const char *paths[2] = {write_plain("f32.idx", &b), write_gzip("f32.idx.gz", &b)};
     for (int p = 0; p < 2; p++) {
         td_tensor *t;
-        TEST_OK(ctx, td_idx_read(ctx, paths[p], &t));
+        TEST_OK(ctx, td_data_read_idx(ctx, paths[p], &t));
         expect_shape(t, TD_F32, 4, (int64_t[]){1, 2, 3, 1});
         const float *got = data_of(t);
         for (int i = 0; i < 6; i++)
@@ -216,7 +216,7 @@ Test(data, a_zero_dimension_gives_an_empty_tensor)
     uint32_t dims[3] = {4, 0, 9};
     bytes b = idx_header(0x0D, 3, dims);
     td_tensor *t;
-    TEST_OK(ctx, td_idx_read(ctx, write_gzip("empty.idx.gz", &b), &t));
+    TEST_OK(ctx, td_data_read_idx(ctx, write_gzip("empty.idx.gz", &b), &t));
     expect_shape(t, TD_F32, 3, (int64_t[]){4, 0, 9});
     size_t n;
     cr_assert_eq(td_tensor_count(t, &n), TD_OK);
@@ -296,9 +296,9 @@ Test(data, missing_file_and_directory_are_io_errors)
     expect_idx_failure(missing, TD_ERR_IO, strerror(ENOENT));
     expect_idx_failure(dir, TD_ERR_IO, "is a directory, expected a regular file");
     td_tensor *t = (td_tensor *)&t;
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path is NULL", td_idx_read(ctx, NULL, &t));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "path is NULL", td_data_read_idx(ctx, NULL, &t));
     cr_assert_null(t);
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "out is NULL", td_idx_read(ctx, missing, NULL));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "out is NULL", td_data_read_idx(ctx, missing, NULL));
 }
 
 Test(data, garbage_and_damaged_gzip_streams_are_corrupt)
@@ -334,7 +334,7 @@ Test(data, garbage_and_damaged_gzip_streams_are_corrupt)
     fclose(f);
     cr_assert_eq(gz.size, (size_t)size);
     td_tensor *t;
-    TEST_OK(ctx, td_idx_read(ctx, whole, &t));
+    TEST_OK(ctx, td_data_read_idx(ctx, whole, &t));
     td_tensor_destroy(t);
 
     gz.size = (size_t)size / 2;
@@ -394,7 +394,7 @@ Test(data, load_mnist_reads_a_small_fake_split_as_nhwc_and_i32)
     static const unsigned char labels[5] = {9, 0, 3, 7, 1};
     write_fake_mnist("train", 5, 3, 2, 5, labels);
     td_tensor *images, *lab;
-    TEST_OK(ctx, td_dataset_load_mnist(ctx, dir, "train", &images, &lab));
+    TEST_OK(ctx, td_data_load_mnist(ctx, dir, "train", &images, &lab));
     expect_shape(images, TD_U8, 4, (int64_t[]){5, 3, 2, 1});
     expect_shape(lab, TD_I32, 1, (int64_t[]){5});
     const uint8_t *px = data_of(images);
@@ -411,7 +411,7 @@ Test(data, load_mnist_reads_a_small_fake_split_as_nhwc_and_i32)
 static void expect_mnist_failure(const char *split, td_status expected, const char *needle1, const char *needle2)
 {
     td_tensor *images = (td_tensor *)&images, *lab = (td_tensor *)&lab;
-    TEST_FAILS(ctx, expected, needle1, td_dataset_load_mnist(ctx, dir, split, &images, &lab));
+    TEST_FAILS(ctx, expected, needle1, td_data_load_mnist(ctx, dir, split, &images, &lab));
     cr_assert(test_message_mentions(ctx, needle2), "message '%s' does not mention '%s'", td_last_error(ctx),
               needle2);
     cr_assert_null(images);
@@ -431,7 +431,7 @@ Test(data, load_mnist_rejects_bad_labels_counts_and_layouts)
 
     expect_mnist_failure("test", TD_ERR_INVALID_ARGUMENT, "split is 'test'", "\"t10k\"");
     td_tensor *images, *lab;
-    TEST_FAILS(ctx, TD_ERR_IO, "t10k-labels-idx1-ubyte", td_dataset_load_mnist(ctx, "/nonexistent", "t10k", &images, &lab));
+    TEST_FAILS(ctx, TD_ERR_IO, "t10k-labels-idx1-ubyte", td_data_load_mnist(ctx, "/nonexistent", "t10k", &images, &lab));
     cr_assert_null(images);
 
     /* Labels stored as int32 are not MNIST labels, even when in range. */
@@ -558,7 +558,7 @@ Test(data, gather_copies_rows_in_order_and_zero_pads)
         d[i] = -7.0f;
     static const uint32_t idx[4] = {4, 0, 4, 5};
     size_t allocs = counter.allocs;
-    TEST_OK(ctx, td_batch_gather(ctx, src, idx, 4, dst));
+    TEST_OK(ctx, td_data_gather_batch(ctx, src, idx, 4, dst));
     cr_assert_eq(counter.allocs, allocs, "gather allocated");
     for (int r = 0; r < 6; r++)
         for (int k = 0; k < 6; k++) {
@@ -566,7 +566,7 @@ Test(data, gather_copies_rows_in_order_and_zero_pads)
             cr_assert_eq(d[r * 6 + k], want, "row %d element %d: %g, expected %g", r, k, d[r * 6 + k], want);
         }
     /* count 0: all padding. */
-    TEST_OK(ctx, td_batch_gather(ctx, src, NULL, 0, dst));
+    TEST_OK(ctx, td_data_gather_batch(ctx, src, NULL, 0, dst));
     for (int i = 0; i < 36; i++)
         cr_assert_eq(d[i], 0.0f);
     td_tensor_destroy(src);
@@ -582,7 +582,7 @@ Test(data, gather_works_for_u8_images_and_i32_labels)
         s[i] = (uint8_t)(i + 1);
     memset(d, 0xAA, 24);
     static const uint32_t idx[3] = {2, 4, 1};
-    TEST_OK(ctx, td_batch_gather(ctx, src, idx, 3, dst));
+    TEST_OK(ctx, td_data_gather_batch(ctx, src, idx, 3, dst));
     for (int r = 0; r < 4; r++)
         for (int k = 0; k < 6; k++)
             cr_assert_eq(d[r * 6 + k], r < 3 ? idx[r] * 6 + (uint32_t)k + 1 : 0u, "row %d element %d: %u", r, k,
@@ -592,7 +592,7 @@ Test(data, gather_works_for_u8_images_and_i32_labels)
     int32_t *l = test_i32(lsrc);
     for (int i = 0; i < 5; i++)
         l[i] = -10 * i;
-    TEST_OK(ctx, td_batch_gather(ctx, lsrc, idx, 3, ldst));
+    TEST_OK(ctx, td_data_gather_batch(ctx, lsrc, idx, 3, ldst));
     cr_assert_eq(test_i32(ldst)[0], -20);
     cr_assert_eq(test_i32(ldst)[1], -40);
     cr_assert_eq(test_i32(ldst)[2], -10);
@@ -612,22 +612,22 @@ Test(data, gather_rejects_bad_indices_and_mismatched_tensors_without_writing)
         d[i] = 3.0f;
     static const uint32_t bad[3] = {0, 4, 5};
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "indices[2] is 5, expected below src's 5 rows",
-               td_batch_gather(ctx, src, bad, 3, dst));
+               td_data_gather_batch(ctx, src, bad, 3, dst));
     for (int i = 0; i < 12; i++)
         cr_assert_eq(d[i], 3.0f, "a failed gather wrote element %d", i);
     static const uint32_t ok[5] = {0, 1, 2, 3, 4};
     TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "dst has 4 rows, expected at least count = 5",
-               td_batch_gather(ctx, src, ok, 5, dst));
+               td_data_gather_batch(ctx, src, ok, 5, dst));
     td_tensor *wide = test_tensor(ctx, TD_F32, 2, (int64_t[]){5, 4});
-    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "dimension 1 is 4, expected src's 3", td_batch_gather(ctx, src, ok, 2, wide));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "dimension 1 is 4, expected src's 3", td_data_gather_batch(ctx, src, ok, 2, wide));
     td_tensor *flat = test_tensor(ctx, TD_F32, 1, (int64_t[]){5});
-    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 1, expected src's rank 2", td_batch_gather(ctx, src, ok, 2, flat));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 1, expected src's rank 2", td_data_gather_batch(ctx, src, ok, 2, flat));
     td_tensor *ints = test_tensor(ctx, TD_I32, 2, (int64_t[]){5, 3});
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dst is i32, expected src's dtype f32",
-               td_batch_gather(ctx, src, ok, 2, ints));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dst is src", td_batch_gather(ctx, src, ok, 2, src));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "indices is NULL", td_batch_gather(ctx, src, NULL, 2, dst));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "src is NULL", td_batch_gather(ctx, NULL, ok, 2, dst));
+               td_data_gather_batch(ctx, src, ok, 2, ints));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "dst is src", td_data_gather_batch(ctx, src, ok, 2, src));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "indices is NULL", td_data_gather_batch(ctx, src, NULL, 2, dst));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "src is NULL", td_data_gather_batch(ctx, NULL, ok, 2, dst));
     td_tensor_destroy(src);
     td_tensor_destroy(dst);
     td_tensor_destroy(wide);
@@ -645,20 +645,20 @@ Test(data, mask_marks_the_valid_prefix_in_f32_and_u8)
         uint8_t *um = data_of(u);
         for (int i = 0; i < 5; i++)
             fm[i] = 0.25f, um[i] = 9;
-        TEST_OK(ctx, td_batch_mask(ctx, f, valid));
-        TEST_OK(ctx, td_batch_mask(ctx, u, valid));
+        TEST_OK(ctx, td_data_batch_mask(ctx, f, valid));
+        TEST_OK(ctx, td_data_batch_mask(ctx, u, valid));
         for (size_t i = 0; i < 5; i++) {
             cr_assert_eq(fm[i], i < valid ? 1.0f : 0.0f, "valid %zu: f32 entry %zu is %g", valid, i, fm[i]);
             cr_assert_eq(um[i], i < valid ? 1 : 0, "valid %zu: u8 entry %zu is %u", valid, i, um[i]);
         }
     }
     cr_assert_eq(counter.allocs, allocs, "mask allocated");
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "valid is 6, expected at most B = 5", td_batch_mask(ctx, f, 6));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "valid is 6, expected at most B = 5", td_data_batch_mask(ctx, f, 6));
     td_tensor *i32 = test_tensor(ctx, TD_I32, 1, (int64_t[]){5});
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "mask is i32", td_batch_mask(ctx, i32, 1));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "mask is i32", td_data_batch_mask(ctx, i32, 1));
     td_tensor *m2 = test_tensor(ctx, TD_F32, 2, (int64_t[]){5, 1});
-    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 2", td_batch_mask(ctx, m2, 1));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "mask is NULL", td_batch_mask(ctx, NULL, 1));
+    TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "rank 2", td_data_batch_mask(ctx, m2, 1));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "mask is NULL", td_data_batch_mask(ctx, NULL, 1));
     td_tensor_destroy(f);
     td_tensor_destroy(u);
     td_tensor_destroy(i32);
@@ -670,7 +670,7 @@ Test(data, mask_marks_the_valid_prefix_in_f32_and_u8)
 static void expect_fashion_split(const char *split, int64_t n, int per_class)
 {
     td_tensor *images, *labels;
-    TEST_OK(ctx, td_dataset_load_mnist(ctx, TD_FASHION_MNIST_DIR, split, &images, &labels));
+    TEST_OK(ctx, td_data_load_mnist(ctx, TD_FASHION_MNIST_DIR, split, &images, &labels));
     expect_shape(images, TD_U8, 4, (int64_t[]){n, 28, 28, 1});
     expect_shape(labels, TD_I32, 1, (int64_t[]){n});
     const int32_t *l = test_i32(labels);
@@ -720,17 +720,17 @@ Test(data, pixel_stats_are_the_scaled_mean_and_std)
     for (int i = 0; i < 15; i++)
         squares += (p[i] / 255.0 - mean) * (p[i] / 255.0 - mean);
     float m, s;
-    TEST_OK(ctx, td_dataset_pixel_stats(ctx, t, &m, &s));
+    TEST_OK(ctx, td_data_pixel_stats(ctx, t, &m, &s));
     cr_assert(fabs(m - mean) < 1e-6 && fabs(s - sqrt(squares / 15)) < 1e-6, "mean %g std %g, expected %g %g", (double)m,
               (double)s, mean, sqrt(squares / 15));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "std is NULL", td_dataset_pixel_stats(ctx, t, &m, NULL));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "std is NULL", td_data_pixel_stats(ctx, t, &m, NULL));
     td_tensor *f;
     TEST_OK(ctx, td_tensor_create(ctx, TD_F32, 2, dims, &f));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "u8", td_dataset_pixel_stats(ctx, f, &m, &s));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "u8", td_data_pixel_stats(ctx, f, &m, &s));
     const int64_t none[1] = {0};
     td_tensor *e;
     TEST_OK(ctx, td_tensor_create(ctx, TD_U8, 1, none, &e));
-    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "no values", td_dataset_pixel_stats(ctx, e, &m, &s));
+    TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "no values", td_data_pixel_stats(ctx, e, &m, &s));
     td_tensor_destroy(t);
     td_tensor_destroy(f);
     td_tensor_destroy(e);

@@ -536,7 +536,7 @@ static void train_continuing(const char *spec, int steps, uint32_t timeout_ms, s
     TEST_OK(ctx, td_trainer_on_step(m.trainer, note_loss, out));
     for (int step = 0; step < steps; step++)
         TEST_OK(ctx, linreg_step(&m, step));
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
     out->devices = p.devices;
     out->lost = p.devices_lost;
@@ -618,7 +618,7 @@ Test(survivors, loss_during_evaluation)
     TEST_OK(ctx, td_evaluator_load(ev, m.trainer));
     TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected failure in its run 3", td_evaluator_run(ev, 3, eb));
     TEST_OK(ctx, linreg_step(&m, 2)); /* drops device 3, runs on three */
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
     cr_assert_eq(p.devices, 3);
     cr_assert_eq(p.devices_lost, 1);
@@ -724,7 +724,7 @@ Test(survivors, an_evaluation_continues_on_the_survivors)
     size_t bytes = 0;
     TEST_OK(ctx, td_trainer_memory(m.trainer, 0, &bytes)); /* plans the trainer for the three */
     cr_assert_gt(bytes, 0);
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
     cr_assert_eq(p.devices, 3);
     cr_assert_eq(p.devices_lost, 1, "the trainer counted %u lost devices, expected the evaluation's 1", p.devices_lost);
@@ -767,7 +767,7 @@ Test(survivors, two_losses_in_one_evaluation)
     cr_assert_eq(examples, BATCH);
     assert_like_a_fresh_evaluator(ctx, mesh, &m, mask, loss);
     TEST_OK(ctx, linreg_step(&m, 2));
-    td_train_progress p;
+    td_train_progress p = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(m.trainer, &p));
     cr_assert_eq(p.devices, 2);
     cr_assert_eq(p.devices_lost, 2, "the trainer counted %u lost devices, expected 2", p.devices_lost);

@@ -650,7 +650,7 @@ static void check_no_allocation(const char *spec, bool skip_when_unavailable)
     TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
     td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
-    TEST_OK(ctx, td_batch_mask(ctx, mk, (size_t)B));
+    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
     td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
     float l;
     TEST_OK(ctx, td_text_batch(text, 1, 0, (size_t)B, (size_t)seq, tok, tgt));

@@ -46,7 +46,7 @@ Test(gpt_weights, llmc_write_is_llmcs_layout_byte_for_byte)
     o.pad_value = 0.0f; /* what a writer pads with */
     write_llmc(expected, &tiny_model, &o, value_of);
     td_gpt_weights *w = read_ok(ctx, in);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     named_tensors nt;
     named_from(ctx, w, &nt);
@@ -84,7 +84,7 @@ Test(gpt_weights, llmc_write_pads_the_vocabulary_to_128_by_default)
     llmc_defaults(&tiny_model, &o);
     write_llmc(in, &tiny_model, &o, value_of);
     td_gpt_weights *w = read_ok(ctx, in);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     c.padded_vocab = 0;
     named_tensors nt;
@@ -180,7 +180,7 @@ Test(gpt_weights, writer_refusals_name_the_tensor_and_leave_no_file)
     llmc_defaults(&tiny_model, &o);
     write_llmc(in, &tiny_model, &o, value_of);
     td_gpt_weights *w = read_ok(ctx, in);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     named_tensors nt;
     named_from(ctx, w, &nt);
@@ -340,7 +340,7 @@ Test(gpt_weights, each_allocation_failing_undoes_the_whole_read_or_write)
     failing_allocator a;
     td_context *ctx = failing_context(&a);
     td_gpt_weights *w = read_ok(ctx, path);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     named_tensors nt;
     named_from(ctx, w, &nt);

@@ -325,7 +325,7 @@ Test(gpt_weights, hugging_face_to_llmc_and_back)
     st_gpt_with_extras(&l, &tiny_model);
     st_write(path, &l, NULL);
     td_gpt_weights *w = read_ok(ctx, path);
-    td_gpt_config c;
+    td_gpt_config c = {.struct_size = sizeof(td_gpt_config)};
     TEST_OK(ctx, td_gpt_weights_config(w, &c));
     named_tensors nt;
     named_from(ctx, w, &nt);

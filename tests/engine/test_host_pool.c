@@ -159,7 +159,7 @@ static void train_gpt(const char *path, const char *spec, int64_t B, uint32_t th
     TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
     td_tensor *tok = test_tensor(ctx, TD_I32, 2, td), *tgt = test_tensor(ctx, TD_I32, 2, td);
     td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
-    TEST_OK(ctx, td_batch_mask(ctx, mk, (size_t)B));
+    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
     td_binding b[3] = {{tokens, tok}, {targets, tgt}, {mask, mk}};
     size_t before = 0;
     for (uint64_t step = 0; step < GPT_STEPS; step++) {

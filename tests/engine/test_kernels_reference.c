@@ -96,12 +96,12 @@ static td_arg arg(td_buffer *b, uint64_t offset)
 
 Test(cpu_backend, probe_and_describe)
 {
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     memset(&info, 0, sizeof info);
     TEST_OK(ctx, ops->probe(ctx, &info));
     cr_assert(info.available);
     cr_assert_eq(info.device_count, 1);
-    td_device_info d;
+    td_device_info d = {.struct_size = sizeof(td_device_info)};
     TEST_OK(ctx, ops->describe(ctx, 0, &d));
     cr_assert_str_eq(d.backend, "cpu");
     cr_assert(d.unified_memory);

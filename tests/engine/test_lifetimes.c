@@ -21,7 +21,7 @@ typedef struct every_kind {
     td_trainer *trainer;
     td_evaluator *evaluator;
     td_tensor *tensor;
-    td_tensor *loaded; /* from td_idx_read: a data set's tensor */
+    td_tensor *loaded; /* from td_data_read_idx: a data set's tensor */
     td_node x, y, w, mask, loss;
 } every_kind;
 
@@ -72,7 +72,7 @@ static td_status build_every_kind(td_context *ctx, const char *idx_path, every_k
     if (s == TD_OK)
         s = td_tensor_create(ctx, TD_F32, 2, (int64_t[]){4, 3}, &k->tensor);
     if (s == TD_OK)
-        s = td_idx_read(ctx, idx_path, &k->loaded);
+        s = td_data_read_idx(ctx, idx_path, &k->loaded);
     return s;
 }
 
@@ -93,7 +93,7 @@ static void expect_released(const every_kind *k, bool mesh_and_graph_too)
     float loss, value;
     uint32_t rank, n;
     int64_t dims[TD_MAX_RANK];
-    td_train_progress progress;
+    td_train_progress progress = {.struct_size = sizeof(td_train_progress)};
     bool same;
     size_t bytes;
     cr_assert_eq(td_program_run(k->program, 2, b), TD_ERR_STATE);
@@ -250,7 +250,7 @@ Test(lifetimes, objects_go_in_any_order_before_their_context)
     td_graph_destroy(k.g);
     td_tensor *x = test_tensor(ctx, TD_F32, 2, (int64_t[]){4, 3}), *y = test_tensor(ctx, TD_F32, 2, (int64_t[]){4, 1});
     td_tensor *mask = test_tensor(ctx, TD_F32, 1, (int64_t[]){4});
-    TEST_OK(ctx, td_batch_mask(ctx, mask, 4));
+    TEST_OK(ctx, td_data_batch_mask(ctx, mask, 4));
     TEST_OK(ctx, td_program_run(k.program, 2, (td_binding[]){{k.x, x}, {k.y, y}}));
     TEST_OK(ctx, td_trainer_step(k.trainer, 2, (td_binding[]){{k.x, x}, {k.y, y}}, NULL));
     TEST_OK(ctx, td_evaluator_load(k.evaluator, k.trainer));

@@ -64,7 +64,7 @@ Test(mesh, device_info_of_cpu_devices)
 {
     td_mesh *mesh = test_mesh(ctx, "cpu:3");
     for (uint32_t i = 0; i < 3; i++) {
-        td_device_info info;
+        td_device_info info = {.struct_size = sizeof(td_device_info)};
         memset(&info, 0x5A, sizeof info);
         TEST_OK(ctx, td_mesh_device_info(mesh, i, &info));
         cr_assert_str_eq(info.backend, "cpu");
@@ -79,7 +79,7 @@ Test(mesh, device_info_of_cpu_devices)
         cr_assert_leq(info.max_allocation, info.global_memory);
         cr_assert_geq(info.max_workgroup_size, 1);
     }
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "3", td_mesh_device_info(mesh, 3, &info));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_mesh_device_info(mesh, 0, NULL));
     cr_assert_eq(td_mesh_device_info(NULL, 0, &info), TD_ERR_INVALID_ARGUMENT);
@@ -93,7 +93,7 @@ Test(mesh, backend_listing)
     cr_assert_geq(count, 1);
     bool saw_cpu = false;
     for (uint32_t i = 0; i < count; i++) {
-        td_backend_info info;
+        td_backend_info info = {.struct_size = sizeof(td_backend_info)};
         TEST_OK(ctx, td_backend_query(ctx, i, &info));
         cr_assert_gt(strlen(info.name), 0);
         if (info.available)
@@ -107,7 +107,7 @@ Test(mesh, backend_listing)
         }
     }
     cr_assert(saw_cpu);
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_backend_query(ctx, count, &info));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_backend_query(ctx, 0, NULL));
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, NULL, td_backend_count(ctx, NULL));
@@ -117,7 +117,7 @@ Test(mesh, backend_listing)
 
 Test(mesh, device_query)
 {
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     TEST_OK(ctx, td_device_query(ctx, "cpu", 0, &info));
     cr_assert_str_eq(info.backend, "cpu");
     cr_assert(info.unified_memory);
@@ -220,7 +220,7 @@ static void check_gpu_backend_spec(const char *backend)
     bool built_in = false, available = false;
     uint32_t devices = 0;
     for (uint32_t i = 0; i < count; i++) {
-        td_backend_info info;
+        td_backend_info info = {.struct_size = sizeof(td_backend_info)};
         TEST_OK(ctx, td_backend_query(ctx, i, &info));
         if (strcmp(info.name, backend) == 0) {
             built_in = true;
@@ -238,7 +238,7 @@ static void check_gpu_backend_spec(const char *backend)
     }
     td_mesh *mesh = NULL;
     TEST_OK(ctx, td_mesh_create(ctx, spec, &mesh));
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     TEST_OK(ctx, td_mesh_device_info(mesh, 0, &info));
     cr_assert_str_eq(info.backend, backend);
     td_mesh_destroy(mesh);

@@ -69,6 +69,19 @@ Test(version, string_and_number_agree_with_the_header)
     cr_assert_eq(td_version_number(), major * 10000 + minor * 100 + patch);
 }
 
+Test(version, parts_agree_with_the_string_and_the_macros)
+{
+    uint32_t major = 99, minor = 99, patch = 99;
+    cr_assert_eq(td_version(&major, &minor, &patch), TD_OK);
+    cr_assert_eq(major, TD_VERSION_MAJOR);
+    cr_assert_eq(minor, TD_VERSION_MINOR);
+    cr_assert_eq(patch, TD_VERSION_PATCH);
+    char text[64];
+    snprintf(text, sizeof text, "%u.%u.%u", major, minor, patch);
+    cr_assert_str_eq(text, td_version_string());
+    cr_assert_eq(td_version(NULL, &minor, NULL), TD_OK); /* parts not wanted may be NULL */
+}
+
 /* ---- options and creation ---- */
 
 Test(context, options_init_gives_documented_defaults)

@@ -132,7 +132,7 @@ static td_text *open_text(const char *path, double val_fraction)
 
 static td_text_summary summary_of(const td_text *text)
 {
-    td_text_summary s;
+    td_text_summary s = {.struct_size = sizeof(td_text_summary)};
     TEST_OK(ctx, td_text_info(text, &s));
     return s;
 }
@@ -511,7 +511,7 @@ Test(text, validation_windows_are_llmc_strided_windows_with_a_padded_last_batch)
         cr_assert_eq(test_f32(mask)[r], 0.0f);
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "first_window is 8", td_text_val_batch(text, T, 8, B, x, y, mask, &valid));
     cr_assert(test_message_mentions(ctx, "7 validation windows"));
-    /* A u8 mask works as for td_batch_mask. */
+    /* A u8 mask works as for td_data_batch_mask. */
     td_tensor *mask8 = test_tensor(ctx, TD_U8, 1, (int64_t[]){B});
     TEST_OK(ctx, td_text_val_batch(text, T, 4, B, x, y, mask8, &valid));
     const uint8_t *m8 = NULL;
@@ -811,7 +811,7 @@ Test(text, with_keep_handles_a_text_closes_after_its_context)
     td_text *text = NULL;
     TEST_OK(c, td_text_open(c, write_file("kept", "hello world", 11), NULL, &text));
     td_context_destroy(c);
-    td_text_summary s;
+    td_text_summary s = {.struct_size = sizeof(td_text_summary)};
     cr_assert_eq(td_text_info(text, &s), TD_ERR_STATE);
     td_text_close(text); /* the last handle frees the context */
     cr_assert_eq(own.live, 0, "%zu blocks leaked", own.live);

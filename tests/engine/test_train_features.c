@@ -288,7 +288,7 @@ static void accumulation_matches_big_batch(const char *spec)
             fill_batch(200 + (uint64_t)u, (int64_t)k * MICRO, MICRO, xk, yk, NULL);
             TEST_OK(ctx, td_trainer_step(tk, 2, bk, &loss));
             loss_sum += loss;
-            td_train_progress pr;
+            td_train_progress pr = {.struct_size = sizeof(td_train_progress)};
             TEST_OK(ctx, td_trainer_progress(tk, &pr));
             read_params(ctx, tk, &nk, after);
             cr_assert_eq(pr.updated, k == K - 1, "%s update %d micro %d: updated %d", spec, u, k, pr.updated);
@@ -307,7 +307,7 @@ static void accumulation_matches_big_batch(const char *spec)
     read_params(ctx, tb, &nb, pb);
     for (int i = 0; i < N_VALUES; i++)
         cr_assert(fabsf(pk[i] - pb[i]) <= 1e-5f, "%s param %d: accumulated %.9g, big batch %.9g", spec, i, pk[i], pb[i]);
-    td_train_progress pr;
+    td_train_progress pr = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(tk, &pr));
     cr_assert(pr.micro_steps == K * UPDATES && pr.updates == UPDATES && pr.allreduces == UPDATES,
               "%s: %llu calls, %llu updates, %llu all-reduces; expected %d, %d, %d", spec,
@@ -350,7 +350,7 @@ Test(train_features, failed_micro_step_restarts_accumulation)
     fill_batch(300, 0, 4, x, y, NULL);
     TEST_OK(ctx, td_trainer_step(ta, 2, ba, NULL));
     TEST_FAILS(ctx, TD_ERR_SHAPE_MISMATCH, "accumulation restarts", td_trainer_step(ta, 2, wrong, NULL));
-    td_train_progress pr;
+    td_train_progress pr = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(ta, &pr));
     cr_assert(pr.accumulated == 0 && !pr.updated, "after a failure: %u accumulated, updated %d", pr.accumulated,
               pr.updated);

@@ -174,7 +174,7 @@ Test(validation, a_bad_dtype_is_one_status_with_one_message_in_tensors_programs_
     td_tensor *mf = test_tensor(ctx, TD_F32, 1, v), *mu = test_tensor(ctx, TD_U8, 1, v);
     td_tensor *wf = test_tensor(ctx, TD_F32, 2, w), *wi = test_tensor(ctx, TD_I32, 2, w);
     td_tensor *scalar_i = test_tensor(ctx, TD_I32, 0, NULL), *scalar_f = test_tensor(ctx, TD_F32, 0, NULL);
-    TEST_OK(ctx, td_batch_mask(ctx, mf, 4));
+    TEST_OK(ctx, td_data_batch_mask(ctx, mf, 4));
     /* u8 labels where i32 is declared, an i32 batch, a u8 mask. */
     EXPECT_DTYPE(td_program_run(p, 3, (td_binding[]){{x, xf}, {labels, lu}, {mask, mf}}), "td_program_run", "u8");
     cr_assert(strstr(td_last_error(ctx), "'labels'") != NULL, "the input is named: %s", td_last_error(ctx));
@@ -211,8 +211,8 @@ Test(validation, a_bad_dtype_is_one_status_with_one_message_in_tensors_programs_
     EXPECT_DTYPE(td_evaluator_run(e, 3, (td_binding[]){{x, xf}, {labels, li}, {mask, mu}}), "td_evaluator_run", "u8");
 
     uint32_t idx[2] = {0, 1};
-    EXPECT_DTYPE(td_batch_gather(ctx, xf, idx, 2, xi), "td_batch_gather", "i32");
-    EXPECT_DTYPE(td_batch_mask(ctx, li, 2), "td_batch_mask", "i32");
+    EXPECT_DTYPE(td_data_gather_batch(ctx, xf, idx, 2, xi), "td_data_gather_batch", "i32");
+    EXPECT_DTYPE(td_data_batch_mask(ctx, li, 2), "td_data_batch_mask", "i32");
 
     td_tensor *all[] = {xf, xi, li, lu, lf, mf, mu, wf, wi, scalar_i, scalar_f};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -343,7 +343,7 @@ Test(validation, a_schedule_that_overflows_later_is_refused_when_it_does)
         TEST_FAILS(ctx, TD_ERR_STATE, "learning rate at update 2 is inf", td_trainer_step(t, 2, b, NULL));
     TEST_OK(ctx, td_trainer_read_param(t, w, 1, after));
     cr_assert_arr_eq(test_f32(before), test_f32(after), 3 * sizeof(float));
-    td_train_progress progress;
+    td_train_progress progress = {.struct_size = sizeof(td_train_progress)};
     TEST_OK(ctx, td_trainer_progress(t, &progress));
     cr_assert_eq(progress.updates, 2);
     td_tensor_destroy(xv);

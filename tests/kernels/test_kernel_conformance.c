@@ -32,7 +32,7 @@ static backend_devices open_all(const td_backend_ops *ops)
 {
     backend_devices all = {0};
     cr_assert_eq(td_context_create(NULL, &all.ctx), TD_OK);
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     cr_assert_eq(ops->probe(all.ctx, &info), TD_OK, "%s probe: %s", ops->name, td_last_error(all.ctx));
     if (!info.available) {
         td_context_destroy(all.ctx);
@@ -47,7 +47,7 @@ static backend_devices open_all(const td_backend_ops *ops)
     for (uint32_t index = 0; index < info.device_count; index++) {
         td_conformance_device *d = &all.devices[index];
         *d = (td_conformance_device){.ops = ops, .ctx = all.ctx};
-        td_device_info described;
+        td_device_info described = {.struct_size = sizeof(td_device_info)};
         cr_assert_eq(ops->describe(all.ctx, index, &described), TD_OK, "%s", td_last_error(all.ctx));
         snprintf(d->label, sizeof d->label, "%s:%u (%s)", ops->name, index, described.name);
         cr_assert_eq(ops->open(all.ctx, index, 0, &d->dev), TD_OK, "open %s: %s", d->label,

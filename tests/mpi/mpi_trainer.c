@@ -263,7 +263,7 @@ int main(int argc, char **argv)
     MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
     mt_check(&run, identical, "replicas differ across the processes' devices");
     if (continue_on_loss) {
-        td_train_progress p;
+        td_train_progress p = {.struct_size = sizeof(td_train_progress)};
         uint32_t now = 0, first_now = 0;
         MT_OK(&run, ctx, td_trainer_progress(t, &p));
         MT_OK(&run, ctx, td_processes_mesh(mesh, &now, &first_now));

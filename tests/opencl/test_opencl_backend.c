@@ -29,7 +29,7 @@ static harness start(void)
 {
     harness h = {0};
     cr_assert_eq(td_context_create(NULL, &h.ctx), TD_OK);
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     cr_assert_eq(ops->probe(h.ctx, &info), TD_OK);
     if (!info.available) {
         td_context_destroy(h.ctx);
@@ -98,7 +98,7 @@ Test(opencl, probe_and_describe)
     harness h = start();
     cr_assert_gt(h.count, 0);
     for (uint32_t i = 0; i < h.count; i++) {
-        td_device_info info;
+        td_device_info info = {.struct_size = sizeof(td_device_info)};
         cr_assert_eq(ops->describe(h.ctx, i, &info), TD_OK, "%s", td_last_error(h.ctx));
         cr_assert_str_eq(info.backend, "opencl");
         cr_assert_eq(info.index, i);
@@ -112,7 +112,7 @@ Test(opencl, probe_and_describe)
         cr_assert_leq(info.max_allocation, info.global_memory);
         cr_assert_gt(info.max_workgroup_size, 0);
     }
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     cr_assert_eq(ops->describe(h.ctx, h.count, &info), TD_ERR_UNKNOWN_DEVICE);
     td_device *dev = NULL;
     cr_assert_eq(ops->open(h.ctx, h.count + 5, 0, &dev), TD_ERR_UNKNOWN_DEVICE);

@@ -29,7 +29,7 @@ Test(vulkan_backend, probe_and_describe)
     cr_assert_gt(t.device_count, 0);
     EACH_DEVICE(t)
     {
-        td_device_info info;
+        td_device_info info = {.struct_size = sizeof(td_device_info)};
         cr_assert_eq(t.ops->describe(t.ctx, dev_i, &info), TD_OK, "%s", td_last_error(t.ctx));
         cr_assert_str_eq(info.backend, "vulkan");
         cr_assert_eq(info.index, dev_i);
@@ -46,7 +46,7 @@ Test(vulkan_backend, probe_and_describe)
                     info.driver_version, info.language_version, (unsigned long long)info.max_buffer_range,
                     info.subgroup_size);
     }
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     cr_assert_eq(t.ops->describe(t.ctx, t.device_count, &info), TD_ERR_UNKNOWN_DEVICE);
     td_device *dev = NULL;
     cr_assert_eq(t.ops->open(t.ctx, t.device_count + 3, 0, &dev), TD_ERR_UNKNOWN_DEVICE);
@@ -100,7 +100,7 @@ Test(vulkan_backend, roundtrip_over_max_storage_buffer_range)
     vt t;
     vt_init(&t);
     vt_open(&t, 0, 0);
-    td_device_info info;
+    td_device_info info = {.struct_size = sizeof(td_device_info)};
     cr_assert_eq(t.ops->describe(t.ctx, 0, &info), TD_OK);
     size_t bytes = (size_t)info.max_buffer_range + (32u << 20);
     if (info.max_buffer_range > (1u << 30))
@@ -510,7 +510,7 @@ Test(vulkan_backend, no_driver_is_a_reason_not_a_crash)
     setenv("VK_DRIVER_FILES", "/nonexistent/tandem_no_icd.json", 1);
     td_context *ctx;
     cr_assert_eq(td_context_create(NULL, &ctx), TD_OK);
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     cr_assert_eq(td_vulkan_backend.probe(ctx, &info), TD_OK);
     cr_assert_not(info.available);
     cr_assert_eq(info.device_count, 0);

@@ -14,7 +14,7 @@ void vt_init(vt *t)
     memset(t, 0, sizeof *t);
     t->ops = &td_vulkan_backend;
     cr_assert_eq(td_context_create(NULL, &t->ctx), TD_OK);
-    td_backend_info info;
+    td_backend_info info = {.struct_size = sizeof(td_backend_info)};
     cr_assert_eq(t->ops->probe(t->ctx, &info), TD_OK);
     if (!info.available) {
         td_context_destroy(t->ctx);
