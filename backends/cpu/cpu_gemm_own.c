@@ -1,0 +1,256 @@
+/* tandem's own GEMM: the CPU backend's GEMM when no CBLAS was configured
+ * (-Dblas=none), and always compiled so tests and bench/gemm can run it
+ * beside the CBLAS one (TD_CPU_GEMM=own, cpu_gemm.c).
+ *
+ * The one rule: every element of C is
+ *     acc = 0; for p = 0, 1, ..., k-1: acc = acc + opA[i,p] * opB[p,j]
+ *     C[i,j] = alpha * acc            (beta == 0: C is not read)
+ *     C[i,j] = alpha * acc + beta * C[i,j]
+ * in float, each operation rounded on its own (-ffp-contract=off for the
+ * whole project: no fused multiply-add). No step depends on where the
+ * element sits in a block, so the bits do not depend on m, n, the blocking,
+ * the tiles of cpu_gemm.c or the host pool's parts, nor on the machine
+ * (any IEEE-754 float unit, x86-64 or ARM, vector width whatever it is).
+ * Splitting k is allowed only as "store acc, load it back": a float stored
+ * and reloaded is the same float, so the k-blocks below change nothing.
+ *
+ * The speed comes from the usual shape of a blocked GEMM (ideas as in
+ * Goto's paper and BLIS's five loops): blocks of B (KC x NC) and A
+ * (MC x KC) are packed into contiguous panels of NR columns and MR rows,
+ * zero-padded at the edges, and a micro-kernel keeps an MR x NR block of
+ * accumulators in registers while it walks k. The micro-kernel is plain C:
+ * GCC vectorises its inner loop over the NR columns, each vector lane being
+ * one element's own sum, so vectorising does not reorder any sum.
+ *
+ * Memory: the panels and the accumulator block are allocated once per
+ * thread, on its first GEMM, and freed when the thread exits; a step in
+ * steady state allocates nothing. If that one allocation fails, the same
+ * sums run unpacked (slower, same bits). */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "cpu_gemm_own.h"
+
+/* MR x NR accumulators: 6 x 16 floats are 12 AVX registers, leaving room
+ * for two of B and one of A (SSE spills some of its 24); KC x NR of B (16 KiB) stays in L1 while the kernel
+ * runs; MC x KC of A (96 KiB) stays in L2 across the NC / NR panels of B;
+ * KC x NC of B (512 KiB) in L2/L3. */
+enum {
+    OWN_MR = 6,
+    OWN_NR = 16,
+    OWN_KC = 256,
+    OWN_MC = 16 * OWN_MR,
+    OWN_NC = 32 * OWN_NR,
+};
+
+typedef struct own_scratch {
+    float a[OWN_MC * OWN_KC];
+    float b[OWN_KC * OWN_NC];
+    float acc[OWN_MC * OWN_NC]; /* partial sums between k-blocks */
+} own_scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_key_ok;
+
+static void make_scratch_key(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
+}
+
+/* This thread's scratch, allocated on its first call; NULL if that failed. */
+static own_scratch *thread_scratch(void)
+{
+    pthread_once(&scratch_once, make_scratch_key);
+    if (!scratch_key_ok)
+        return NULL;
+    own_scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = malloc(sizeof *s);
+        if (s && pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
+{
+    return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
+}
+
+static inline float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
+{
+    return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
+}
+
+static inline float finish(const td_gemm_params *g, float acc, const float *c)
+{
+    return g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
+}
+
+/* The rule above, one element at a time: the fallback, and the reference
+ * the blocked path must match bitwise. */
+static void gemm_unpacked(const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < g->k; p++)
+                acc = acc + op_a(g, a, i, p) * op_b(g, b, p, j);
+            float *cij = &c[i * g->ldc + j];
+            *cij = finish(g, acc, cij);
+        }
+}
+
+/* Rows [i0, i0+mc) and k-range [p0, p0+kc) of op(A) as panels of MR rows,
+ * each stored k-major (MR values per p), rows past mc zero. */
+static void pack_a(const td_gemm_params *g, const float *a, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   float *restrict dst)
+{
+    for (int64_t ir = 0; ir < mc; ir += OWN_MR) {
+        const int64_t rows = mc - ir < OWN_MR ? mc - ir : OWN_MR;
+        for (int64_t p = 0; p < kc; p++) {
+            for (int64_t r = 0; r < rows; r++)
+                dst[r] = op_a(g, a, i0 + ir + r, p0 + p);
+            for (int64_t r = rows; r < OWN_MR; r++)
+                dst[r] = 0.0f;
+            dst += OWN_MR;
+        }
+    }
+}
+
+/* Columns [j0, j0+nc) and k-range [p0, p0+kc) of op(B) as panels of NR
+ * columns, each stored k-major (NR values per p), columns past nc zero. */
+static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
+                   float *restrict dst)
+{
+    for (int64_t jr = 0; jr < nc; jr += OWN_NR) {
+        const int64_t cols = nc - jr < OWN_NR ? nc - jr : OWN_NR;
+        for (int64_t p = 0; p < kc; p++) {
+            if (!g->trans_b && cols == OWN_NR) {
+                const float *src = b + (p0 + p) * g->ldb + j0 + jr;
+                for (int64_t q = 0; q < OWN_NR; q++)
+                    dst[q] = src[q];
+            } else {
+                for (int64_t q = 0; q < cols; q++)
+                    dst[q] = op_b(g, b, p0 + p, j0 + jr + q);
+                for (int64_t q = cols; q < OWN_NR; q++)
+                    dst[q] = 0.0f;
+            }
+            dst += OWN_NR;
+        }
+    }
+}
+
+/* Where a micro-tile's sums come from and go to. */
+typedef struct tile_io {
+    float *partial;     /* MR x NR partial sums, row stride OWN_NC */
+    bool first, last;   /* first k-block: start from 0; last: write C */
+    float *c;           /* C at the tile's first element (last only) */
+    int64_t ldc, rows, cols;
+} tile_io;
+
+/* MR x NR elements over one k-block of packed panels. The sums run in k
+ * order; the inner loop over NR columns is what GCC vectorises. */
+static inline __attribute__((always_inline)) void micro_tile(const td_gemm_params *g, int64_t kc,
+                                                             const float *restrict ap, const float *restrict bp,
+                                                             const tile_io *io)
+{
+    float acc[OWN_MR][OWN_NR];
+    for (int r = 0; r < OWN_MR; r++)
+        for (int q = 0; q < OWN_NR; q++)
+            acc[r][q] = io->first ? 0.0f : io->partial[r * OWN_NC + q];
+    for (int64_t p = 0; p < kc; p++) {
+        /* Unrolled whole, the MR x NR sums are one block of straight-line
+         * code that GCC's SLP vectoriser turns into MR rows of NR-wide
+         * vectors held in registers. */
+#pragma GCC unroll 8
+        for (int r = 0; r < OWN_MR; r++) {
+            const float x = ap[r];
+#pragma GCC unroll 16
+            for (int q = 0; q < OWN_NR; q++)
+                acc[r][q] = acc[r][q] + x * bp[q];
+        }
+        ap += OWN_MR;
+        bp += OWN_NR;
+    }
+    if (!io->last) {
+        for (int r = 0; r < OWN_MR; r++)
+            for (int q = 0; q < OWN_NR; q++)
+                io->partial[r * OWN_NC + q] = acc[r][q];
+        return;
+    }
+    for (int64_t r = 0; r < io->rows; r++)
+        for (int64_t q = 0; q < io->cols; q++) {
+            float *cij = &io->c[r * io->ldc + q];
+            *cij = finish(g, acc[r][q], cij);
+        }
+}
+
+/* The blocked loops: NC columns of C, MC rows, KC of k, then NR x MR
+ * micro-tiles. On x86-64 GCC also builds AVX2 and AVX-512 copies, chosen
+ * at load time (the same operations on wider vectors: the same bits).
+ * The loop vectoriser is off here: left on, it vectorises the k loop of
+ * the unrolled micro-tile across k (measured: 9 GFLOP/s where SLP alone
+ * gives tens), which would also reorder nothing but runs from memory. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-tree-loop-vectorize")))
+#elif defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-vectorize")))
+#endif
+static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, const float *b, own_scratch *s)
+{
+    for (int64_t j0 = 0; j0 < g->n; j0 += OWN_NC) {
+        const int64_t nc = g->n - j0 < OWN_NC ? g->n - j0 : OWN_NC;
+        for (int64_t i0 = 0; i0 < g->m; i0 += OWN_MC) {
+            const int64_t mc = g->m - i0 < OWN_MC ? g->m - i0 : OWN_MC;
+            for (int64_t p0 = 0; p0 < g->k; p0 += OWN_KC) {
+                const int64_t kc = g->k - p0 < OWN_KC ? g->k - p0 : OWN_KC;
+                pack_b(g, b, j0, nc, p0, kc, s->b);
+                pack_a(g, a, i0, mc, p0, kc, s->a);
+                for (int64_t jr = 0; jr < nc; jr += OWN_NR)
+                    for (int64_t ir = 0; ir < mc; ir += OWN_MR) {
+                        tile_io io = {
+                            .partial = &s->acc[ir * OWN_NC + jr],
+                            .first = p0 == 0,
+                            .last = p0 + kc == g->k,
+                            .c = &c[(i0 + ir) * g->ldc + j0 + jr],
+                            .ldc = g->ldc,
+                            .rows = mc - ir < OWN_MR ? mc - ir : OWN_MR,
+                            .cols = nc - jr < OWN_NR ? nc - jr : OWN_NR,
+                        };
+                        micro_tile(g, kc, &s->a[ir * kc], &s->b[jr * kc], &io);
+                    }
+            }
+        }
+    }
+}
+
+void td_cpu_gemm_own(const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    if (g->m <= 0 || g->n <= 0)
+        return;
+    if (g->k <= 0) {
+        /* No products: C = beta C, and beta == 0 does not read C. */
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++)
+                c[i * g->ldc + j] = g->beta == 0.0f ? 0.0f : g->beta * c[i * g->ldc + j];
+        return;
+    }
+    own_scratch *s = thread_scratch();
+    if (s)
+        gemm_blocked(g, c, a, b, s);
+    else
+        gemm_unpacked(g, c, a, b);
+}
+
+void td_cpu_gemm_own_unpacked(const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    if (g->k <= 0 || g->m <= 0 || g->n <= 0)
+        td_cpu_gemm_own(g, c, a, b);
+    else
+        gemm_unpacked(g, c, a, b);
+}
