@@ -47,7 +47,7 @@ enum {
 typedef struct own_scratch {
     float a[OWN_MC * OWN_KC];
     float b[OWN_KC * OWN_NC];
-    float acc[OWN_MC * OWN_NC]; /* partial sums between k-blocks */
+    float acc[OWN_MC * OWN_NC]; /* partial sums between k-blocks, tile by tile */
 } own_scratch;
 
 static pthread_key_t scratch_key;
@@ -145,28 +145,30 @@ static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t 
     }
 }
 
-/* Where a micro-tile's sums come from and go to. */
-typedef struct tile_io {
-    float *partial;     /* MR x NR partial sums, row stride OWN_NC */
-    bool first, last;   /* first k-block: start from 0; last: write C */
-    float *c;           /* C at the tile's first element (last only) */
-    int64_t ldc, rows, cols;
-} tile_io;
-
-/* MR x NR elements over one k-block of packed panels. The sums run in k
- * order; the inner loop over NR columns is what GCC vectorises. */
-static inline __attribute__((always_inline)) void micro_tile(const td_gemm_params *g, int64_t kc,
-                                                             const float *restrict ap, const float *restrict bp,
-                                                             const tile_io *io)
+/* MR x NR sums over one k-block of packed panels: starting from `from`
+ * (MR x NR, row-major; NULL: from 0), each element adds its products in k
+ * order, and the sums go to `to`. Nothing else happens here, so that GCC
+ * keeps the MR x NR sums in registers: the k loop's body, unrolled whole,
+ * is straight-line code its SLP vectoriser turns into MR rows of NR-wide
+ * vectors, each lane one element's own sum. On x86-64 GCC also builds
+ * AVX2 and AVX-512 copies, chosen at load time (the same operations on
+ * wider vectors: the same bits). The loop vectoriser is off: left on, it
+ * vectorises the k loop itself and the sums live in memory (measured: 9
+ * GFLOP/s against 35 on bench/gemm's shapes with the write-back inlined,
+ * and more with it moved out, bench/RESULTS.md). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-tree-loop-vectorize")))
+#elif defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-vectorize")))
+#endif
+static void micro_kernel(int64_t kc, const float *restrict ap, const float *restrict bp, const float *restrict from,
+                         float *restrict to)
 {
     float acc[OWN_MR][OWN_NR];
     for (int r = 0; r < OWN_MR; r++)
         for (int q = 0; q < OWN_NR; q++)
-            acc[r][q] = io->first ? 0.0f : io->partial[r * OWN_NC + q];
+            acc[r][q] = from ? from[r * OWN_NR + q] : 0.0f;
     for (int64_t p = 0; p < kc; p++) {
-        /* Unrolled whole, the MR x NR sums are one block of straight-line
-         * code that GCC's SLP vectoriser turns into MR rows of NR-wide
-         * vectors held in registers. */
 #pragma GCC unroll 8
         for (int r = 0; r < OWN_MR; r++) {
             const float x = ap[r];
@@ -177,30 +179,14 @@ static inline __attribute__((always_inline)) void micro_tile(const td_gemm_param
         ap += OWN_MR;
         bp += OWN_NR;
     }
-    if (!io->last) {
-        for (int r = 0; r < OWN_MR; r++)
-            for (int q = 0; q < OWN_NR; q++)
-                io->partial[r * OWN_NC + q] = acc[r][q];
-        return;
-    }
-    for (int64_t r = 0; r < io->rows; r++)
-        for (int64_t q = 0; q < io->cols; q++) {
-            float *cij = &io->c[r * io->ldc + q];
-            *cij = finish(g, acc[r][q], cij);
-        }
+    for (int r = 0; r < OWN_MR; r++)
+        for (int q = 0; q < OWN_NR; q++)
+            to[r * OWN_NR + q] = acc[r][q];
 }
 
 /* The blocked loops: NC columns of C, MC rows, KC of k, then NR x MR
- * micro-tiles. On x86-64 GCC also builds AVX2 and AVX-512 copies, chosen
- * at load time (the same operations on wider vectors: the same bits).
- * The loop vectoriser is off here: left on, it vectorises the k loop of
- * the unrolled micro-tile across k (measured: 9 GFLOP/s where SLP alone
- * gives tens), which would also reorder nothing but runs from memory. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-tree-loop-vectorize")))
-#elif defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-tree-loop-vectorize")))
-#endif
+ * micro-tiles. Between k-blocks a tile's sums wait in s->acc, one MR x NR
+ * tile after another; after the last they are scaled into C. */
 static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, const float *b, own_scratch *s)
 {
     for (int64_t j0 = 0; j0 < g->n; j0 += OWN_NC) {
@@ -209,20 +195,23 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
             const int64_t mc = g->m - i0 < OWN_MC ? g->m - i0 : OWN_MC;
             for (int64_t p0 = 0; p0 < g->k; p0 += OWN_KC) {
                 const int64_t kc = g->k - p0 < OWN_KC ? g->k - p0 : OWN_KC;
+                const bool first = p0 == 0, last = p0 + kc == g->k;
                 pack_b(g, b, j0, nc, p0, kc, s->b);
                 pack_a(g, a, i0, mc, p0, kc, s->a);
+                float *partial = s->acc;
                 for (int64_t jr = 0; jr < nc; jr += OWN_NR)
-                    for (int64_t ir = 0; ir < mc; ir += OWN_MR) {
-                        tile_io io = {
-                            .partial = &s->acc[ir * OWN_NC + jr],
-                            .first = p0 == 0,
-                            .last = p0 + kc == g->k,
-                            .c = &c[(i0 + ir) * g->ldc + j0 + jr],
-                            .ldc = g->ldc,
-                            .rows = mc - ir < OWN_MR ? mc - ir : OWN_MR,
-                            .cols = nc - jr < OWN_NR ? nc - jr : OWN_NR,
-                        };
-                        micro_tile(g, kc, &s->a[ir * kc], &s->b[jr * kc], &io);
+                    for (int64_t ir = 0; ir < mc; ir += OWN_MR, partial += OWN_MR * OWN_NR) {
+                        float sums[OWN_MR * OWN_NR];
+                        micro_kernel(kc, &s->a[ir * kc], &s->b[jr * kc], first ? NULL : partial,
+                                     last ? sums : partial);
+                        if (!last)
+                            continue;
+                        const int64_t rows = mc - ir < OWN_MR ? mc - ir : OWN_MR;
+                        const int64_t cols = nc - jr < OWN_NR ? nc - jr : OWN_NR;
+                        float *ct = &c[(i0 + ir) * g->ldc + j0 + jr];
+                        for (int64_t r = 0; r < rows; r++)
+                            for (int64_t q = 0; q < cols; q++)
+                                ct[r * g->ldc + q] = finish(g, sums[r * OWN_NR + q], &ct[r * g->ldc + q]);
                     }
             }
         }
