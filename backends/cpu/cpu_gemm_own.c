@@ -184,6 +184,27 @@ static void micro_kernel(int64_t kc, const float *restrict ap, const float *rest
             to[r * OWN_NR + q] = acc[r][q];
 }
 
+/* A whole MR x NR tile of sums into C: constant bounds and beta tested
+ * once, so it vectorises (AVX2 / AVX-512 copies as for the kernel); at
+ * small k (a 3x3 convolution's 9) this write-back is most of the time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void write_whole_tile(const td_gemm_params *g, const float *restrict sums, float *restrict c)
+{
+    const float alpha = g->alpha, beta = g->beta;
+    for (int r = 0; r < OWN_MR; r++) {
+        float *restrict cr = c + r * g->ldc;
+        const float *restrict sr = sums + r * OWN_NR;
+        if (beta == 0.0f)
+            for (int q = 0; q < OWN_NR; q++)
+                cr[q] = alpha * sr[q];
+        else
+            for (int q = 0; q < OWN_NR; q++)
+                cr[q] = alpha * sr[q] + beta * cr[q];
+    }
+}
+
 /* The blocked loops: NC columns of C, MC rows, KC of k, then NR x MR
  * micro-tiles. Between k-blocks a tile's sums wait in s->acc, one MR x NR
  * tile after another; after the last they are scaled into C. */
@@ -209,6 +230,10 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
                         const int64_t rows = mc - ir < OWN_MR ? mc - ir : OWN_MR;
                         const int64_t cols = nc - jr < OWN_NR ? nc - jr : OWN_NR;
                         float *ct = &c[(i0 + ir) * g->ldc + j0 + jr];
+                        if (rows == OWN_MR && cols == OWN_NR) {
+                            write_whole_tile(g, sums, ct);
+                            continue;
+                        }
                         for (int64_t r = 0; r < rows; r++)
                             for (int64_t q = 0; q < cols; q++)
                                 ct[r * g->ldc + q] = finish(g, sums[r * OWN_NR + q], &ct[r * g->ldc + q]);
