@@ -9,8 +9,10 @@
  * in float, each operation rounded on its own (-ffp-contract=off for the
  * whole project: no fused multiply-add). No step depends on where the
  * element sits in a block, so the bits do not depend on m, n, the blocking,
- * the tiles of cpu_gemm.c or the host pool's parts, nor on the machine
- * (any IEEE-754 float unit, x86-64 or ARM, vector width whatever it is).
+ * the tiles of cpu_gemm.c or the host pool's parts (tested), and are
+ * meant not to depend on the machine either (any IEEE-754 float unit,
+ * x86-64 or ARM, any vector width; checked so far only as AVX-512 against
+ * the scalar unpacked sums, tests/engine/test_cpu_gemm_own.c).
  * Splitting k is allowed only as "store acc, load it back": a float stored
  * and reloaded is the same float, so the k-blocks below change nothing.
  *
@@ -33,9 +35,12 @@
 #include "cpu_gemm_own.h"
 
 /* MR x NR accumulators: 6 x 16 floats are 12 AVX registers, leaving room
- * for two of B and one of A (SSE spills some of its 24); KC x NR of B (16 KiB) stays in L1 while the kernel
- * runs; MC x KC of A (96 KiB) stays in L2 across the NC / NR panels of B;
- * KC x NC of B (512 KiB) in L2/L3. */
+ * for two of B and one of A (6 of AVX-512's 32; SSE spills some of its
+ * 24); KC x NR of B (16 KiB) stays in L1 while the kernel runs; MC x KC of
+ * A (96 KiB) stays in L2 across the NC / NR panels of B; KC x NC of B
+ * (512 KiB) in L2/L3. Other sizes (MC 192, KC 384 or 512, NC 256) were
+ * tried only with an earlier, slower kernel (35 GFLOP/s), in a noisy
+ * moment: no difference above the noise; not retuned since. */
 enum {
     OWN_MR = 6,
     OWN_NR = 16,
