@@ -72,3 +72,46 @@ Test(cpu_gemm_own, k_zero_scales_c_and_beta_zero_clears_it)
     for (int i = 0; i < 6; i++)
         cr_assert(c[i] == 0.0f);
 }
+
+/* Random shapes, forms, padding and scalars, beta == 0 one time in three:
+ * the whole of C, padding included, must be the unpacked sums' bits (so
+ * the blocked path writes nothing outside the m x n it owns). */
+Test(cpu_gemm_own, random_shapes_match_the_unpacked_sums_everywhere_in_c)
+{
+    test_rng rng = {0x5EEDu};
+    for (int t = 0; t < 100; t++) {
+        td_gemm_params g = {.trans_a = t & 1, .trans_b = (t >> 1) & 1};
+        g.m = 1 + (int64_t)(test_rng_next(&rng) % 130);
+        g.n = 1 + (int64_t)(test_rng_next(&rng) % 600);
+        g.k = (int64_t)(test_rng_next(&rng) % 600);
+        const int64_t pad = (int64_t)(test_rng_next(&rng) % 3);
+        float scalars[2];
+        test_fill_uniform(&rng, scalars, 2, -2.0f, 2.0f);
+        g.alpha = scalars[0];
+        g.beta = t % 3 == 0 ? 0.0f : scalars[1];
+        g.lda = (g.trans_a ? g.m : g.k) + pad + 1;
+        g.ldb = (g.trans_b ? g.k : g.n) + pad + 1;
+        g.ldc = g.n + pad;
+        const size_t a_n = (size_t)((g.trans_a ? g.k : g.m) * g.lda) + 1;
+        const size_t b_n = (size_t)((g.trans_b ? g.n : g.k) * g.ldb) + 1, c_n = (size_t)(g.m * g.ldc);
+        float *a = malloc(a_n * sizeof *a), *b = malloc(b_n * sizeof *b);
+        float *blocked = malloc(c_n * sizeof *blocked), *sums = malloc(c_n * sizeof *sums);
+        cr_assert(a && b && blocked && sums);
+        test_fill_uniform(&rng, a, a_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, b, b_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, blocked, c_n, -1.0f, 1.0f);
+        if (g.beta == 0.0f)
+            for (size_t i = 0; i < c_n; i++)
+                blocked[i] = NAN;
+        memcpy(sums, blocked, c_n * sizeof *sums);
+        td_cpu_gemm_own(&g, blocked, a, b);
+        td_cpu_gemm_own_unpacked(&g, sums, a, b);
+        cr_assert(memcmp(blocked, sums, c_n * sizeof *sums) == 0,
+                  "case %d (%lld x %lld x %lld, form %d, alpha %g, beta %g) differs", t, (long long)g.m,
+                  (long long)g.n, (long long)g.k, t & 3, (double)g.alpha, (double)g.beta);
+        free(a);
+        free(b);
+        free(blocked);
+        free(sums);
+    }
+}
