@@ -166,8 +166,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"), optimize("no-tree-lo
 #elif defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-loop-vectorize")))
 #endif
-static void micro_kernel(int64_t kc, const float *restrict ap, const float *restrict bp, const float *restrict from,
-                         float *restrict to)
+static void micro_kernel(int64_t kc, const float *restrict ap, int64_t a_row_step, int64_t a_k_step,
+                         const float *restrict bp, const float *restrict from, float *restrict to)
 {
     float acc[OWN_MR][OWN_NR];
     for (int r = 0; r < OWN_MR; r++)
@@ -176,12 +176,12 @@ static void micro_kernel(int64_t kc, const float *restrict ap, const float *rest
     for (int64_t p = 0; p < kc; p++) {
 #pragma GCC unroll 8
         for (int r = 0; r < OWN_MR; r++) {
-            const float x = ap[r];
+            const float x = ap[r * a_row_step];
 #pragma GCC unroll 16
             for (int q = 0; q < OWN_NR; q++)
                 acc[r][q] = acc[r][q] + x * bp[q];
         }
-        ap += OWN_MR;
+        ap += a_k_step;
         bp += OWN_NR;
     }
     for (int r = 0; r < OWN_MR; r++)
@@ -223,13 +223,23 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
                 const int64_t kc = g->k - p0 < OWN_KC ? g->k - p0 : OWN_KC;
                 const bool first = p0 == 0, last = p0 + kc == g->k;
                 pack_b(g, b, j0, nc, p0, kc, s->b);
-                pack_a(g, a, i0, mc, p0, kc, s->a);
+                /* A is read where it lies (the kernel loads one value of
+                 * A per row and k, so a stride costs nothing): only a last
+                 * micro-panel of fewer than MR rows is packed, zero-padded. */
+                const int64_t whole_rows = mc / OWN_MR * OWN_MR;
+                if (whole_rows < mc)
+                    pack_a(g, a, i0 + whole_rows, mc - whole_rows, p0, kc, s->a);
+                const int64_t row_step = g->trans_a ? 1 : g->lda, k_step = g->trans_a ? g->lda : 1;
                 float *partial = s->acc;
                 for (int64_t jr = 0; jr < nc; jr += OWN_NR)
                     for (int64_t ir = 0; ir < mc; ir += OWN_MR, partial += OWN_MR * OWN_NR) {
                         float sums[OWN_MR * OWN_NR];
-                        micro_kernel(kc, &s->a[ir * kc], &s->b[jr * kc], first ? NULL : partial,
-                                     last ? sums : partial);
+                        if (ir < whole_rows)
+                            micro_kernel(kc, a + (i0 + ir) * row_step + p0 * k_step, row_step, k_step,
+                                         &s->b[jr * kc], first ? NULL : partial, last ? sums : partial);
+                        else
+                            micro_kernel(kc, s->a, 1, OWN_MR, &s->b[jr * kc], first ? NULL : partial,
+                                         last ? sums : partial);
                         if (!last)
                             continue;
                         const int64_t rows = mc - ir < OWN_MR ? mc - ir : OWN_MR;
