@@ -17,10 +17,13 @@
  * and reloaded is the same float, so the k-blocks below change nothing.
  *
  * The speed comes from the usual shape of a blocked GEMM (ideas as in
- * Goto's paper and BLIS's five loops): blocks of B (KC x NC) and A
- * (MC x KC) are packed into contiguous panels of NR columns and MR rows,
- * zero-padded at the edges, and a micro-kernel keeps an MR x NR block of
- * accumulators in registers while it walks k. The micro-kernel is plain C:
+ * Goto's paper and BLIS's five loops): blocks of B (KC x NC) are packed
+ * into contiguous panels of NR columns, zero-padded at the edge, and a
+ * micro-kernel keeps an MR x NR block of accumulators in registers while
+ * it walks k. A is read where it lies (the kernel broadcasts one value of
+ * A per row and k, so its layout matters little: measured, reading it in
+ * place beat packing it, most at narrow n); only a last panel of fewer
+ * than MR rows is packed, zero-padded. The micro-kernel is plain C:
  * GCC vectorises its inner loop over the NR columns, each vector lane being
  * one element's own sum, so vectorising does not reorder any sum.
  *
@@ -37,7 +40,7 @@
 /* MR x NR accumulators: 6 x 16 floats are 12 AVX registers, leaving room
  * for two of B and one of A (6 of AVX-512's 32; SSE spills some of its
  * 24); KC x NR of B (16 KiB) stays in L1 while the kernel runs; MC x KC of
- * A (96 KiB) stays in L2 across the NC / NR panels of B; KC x NC of B
+ * A (96 KiB at most) stays in L2 across the NC / NR panels of B; KC x NC of B
  * (512 KiB) in L2/L3. Other sizes (MC 192, KC 384 or 512, NC 256) were
  * tried only with an earlier, slower kernel (35 GFLOP/s), in a noisy
  * moment: no difference above the noise; not retuned since. */
@@ -50,7 +53,7 @@ enum {
 };
 
 typedef struct own_scratch {
-    float a[OWN_MC * OWN_KC];
+    float a[OWN_MR * OWN_KC]; /* the last, partial micro-panel of A */
     float b[OWN_KC * OWN_NC];
     float acc[OWN_MC * OWN_NC]; /* partial sums between k-blocks, tile by tile */
 } own_scratch;
