@@ -1,15 +1,20 @@
 /* GEMM throughput per device and shape, beside OpenBLAS on the host.
  *
- *   gemm [--devices SPEC] [--json] [--reps N] [--max-size N]
+ *   gemm [--devices SPEC] [--json] [--reps N] [--max-size N] [--cpu-threads N]
  *
  * For every device of the mesh (default "cpu:1") and every shape (squares
  * 64..1024 and the demos' layer shapes) prints the median time of several
  * runs of one GEMM segment (enqueue, submit, wait) and its GFLOP/s, next to
  * cblas_sgemm on the host measured in the same run. OpenCL devices get two
  * rows per shape, "opencl/clblast" and "opencl/own" (TD_OPENCL_GEMM forces
- * the path), which is how the backend's selection rule was measured. Each
+ * the path), which is how the backend's selection rule was measured; CPU
+ * devices likewise get "cpu/cblas" and "cpu/own" (TD_CPU_GEMM: tandem's
+ * own blocked GEMM, what a -Dblas=none build runs). Each
  * result is checked against cblas_sgemm (normalised MSE). Measurements run
- * on the device's own worker thread (td_mesh_run), as the engine drives it. */
+ * on the device's own worker thread (td_mesh_run), as the engine drives it.
+ * The host baseline runs on one thread; a CPU device splits a call of 384
+ * rows or more over the host pool's spare threads, so --cpu-threads 1
+ * compares one core with one core. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +40,16 @@ static const shape shapes[] = {
     {128, 256, 784, "mlp layer1"},
     {128, 128, 256, "mlp layer2"},
     {128, 10, 128, "mlp head"},
+    /* The seed models: the MLP 784-512-512-10 forward at batch 128 and 256,
+     * and the GPT character model's largest GEMMs. */
+    {128, 512, 784, "mlp784 l1"},
+    {128, 512, 512, "mlp784 l2"},
+    {128, 10, 512, "mlp784 head"},
+    {256, 512, 784, "mlp784 l1"},
+    {256, 512, 512, "mlp784 l2"},
+    {256, 10, 512, "mlp784 head"},
+    {768, 128, 384, "gpt char"},
+    {768, 512, 128, "gpt char"},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -196,6 +211,16 @@ static td_status run_job(void *arg, uint32_t position)
     if (position != j->target)
         return TD_OK;
     const td_mesh_device *md = &j->b->mesh->devices[position];
+    if (strcmp(md->ops->name, "cpu") == 0) {
+        /* The backend reads TD_CPU_GEMM at segment_create. */
+        setenv("TD_CPU_GEMM", "cblas", 1);
+        td_status st = measure(j->b, md, "cpu/cblas");
+        setenv("TD_CPU_GEMM", "own", 1);
+        if (st == TD_OK)
+            st = measure(j->b, md, "cpu/own");
+        unsetenv("TD_CPU_GEMM");
+        return st;
+    }
     if (strcmp(md->ops->name, "opencl") != 0)
         return measure(j->b, md, md->ops->name);
     /* The backend reads TD_OPENCL_GEMM at segment_create. */
@@ -212,6 +237,7 @@ int main(int argc, char **argv)
 {
     const char *spec = "cpu:1";
     bench b = {.reps = 5, .max_size = 1 << 30};
+    uint32_t cpu_threads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
             spec = argv[++i];
@@ -221,8 +247,11 @@ int main(int argc, char **argv)
             b.reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
             b.max_size = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--cpu-threads") == 0 && i + 1 < argc)
+            cpu_threads = (uint32_t)atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--devices SPEC] [--json] [--reps N] [--max-size N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--devices SPEC] [--json] [--reps N] [--max-size N] [--cpu-threads N]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -231,6 +260,7 @@ int main(int argc, char **argv)
     td_context_options opts;
     td_context_options_init(&opts);
     opts.timeout_ms = 30u * 60u * 1000u; /* CLBlast's cold compile takes tens of seconds */
+    opts.cpu_threads = cpu_threads;
     td_context *ctx;
     if (td_context_create(&opts, &ctx) != TD_OK) {
         fprintf(stderr, "gemm: cannot create a context\n");

@@ -44,6 +44,9 @@ struct td_segment {
     /* run_end[i]: one past the last call of the run of mutually
      * independent GEMMs starting at call i (i + 1 when none follows). */
     uint32_t *run_end;
+    /* Read at segment_create (TD_CPU_GEMM), as the OpenCL backend reads
+     * TD_OPENCL_GEMM: a benchmark can time both engines on one device. */
+    td_cpu_gemm_engine gemm_engine;
 };
 
 /* OpenBLAS keeps a process-wide thread count. Device threads and the host
@@ -234,14 +237,15 @@ static float *at(const td_arg *arg)
 }
 
 /* One kernel call on the host; false when a cancel stopped it part way. */
-static bool run_call(td_device *dev, const td_kernel_call *c)
+static bool run_call(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *c)
 {
     switch (c->kernel) {
     case TD_KERNEL_FILL: td_reference_fill(at(&c->out), c->n, c->alpha); break;
     case TD_KERNEL_COPY: td_reference_copy(at(&c->out), at(&c->a), c->n); break;
     case TD_KERNEL_ELEMENTWISE: td_reference_elementwise(at(&c->out), at(&c->a), at(&c->b), &c->p.ew); break;
     case TD_KERNEL_REDUCE: td_reference_reduce(at(&c->out), at(&c->a), &c->p.reduce); break;
-    case TD_KERNEL_GEMM: return td_cpu_gemm(&c->p.gemm, at(&c->out), at(&c->a), at(&c->b), &dev->cancelled);
+    case TD_KERNEL_GEMM:
+        return td_cpu_gemm(&c->p.gemm, at(&c->out), at(&c->a), at(&c->b), gemm_engine, &dev->cancelled);
     case TD_KERNEL_XENT_FORWARD:
         td_reference_xent_forward(at(&c->out), at(&c->out2), at(&c->a), (const int32_t *)at(&c->b), &c->p.xent);
         break;
@@ -432,6 +436,7 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
+    seg->gemm_engine = td_cpu_gemm_engine_chosen();
     *out = seg;
     return TD_OK;
 }
@@ -439,6 +444,7 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
 /* One job of the pool: the parts of one call, or the calls of one run. */
 typedef struct shared_run {
     td_device *dev;
+    td_cpu_gemm_engine gemm_engine;
     const td_kernel_call *calls; /* the split call, or the run's first call */
     int64_t parts;               /* > 0: parts of calls[0]; 0: the run's calls */
     bool stopped;                /* a part saw the cancel (atomic) */
@@ -457,7 +463,7 @@ static void run_task(void *arg, int64_t task)
         td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
-    if (!run_call(r->dev, c))
+    if (!run_call(r->dev, r->gemm_engine, c))
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
 
@@ -479,14 +485,14 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         size_t run = seg->run_end[i] - i;
         int64_t parts = team > 1 && run == 1 ? td_cpu_split_parts(c, team, td_host_pool_split_everything(dev->pool)) : 1;
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, c, run > 1 ? 0 : parts, false};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
             i += run;
             continue;
         }
-        if (!run_call(dev, c))
+        if (!run_call(dev, seg->gemm_engine, c))
             return TD_ERR_DEVICE_LOST;
         i++;
     }

@@ -1,4 +1,6 @@
-/* GEMM on a simulated device: CBLAS, one tile of rows of C at a time.
+/* GEMM on a simulated device: CBLAS or tandem's own (cpu_gemm_own.c), one
+ * tile of rows of C at a time. The own GEMM's bits do not depend on any
+ * split of C at all; what follows is about CBLAS.
  *
  * Why tiles: a GEMM's time grows as m n k while its memory grows as
  * m k + k n + m n, so one call can run for seconds on modest buffers, and
@@ -31,12 +33,17 @@
  * last tile takes the remainder), or 192 n k multiply-adds when 192 rows
  * cost more than the budget (48 per byte of B: 50 ms for a 4096 x 4096 B
  * here). */
-#include <cblas.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_own.h"
 
+#ifdef TD_HAVE_CBLAS
+#include <cblas.h>
+
+/* OpenBLAS only; weak, so BLIS or the reference CBLAS link without it. */
 extern int openblas_get_parallel(void) __attribute__((weak));
 
 /* A serial OpenBLAS built without USE_LOCKING (Debian's serial flavour) is
@@ -50,6 +57,30 @@ static int blas_needs_lock(void)
     return openblas_get_parallel && openblas_get_parallel() == 0;
 }
 
+/* One tile through CBLAS. Plain int arguments: every CBLAS header's
+ * prototypes take int (OpenBLAS's blasint, BLIS's f77_int), and the
+ * conversion is implicit for the 64-bit-integer builds. */
+static void cblas_tile(const td_gemm_params *g, int64_t rows, float *c, const float *a, const float *b, int lock)
+{
+    if (lock)
+        pthread_mutex_lock(&serial_blas_lock);
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (int)rows, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
+    if (lock)
+        pthread_mutex_unlock(&serial_blas_lock);
+}
+#endif
+
+td_cpu_gemm_engine td_cpu_gemm_engine_chosen(void)
+{
+#ifdef TD_HAVE_CBLAS
+    const char *s = getenv("TD_CPU_GEMM");
+    return s && strcmp(s, "own") == 0 ? TD_CPU_GEMM_OWN : TD_CPU_GEMM_CBLAS;
+#else
+    return TD_CPU_GEMM_OWN;
+#endif
+}
+
 int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)
 {
     const double row = (double)g->n * (double)g->k, budget = (double)TD_CPU_GEMM_TILE_MACS;
@@ -60,8 +91,12 @@ int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)
                                               : (int64_t)(rows / TD_CPU_GEMM_TILE_ROWS) * TD_CPU_GEMM_TILE_ROWS;
 }
 
-bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, const bool *cancel)
+bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, td_cpu_gemm_engine engine,
+                 const bool *cancel)
 {
+#ifndef TD_HAVE_CBLAS
+    engine = TD_CPU_GEMM_OWN;
+#endif
     if (g->m == 0 || g->n == 0)
         return true;
     if (g->k == 0) {
@@ -71,13 +106,15 @@ bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float 
                 c[m * g->ldc + n] = g->beta == 0.0f ? 0.0f : g->beta * c[m * g->ldc + n];
         return true;
     }
-    if (g->beta == 0.0f) {
+    if (g->beta == 0.0f && engine == TD_CPU_GEMM_CBLAS) {
         /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
         for (int64_t m = 0; m < g->m; m++)
             memset(c + m * g->ldc, 0, (size_t)g->n * sizeof(float));
     }
     const int64_t tile = td_cpu_gemm_tile_rows(g);
-    const int lock = blas_needs_lock();
+#ifdef TD_HAVE_CBLAS
+    const int lock = engine == TD_CPU_GEMM_CBLAS && blas_needs_lock();
+#endif
     int64_t rows;
     for (int64_t i = 0; i < g->m; i += rows) {
         /* The last tile takes the remainder: no tile is smaller than one,
@@ -87,13 +124,16 @@ bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float 
             return false;
         /* Row i of op(A): row i of A, or column i of A stored transposed. */
         const float *ai = g->trans_a ? a + i : a + i * g->lda;
-        if (lock)
-            pthread_mutex_lock(&serial_blas_lock);
-        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-                    (blasint)rows, (blasint)g->n, (blasint)g->k, g->alpha, ai, (blasint)g->lda, b, (blasint)g->ldb,
-                    g->beta, c + i * g->ldc, (blasint)g->ldc);
-        if (lock)
-            pthread_mutex_unlock(&serial_blas_lock);
+        float *ci = c + i * g->ldc;
+        td_gemm_params tile_g = *g;
+        tile_g.m = rows;
+#ifdef TD_HAVE_CBLAS
+        if (engine == TD_CPU_GEMM_CBLAS) {
+            cblas_tile(g, rows, ci, ai, b, lock);
+            continue;
+        }
+#endif
+        td_cpu_gemm_own(&tile_g, ci, ai, b);
     }
     return true;
 }

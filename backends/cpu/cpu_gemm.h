@@ -1,6 +1,7 @@
-/* The CPU backend's GEMM: CBLAS in tiles of the output, so that a device
- * the engine gives up on leaves a long GEMM within one tile
- * (td_backend_ops.cancel) instead of staying inside OpenBLAS. */
+/* The CPU backend's GEMM: CBLAS, or tandem's own (cpu_gemm_own.h), in
+ * tiles of the output, so that a device the engine gives up on leaves a
+ * long GEMM within one tile (td_backend_ops.cancel) instead of staying
+ * inside OpenBLAS. */
 #ifndef TD_CPU_GEMM_H
 #define TD_CPU_GEMM_H
 
@@ -14,15 +15,28 @@
 #define TD_CPU_GEMM_TILE_MACS (INT64_C(1) << 27)
 #define TD_CPU_GEMM_TILE_ROWS 192
 
+/* Which GEMM computes a call. Built without CBLAS (-Dblas=none), every
+ * call runs the own one whatever is asked. */
+typedef enum td_cpu_gemm_engine {
+    TD_CPU_GEMM_CBLAS,
+    TD_CPU_GEMM_OWN,
+} td_cpu_gemm_engine;
+
+/* The engine for new segments: the own GEMM when the environment says
+ * TD_CPU_GEMM=own (tests and bench/gemm run both engines in one build
+ * this way) or there is no CBLAS; CBLAS otherwise. */
+td_cpu_gemm_engine td_cpu_gemm_engine_chosen(void);
+
 /* The rows of C in each tile for g: g->m when one tile does; otherwise a
  * multiple of TD_CPU_GEMM_TILE_ROWS, the last tile taking the remainder. */
 int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g);
 
-/* C = alpha op(A) op(B) + beta C (td_kernel.h), tile by tile. Before each
- * tile it reads *cancel (atomically; NULL: never cancelled) and returns
- * false, C partly written, once it is set; true when all of C was
- * computed. Every element is bitwise the one a single CBLAS call computes:
- * tiles split the rows of C, never the sum over k. */
-bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, const bool *cancel);
+/* C = alpha op(A) op(B) + beta C (td_kernel.h) on `engine`, tile by tile.
+ * Before each tile it reads *cancel (atomically; NULL: never cancelled)
+ * and returns false, C partly written, once it is set; true when all of C
+ * was computed. Every element is bitwise the one a single call of that
+ * engine computes: tiles split the rows of C, never the sum over k. */
+bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, td_cpu_gemm_engine engine,
+                 const bool *cancel);
 
 #endif

@@ -1,16 +1,20 @@
 /* Cancelling a CPU device (td_backend_ops.cancel): its GEMMs run in tiles
- * of rows (backends/cpu/cpu_gemm.c) that give bitwise the single CBLAS
- * call's results, a cancel stops a long GEMM within a tile, and a job that
+ * of rows (backends/cpu/cpu_gemm.c) that give bitwise the single call's
+ * results, on CBLAS (in a build with one) and on tandem's own GEMM (in
+ * every build: what a -Dblas=none build runs), a cancel stops a long GEMM within a tile, and a job that
  * outlasts its timeout is cancelled when it is fenced off, so that the
  * next call and td_context_destroy neither wait for the whole kernel nor
  * leave anything allocated for a worker still inside it. */
+#ifdef TD_HAVE_CBLAS
 #include <cblas.h>
+#endif
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_own.h"
 #include "cpu_split.h"
 #include "engine_test_util.h"
 #include "td_mesh_internal.h"
@@ -27,6 +31,21 @@ static double now_s(void)
  * comparison below would be of threads, not of tiles. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
 
+/* One untiled call of the engine: what the tiles and parts must match. */
+static void one_call(td_cpu_gemm_engine engine, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+#ifdef TD_HAVE_CBLAS
+    if (engine == TD_CPU_GEMM_CBLAS) {
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                    (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c,
+                    (int)g->ldc);
+        return;
+    }
+#endif
+    cr_assert_eq(engine, TD_CPU_GEMM_OWN);
+    td_cpu_gemm_own(g, c, a, b);
+}
+
 typedef struct gemm_case {
     int64_t m, n, k;
     int32_t trans_a, trans_b;
@@ -40,7 +59,7 @@ typedef struct gemm_case {
  * 64 over 64 images of 28 x 28 (patches x kernel) with its input gradient:
  * each is split, and each tiled result must be the single call's, bit for
  * bit. */
-Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
+static void check_tiles_are_one_call(td_cpu_gemm_engine engine)
 {
     static const gemm_case cases[] = {
         {2000, 512, 784, 0, 0, 0, 0, 1.0f, 0.0f},  {784, 512, 2000, 1, 0, 0, 0, 1.0f, 0.0f},
@@ -73,10 +92,8 @@ Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
         cr_assert_lt(tile, g.m, "case %zu (%lld x %lld x %lld) is not split", t, (long long)g.m, (long long)g.n,
                      (long long)g.k);
         cr_assert_eq(tile % TD_CPU_GEMM_TILE_ROWS, 0, "case %zu: tiles of %lld rows", t, (long long)tile);
-        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-                    (blasint)g.m, (blasint)g.n, (blasint)g.k, g.alpha, a, (blasint)g.lda, b, (blasint)g.ldb, g.beta,
-                    one, (blasint)g.ldc);
-        cr_assert(td_cpu_gemm(&g, tiled, a, b, NULL));
+        one_call(engine, &g, one, a, b);
+        cr_assert(td_cpu_gemm(&g, tiled, a, b, engine, NULL));
         for (int64_t r = 0; r < g.m; r++)
             cr_assert(memcmp(one + r * g.ldc, tiled + r * g.ldc, (size_t)g.n * sizeof *one) == 0,
                       "case %zu (%lld x %lld x %lld, tiles of %lld rows): row %lld differs", t, (long long)g.m,
@@ -96,7 +113,7 @@ Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
  * 192 + 64), each part run as its own tiled call: bit for bit the single
  * CBLAS call, for the GPT's shapes (124M's 256-row forward, the character
  * model's 768-row one and their weight gradients) and awkward ones. */
-Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
+static void check_parts_are_one_call(td_cpu_gemm_engine engine)
 {
     static const gemm_case cases[] = {
         {256, 2304, 768, 0, 0, 0, 0, 1.0f, 0.0f}, {256, 768, 3072, 0, 1, 0, 0, 1.0f, 0.0f},
@@ -127,9 +144,7 @@ Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
         cr_assert(c0);
         test_fill_uniform(&rng, c0, c_n, -1.0f, 1.0f);
         memcpy(one, c0, c_n * sizeof *one);
-        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-                    (blasint)g->m, (blasint)g->n, (blasint)g->k, g->alpha, a, (blasint)g->lda, b, (blasint)g->ldb,
-                    g->beta, one, (blasint)g->ldc);
+        one_call(engine, g, one, a, b);
         const int64_t most = (gc->m + TD_CPU_GEMM_TILE_ROWS - 1) / TD_CPU_GEMM_TILE_ROWS;
         for (int64_t parts = 2; parts <= 4 && parts <= most; parts++) {
             memcpy(parted, c0, c_n * sizeof *parted);
@@ -140,7 +155,8 @@ Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
                 cr_assert_eq(sub.out.offset % (uint64_t)(TD_CPU_GEMM_TILE_ROWS * g->ldc), 0,
                              "case %zu: part %lld starts inside a 192-row tile", t, (long long)part);
                 rows += sub.p.gemm.m;
-                cr_assert(td_cpu_gemm(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset, b + sub.b.offset, NULL));
+                cr_assert(td_cpu_gemm(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset, b + sub.b.offset, engine,
+                                      NULL));
             }
             cr_assert_eq(rows, g->m, "case %zu: %lld parts cover %lld of %lld rows", t, (long long)parts,
                          (long long)rows, (long long)g->m);
@@ -154,6 +170,28 @@ Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
         free(one);
         free(parted);
     }
+}
+
+#ifdef TD_HAVE_CBLAS
+Test(cpu_cancel, gemm_tiles_are_bitwise_one_cblas_call)
+{
+    check_tiles_are_one_call(TD_CPU_GEMM_CBLAS);
+}
+
+Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_cblas_call)
+{
+    check_parts_are_one_call(TD_CPU_GEMM_CBLAS);
+}
+#endif
+
+Test(cpu_cancel, gemm_tiles_are_bitwise_one_own_gemm_call)
+{
+    check_tiles_are_one_call(TD_CPU_GEMM_OWN);
+}
+
+Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_own_gemm_call)
+{
+    check_parts_are_one_call(TD_CPU_GEMM_OWN);
 }
 
 typedef struct canceller {
