@@ -126,10 +126,9 @@ static td_status cpu_open(td_context *ctx, uint32_t index, uint32_t instance, td
     dev->ctx = ctx;
     dev->instance = instance;
     dev->pool = td_context_host_pool_acquire(ctx);
-    if (!dev->pool) {
+    if (!dev->pool) { /* out of memory, recorded by the pool */
         td_free(ctx, dev);
-        return td_last_status(ctx) != TD_OK ? td_last_status(ctx)
-                                            : td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "the host thread pool");
+        return TD_ERR_OUT_OF_MEMORY;
     }
     if (openblas_set_num_threads)
         openblas_set_num_threads(1);

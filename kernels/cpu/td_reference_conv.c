@@ -100,35 +100,47 @@ void td_reference_col2im(float *restrict out, const float *restrict a, const td_
             }
 }
 
-/* Number of taps of window row oy (or column ox) inside the image. */
-static int64_t inside_rows(const td_conv_params *p, int64_t oy)
+/* The taps of window (oy, ox) inside the image: rows [i0, i1) and columns
+ * [j0, j1) of the window (a dilated window's inside taps are contiguous). */
+typedef struct window_inside {
+    int64_t i0, i1, j0, j1;
+} window_inside;
+
+static window_inside inside_window(const td_conv_params *p, int64_t oy, int64_t ox)
 {
-    int64_t k = 0;
-    for (int64_t i = 0; i < p->kh; i++) {
-        int64_t iy = tap_y(p, oy, i);
-        k += iy >= 0 && iy < p->h;
-    }
-    return k;
+    window_inside w;
+    inside_run(tap_y(p, oy, 0), p->dil_h, p->kh, p->h, &w.i0, &w.i1);
+    inside_run(tap_x(p, ox, 0), p->dil_w, p->kw, p->w, &w.j0, &w.j1);
+    return w;
 }
 
-static int64_t inside_cols(const td_conv_params *p, int64_t ox)
-{
-    int64_t k = 0;
-    for (int64_t j = 0; j < p->kw; j++) {
-        int64_t ix = tap_x(p, ox, j);
-        k += ix >= 0 && ix < p->w;
-    }
-    return k;
-}
-
-static float avg_divisor(const td_pool_params *pp, int64_t oy, int64_t ox)
+static float avg_divisor(const td_pool_params *pp, window_inside w)
 {
     const td_conv_params *p = &pp->geo;
-    return pp->count_include_pad ? (float)(p->kh * p->kw) : (float)(inside_rows(p, oy) * inside_cols(p, ox));
+    return pp->count_include_pad ? (float)(p->kh * p->kw) : (float)((w.i1 - w.i0) * (w.j1 - w.j0));
 }
 
-/* Pooling walks each window's taps once and, at each tap, every channel
- * of the pixel (contiguous in NHWC) in one inner loop the compiler
+/* Pixel (b, iy, ix)'s c channels in an NHWC image. */
+static int64_t pixel_at(const td_conv_params *p, int64_t b, int64_t iy, int64_t ix)
+{
+    return ((b * p->h + iy) * p->w + ix) * p->c;
+}
+
+/* One tap of a max window over n channels: the first tap is taken as it
+ * is, later ones replace a smaller value, and a NaN is kept. */
+static void max_tap(float *out, const float *v, int64_t n, bool first)
+{
+    if (first) {
+        for (int64_t ch = 0; ch < n; ch++)
+            out[ch] = v[ch];
+        return;
+    }
+    for (int64_t ch = 0; ch < n; ch++)
+        out[ch] = v[ch] > out[ch] || isnan(v[ch]) ? v[ch] : out[ch];
+}
+
+/* Pooling walks each window's inside taps once and, at each tap, every
+ * channel of the pixel (contiguous in NHWC) in one inner loop the compiler
  * vectorises; each channel still sees its taps in (i, j) order with the
  * contract's comparisons, so the results are those of a channel-at-a-time
  * loop, bit for bit. */
@@ -140,38 +152,27 @@ void td_reference_pool(float *out, const float *a, const td_pool_params *pp)
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t oy = 0; oy < p->oh; oy++)
             for (int64_t ox = 0; ox < p->ow; ox++, out += c) {
-                bool first = true;
-                for (int64_t i = 0; i < p->kh; i++) {
-                    int64_t iy = tap_y(p, oy, i);
-                    if (iy < 0 || iy >= p->h)
-                        continue;
-                    for (int64_t j = 0; j < p->kw; j++) {
-                        int64_t ix = tap_x(p, ox, j);
-                        if (ix < 0 || ix >= p->w)
-                            continue;
-                        const float *v = a + ((b * p->h + iy) * p->w + ix) * c;
-                        if (max && first) {
-                            for (int64_t ch = 0; ch < c; ch++)
-                                out[ch] = v[ch];
-                        } else if (max) {
-                            for (int64_t ch = 0; ch < c; ch++)
-                                out[ch] = v[ch] > out[ch] || isnan(v[ch]) ? v[ch] : out[ch];
-                        } else {
-                            if (first)
-                                for (int64_t ch = 0; ch < c; ch++)
-                                    out[ch] = 0.0f; /* the sum starts from 0.0f, as the contract's */
-                            for (int64_t ch = 0; ch < c; ch++)
-                                out[ch] += v[ch];
-                        }
-                        first = false;
-                    }
-                }
-                if (first) { /* no tap inside the image: the empty max, or 0 / the divisor */
-                    const float none = max ? -INFINITY : 0.0f / avg_divisor(pp, oy, ox);
+                const window_inside w = inside_window(p, oy, ox);
+                if (w.i0 == w.i1 || w.j0 == w.j1) { /* no tap inside: the empty max, or 0 / the divisor */
+                    const float none = max ? -INFINITY : 0.0f / avg_divisor(pp, w);
                     for (int64_t ch = 0; ch < c; ch++)
                         out[ch] = none;
-                } else if (!max) {
-                    const float div = avg_divisor(pp, oy, ox);
+                    continue;
+                }
+                if (!max)
+                    for (int64_t ch = 0; ch < c; ch++)
+                        out[ch] = 0.0f; /* the sum starts from 0.0f, as the contract's */
+                for (int64_t i = w.i0; i < w.i1; i++)
+                    for (int64_t j = w.j0; j < w.j1; j++) {
+                        const float *v = a + pixel_at(p, b, tap_y(p, oy, i), tap_x(p, ox, j));
+                        if (max)
+                            max_tap(out, v, c, i == w.i0 && j == w.j0);
+                        else
+                            for (int64_t ch = 0; ch < c; ch++)
+                                out[ch] += v[ch];
+                    }
+                if (!max) {
+                    const float div = avg_divisor(pp, w);
                     for (int64_t ch = 0; ch < c; ch++)
                         out[ch] = out[ch] / div;
                 }
@@ -179,8 +180,24 @@ void td_reference_pool(float *out, const float *a, const td_pool_params *pp)
 }
 
 /* Channels of one window handled together by the max gradient: a block of
- * them keeps its targets, gradients and found flags on the stack. */
+ * them keeps its found flags on the stack. */
 enum { POOL_CHANNEL_BLOCK = 64 };
+
+/* One tap of a max window's gradient over n <= POOL_CHANNEL_BLOCK
+ * channels: gy goes to the channel's first tap equal to the window's
+ * maximum y (or NaN where y is NaN). Branch-free, so the loop vectorises:
+ * x != x is NaN, every operand is loaded whatever the outcome, and gx is
+ * never -0.0 (sums from +0.0 round to nearest), so adding +0.0 where the
+ * tap is not the maximum leaves it as it is. */
+static void max_gradient_tap(float *gx, const float *x, const float *y, const float *gy, int32_t *found, int64_t n)
+{
+    for (int64_t ch = 0; ch < n; ch++) {
+        const float xc = x[ch], yc = y[ch], gc = gy[ch];
+        const int32_t hit = (found[ch] == 0) & ((xc == yc) | ((yc != yc) & (xc != xc)));
+        gx[ch] += hit ? gc : 0.0f;
+        found[ch] |= hit;
+    }
+}
 
 void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
                                  const td_pool_params *pp)
@@ -194,52 +211,23 @@ void td_reference_pool_backward(float *gx, const float *x, const float *y, const
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t oy = 0; oy < p->oh; oy++)
             for (int64_t ox = 0; ox < p->ow; ox++, gw += c, yw += c) {
-                if (pp->mode == TD_POOL_AVG) {
-                    const float div = avg_divisor(pp, oy, ox);
-                    for (int64_t i = 0; i < p->kh; i++) {
-                        int64_t iy = tap_y(p, oy, i);
-                        if (iy < 0 || iy >= p->h)
-                            continue;
-                        for (int64_t j = 0; j < p->kw; j++) {
-                            int64_t ix = tap_x(p, ox, j);
-                            if (ix < 0 || ix >= p->w)
-                                continue;
-                            float *g = gx + ((b * p->h + iy) * p->w + ix) * c;
-                            for (int64_t ch = 0; ch < c; ch++)
-                                g[ch] += gw[ch] / div;
-                        }
-                    }
-                    continue;
-                }
-                /* Max: each channel's gradient goes to its first tap equal
-                 * to the window's maximum (or NaN where that is NaN). */
+                const window_inside w = inside_window(p, oy, ox);
+                const float div = avg_divisor(pp, w);
+                /* 32-bit flags, as the floats' lanes; each block of channels
+                 * starts with none found. */
                 for (int64_t c0 = 0; c0 < c; c0 += POOL_CHANNEL_BLOCK) {
                     const int64_t cb = c - c0 < POOL_CHANNEL_BLOCK ? c - c0 : POOL_CHANNEL_BLOCK;
-                    int32_t found[POOL_CHANNEL_BLOCK] = {0}; /* 32-bit lanes, as the floats' */
-                    for (int64_t i = 0; i < p->kh; i++) {
-                        int64_t iy = tap_y(p, oy, i);
-                        if (iy < 0 || iy >= p->h)
-                            continue;
-                        for (int64_t j = 0; j < p->kw; j++) {
-                            int64_t ix = tap_x(p, ox, j);
-                            if (ix < 0 || ix >= p->w)
+                    int32_t found[POOL_CHANNEL_BLOCK] = {0};
+                    for (int64_t i = w.i0; i < w.i1; i++)
+                        for (int64_t j = w.j0; j < w.j1; j++) {
+                            const int64_t e = pixel_at(p, b, tap_y(p, oy, i), tap_x(p, ox, j)) + c0;
+                            if (pp->mode == TD_POOL_MAX) {
+                                max_gradient_tap(gx + e, x + e, yw + c0, gw + c0, found, cb);
                                 continue;
-                            const int64_t e = ((b * p->h + iy) * p->w + ix) * c + c0;
-                            const float *xv = x + e, *t = yw + c0, *gv = gw + c0;
-                            float *g = gx + e;
-                            /* Branch-free, so the loop vectorises: x != x
-                             * is NaN, every operand is loaded whatever the
-                             * outcome, and gx is never -0.0 (sums from +0.0
-                             * round to nearest), so adding +0.0 where the
-                             * tap is not the maximum leaves it as it is. */
-                            for (int64_t ch = 0; ch < cb; ch++) {
-                                const float xc = xv[ch], tc = t[ch], gc = gv[ch];
-                                const int32_t hit = (found[ch] == 0) & ((xc == tc) | ((tc != tc) & (xc != xc)));
-                                g[ch] += hit ? gc : 0.0f;
-                                found[ch] |= hit;
                             }
+                            for (int64_t ch = 0; ch < cb; ch++)
+                                gx[e + ch] += gw[c0 + ch] / div;
                         }
-                    }
                 }
             }
 }
