@@ -31,28 +31,39 @@
 typedef struct shape {
     int64_t m, n, k;
     const char *label;
+    int trans_a, trans_b; /* op(A) = A^T (A stored k x m), op(B) = B^T (B stored n x k) */
 } shape;
 
 static const shape shapes[] = {
-    {64, 64, 64, "square"},
-    {128, 128, 128, "square"},
-    {256, 256, 256, "square"},
-    {512, 512, 512, "square"},
-    {1024, 1024, 1024, "square"},
-    {400, 1, 5, "linreg X.w"},
-    {128, 256, 784, "mlp layer1"},
-    {128, 128, 256, "mlp layer2"},
-    {128, 10, 128, "mlp head"},
+    {64, 64, 64, "square", 0, 0},
+    {128, 128, 128, "square", 0, 0},
+    {256, 256, 256, "square", 0, 0},
+    {512, 512, 512, "square", 0, 0},
+    {1024, 1024, 1024, "square", 0, 0},
+    {400, 1, 5, "linreg X.w", 0, 0},
+    {128, 256, 784, "mlp layer1", 0, 0},
+    {128, 128, 256, "mlp layer2", 0, 0},
+    {128, 10, 128, "mlp head", 0, 0},
     /* The seed models: the MLP 784-512-512-10 forward at batch 128 and 256,
      * and the GPT character model's largest GEMMs. */
-    {128, 512, 784, "mlp784 l1"},
-    {128, 512, 512, "mlp784 l2"},
-    {128, 10, 512, "mlp784 head"},
-    {256, 512, 784, "mlp784 l1"},
-    {256, 512, 512, "mlp784 l2"},
-    {256, 10, 512, "mlp784 head"},
-    {768, 128, 384, "gpt char"},
-    {768, 512, 128, "gpt char"},
+    {128, 512, 784, "mlp784 l1", 0, 0},
+    {128, 512, 512, "mlp784 l2", 0, 0},
+    {128, 10, 512, "mlp784 head", 0, 0},
+    {256, 512, 784, "mlp784 l1", 0, 0},
+    {256, 512, 512, "mlp784 l2", 0, 0},
+    {256, 10, 512, "mlp784 head", 0, 0},
+    {768, 128, 384, "gpt char", 0, 0},
+    {768, 512, 128, "gpt char", 0, 0},
+    /* The seed CNN at batch 128 (ops_conv.c's lowering): each conv's
+     * forward GEMM (patches x kernel), its kernel gradient (patches^T x gy)
+     * and conv2's input gradient (gy x kernel^T); then the MLP at batch 1024. */
+    {128 * 28 * 28, 32, 9, "cnn conv1", 0, 0},
+    {9, 32, 128 * 28 * 28, "cnn conv1 dW", 1, 0},
+    {128 * 14 * 14, 64, 288, "cnn conv2", 0, 0},
+    {288, 64, 128 * 14 * 14, "cnn conv2 dW", 1, 0},
+    {128 * 14 * 14, 288, 64, "cnn conv2 dX", 0, 1},
+    {1024, 512, 784, "mlp784 l1", 0, 0},
+    {1024, 512, 512, "mlp784 l2", 0, 0},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -97,8 +108,10 @@ static void host_baseline(bench *b)
         double begin = td_bench_now();
         do {
             double t0 = td_bench_now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f,
-                        b->a[i], (int)s->k, b->b[i], (int)s->n, 0.0f, b->ref[i], (int)s->n);
+            cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
+                        s->trans_b ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f, b->a[i],
+                        (int)(s->trans_a ? s->m : s->k), b->b[i], (int)(s->trans_b ? s->k : s->n), 0.0f,
+                        b->ref[i], (int)s->n);
             t[reps++] = td_bench_now() - t0;
         } while (reps < 64 && (reps < b->reps || td_bench_now() - begin < 0.2));
         b->openblas_gflops[i] = gflops(s, td_bench_median(t, reps));
@@ -147,8 +160,10 @@ static td_status measure(bench *b, const td_mesh_device *md, const char *label)
         if (st == TD_OK)
             st = ops->write(dev, bb, 0, b->b[i], bsz * 4);
         td_kernel_call call = {.kernel = TD_KERNEL_GEMM, .a = {ba, 0}, .b = {bb, 0}, .out = {bc, 0},
-                               .p.gemm = {.m = s->m, .n = s->n, .k = s->k, .lda = s->k, .ldb = s->n,
-                                          .ldc = s->n, .alpha = 1.0f, .beta = 0.0f}};
+                               .p.gemm = {.trans_a = s->trans_a, .trans_b = s->trans_b, .m = s->m, .n = s->n,
+                                          .k = s->k, .lda = s->trans_a ? s->m : s->k,
+                                          .ldb = s->trans_b ? s->k : s->n, .ldc = s->n, .alpha = 1.0f,
+                                          .beta = 0.0f}};
         if (st == TD_OK)
             st = ops->segment_create(dev, &call, 1, &seg);
         uint64_t ticket;
@@ -231,6 +246,9 @@ static td_status run_job(void *arg, uint32_t position)
         setenv("TD_CPU_GEMM", "own", 1);
         if (st == TD_OK)
             st = measure(j->b, md, "cpu/own");
+        setenv("TD_CPU_GEMM", "own-fma", 1);
+        if (st == TD_OK)
+            st = measure(j->b, md, "cpu/own-fma");
         unsetenv("TD_CPU_GEMM");
         return st;
     }

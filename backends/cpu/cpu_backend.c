@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_own_fma.h"
 #include "cpu_split.h"
 #include "td_backend.h"
 #include "td_context_internal.h"
@@ -59,11 +60,20 @@ extern void openblas_set_num_threads(int) __attribute__((weak));
 
 static td_status cpu_probe(td_context *ctx, td_backend_info *info)
 {
-    (void)ctx;
     snprintf(info->name, sizeof info->name, "cpu");
     info->available = true;
     info->device_count = 1; /* the host; "cpu:N" opens N instances of it */
     info->reason[0] = '\0';
+    /* No run-time library to name: say instead which GEMM engine new
+     * segments get (segment_create's rule), and on which code path. */
+    const bool deterministic = ctx && td_context_deterministic(ctx);
+    const td_cpu_gemm_engine engine = deterministic ? TD_CPU_GEMM_OWN : td_cpu_gemm_engine_chosen();
+    if (engine == TD_CPU_GEMM_OWN_FMA)
+        snprintf(info->runtime, sizeof info->runtime, "GEMM own-fma (%s)",
+                 td_cpu_gemm_own_fma_isa_name(td_cpu_gemm_own_fma_best_isa()));
+    else
+        snprintf(info->runtime, sizeof info->runtime, "GEMM %s%s", td_cpu_gemm_engine_name(engine),
+                 deterministic ? " (deterministic mode)" : "");
     return TD_OK;
 }
 

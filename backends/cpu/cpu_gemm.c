@@ -1,6 +1,7 @@
-/* GEMM on a simulated device: CBLAS or tandem's own (cpu_gemm_own.c), one
- * tile of rows of C at a time. The own GEMM's bits do not depend on any
- * split of C at all; what follows is about CBLAS.
+/* GEMM on a simulated device: CBLAS or tandem's own (cpu_gemm_own.c, or
+ * cpu_gemm_own_fma.c with fused multiply-adds), one tile of rows of C at a
+ * time. The own GEMMs' bits do not depend on any split of C at all; what
+ * follows is about CBLAS.
  *
  * Why tiles: a GEMM's time grows as m n k while its memory grows as
  * m k + k n + m n, so one call can run for seconds on modest buffers, and
@@ -38,6 +39,7 @@
 
 #include "cpu_gemm.h"
 #include "cpu_gemm_own.h"
+#include "cpu_gemm_own_fma.h"
 #include "td_platform.h"
 
 #ifdef TD_HAVE_CBLAS
@@ -73,12 +75,36 @@ static void cblas_tile(const td_gemm_params *g, int64_t rows, float *c, const fl
 
 td_cpu_gemm_engine td_cpu_gemm_engine_chosen(void)
 {
-#ifdef TD_HAVE_CBLAS
     const char *s = getenv("TD_CPU_GEMM");
-    return s && strcmp(s, "own") == 0 ? TD_CPU_GEMM_OWN : TD_CPU_GEMM_CBLAS;
+    if (s && strcmp(s, "own") == 0)
+        return TD_CPU_GEMM_OWN;
+    if (s && strcmp(s, "own-fma") == 0)
+        return TD_CPU_GEMM_OWN_FMA;
+#ifdef TD_HAVE_CBLAS
+    if (s && strcmp(s, "cblas") == 0)
+        return TD_CPU_GEMM_CBLAS;
+#endif
+    /* The FMA paths only where the CPU has the instructions: the portable
+     * path's fmaf is a slow library call on an x86-64 without FMA. */
+    if (td_cpu_gemm_own_fma_best_isa() != TD_GEMM_FMA_PORTABLE)
+        return TD_CPU_GEMM_OWN_FMA;
+#ifdef TD_HAVE_CBLAS
+    return TD_CPU_GEMM_CBLAS;
 #else
     return TD_CPU_GEMM_OWN;
 #endif
+}
+
+const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine)
+{
+    switch (engine) {
+    case TD_CPU_GEMM_CBLAS:
+        return "cblas";
+    case TD_CPU_GEMM_OWN:
+        return "own";
+    default:
+        return "own-fma";
+    }
 }
 
 int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)
@@ -95,7 +121,8 @@ bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float 
                  const bool *cancel)
 {
 #ifndef TD_HAVE_CBLAS
-    engine = TD_CPU_GEMM_OWN;
+    if (engine == TD_CPU_GEMM_CBLAS)
+        engine = TD_CPU_GEMM_OWN;
 #endif
     if (g->m == 0 || g->n == 0)
         return true;
@@ -133,7 +160,10 @@ bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float 
             continue;
         }
 #endif
-        td_cpu_gemm_own(&tile_g, ci, ai, b);
+        if (engine == TD_CPU_GEMM_OWN_FMA)
+            td_cpu_gemm_own_fma(&tile_g, ci, ai, b);
+        else
+            td_cpu_gemm_own(&tile_g, ci, ai, b);
     }
     return true;
 }

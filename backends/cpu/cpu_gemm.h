@@ -15,17 +15,26 @@
 #define TD_CPU_GEMM_TILE_MACS (INT64_C(1) << 27)
 #define TD_CPU_GEMM_TILE_ROWS 192
 
-/* Which GEMM computes a call. Built without CBLAS (-Dblas=none), every
- * call runs the own one whatever is asked. */
+/* Which GEMM computes a call. Built without CBLAS (-Dblas=none), a call
+ * asked to run CBLAS runs the own one. */
 typedef enum td_cpu_gemm_engine {
     TD_CPU_GEMM_CBLAS,
-    TD_CPU_GEMM_OWN,
+    TD_CPU_GEMM_OWN,     /* cpu_gemm_own.c: multiply and add rounded apart (deterministic mode's) */
+    TD_CPU_GEMM_OWN_FMA, /* cpu_gemm_own_fma.c: fused multiply-adds */
 } td_cpu_gemm_engine;
 
-/* The engine for new segments: the own GEMM when the environment says
- * TD_CPU_GEMM=own (tests and bench/gemm run both engines in one build
- * this way) or there is no CBLAS; CBLAS otherwise. */
+/* The engine for new segments outside deterministic mode. TD_CPU_GEMM in
+ * the environment picks one ("cblas", "own", "own-fma": tests and
+ * bench/gemm run every engine in one build this way; "cblas" without a
+ * CBLAS gives the default below). Otherwise a fixed rule on the CPU's
+ * feature flags, never a timing, so every device and process on a machine
+ * makes the same choice: the own FMA GEMM where the CPU has AVX-512F or
+ * AVX2 + FMA (measured faster than OpenBLAS's kernels there,
+ * bench/RESULTS.md "GEMM engines"), else CBLAS, else the own one. */
 td_cpu_gemm_engine td_cpu_gemm_engine_chosen(void);
+
+/* The engine's name as TD_CPU_GEMM spells it ("cblas", "own", "own-fma"). */
+const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine);
 
 /* The rows of C in each tile for g: g->m when one tile does; otherwise a
  * multiple of TD_CPU_GEMM_TILE_ROWS, the last tile taking the remainder. */

@@ -80,7 +80,10 @@ typedef struct td_backend_info {
     char reason[256];            /* why unavailable; "" when available */
     /* The run-time libraries the backend opened, e.g. "libOpenCL.so.1,
      * libclblast.so.1" (GPU backends load them when first probed, never at
-     * link time); "" when it needs none (cpu) or found none (see reason). */
+     * link time); "" when it found none (see reason). The cpu backend,
+     * which opens none, names the GEMM engine its devices run there:
+     * "GEMM own-fma (avx512)", "GEMM cblas", "GEMM own (deterministic
+     * mode)" (since 0.2; "" before). */
     char runtime[256];
 } td_backend_info;
 

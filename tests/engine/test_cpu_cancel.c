@@ -1,7 +1,8 @@
 /* Cancelling a CPU device (td_backend_ops.cancel): its GEMMs run in tiles
  * of rows (backends/cpu/cpu_gemm.c) that give bitwise the single call's
- * results, on CBLAS (in a build with one) and on tandem's own GEMM (in
- * every build: what a -Dblas=none build runs), a cancel stops a long GEMM within a tile, and a job that
+ * results, on CBLAS (in a build with one) and on tandem's own GEMMs (in
+ * every build: the deterministic one a -Dblas=none build runs, and the FMA
+ * one, the default on CPUs with FMA), a cancel stops a long GEMM within a tile, and a job that
  * outlasts its timeout is cancelled when it is fenced off, so that the
  * next call and td_context_destroy neither wait for the whole kernel nor
  * leave anything allocated for a worker still inside it. */
@@ -15,6 +16,7 @@
 
 #include "cpu_gemm.h"
 #include "cpu_gemm_own.h"
+#include "cpu_gemm_own_fma.h"
 #include "cpu_split.h"
 #include "engine_test_util.h"
 #include "td_mesh_internal.h"
@@ -42,6 +44,10 @@ static void one_call(td_cpu_gemm_engine engine, const td_gemm_params *g, float *
         return;
     }
 #endif
+    if (engine == TD_CPU_GEMM_OWN_FMA) {
+        td_cpu_gemm_own_fma(g, c, a, b);
+        return;
+    }
     cr_assert_eq(engine, TD_CPU_GEMM_OWN);
     td_cpu_gemm_own(g, c, a, b);
 }
@@ -192,6 +198,16 @@ Test(cpu_cancel, gemm_tiles_are_bitwise_one_own_gemm_call)
 Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_own_gemm_call)
 {
     check_parts_are_one_call(TD_CPU_GEMM_OWN);
+}
+
+Test(cpu_cancel, gemm_tiles_are_bitwise_one_own_fma_gemm_call)
+{
+    check_tiles_are_one_call(TD_CPU_GEMM_OWN_FMA);
+}
+
+Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_own_fma_gemm_call)
+{
+    check_parts_are_one_call(TD_CPU_GEMM_OWN_FMA);
 }
 
 typedef struct canceller {

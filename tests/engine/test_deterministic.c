@@ -378,13 +378,15 @@ static size_t params_differing(const mlp_run *a, const mlp_run *b)
     return differ;
 }
 
-/* Deterministic mode ignores TD_CPU_GEMM (CBLAS where the build has it)
- * and the thread count: the bits are those of the own GEMM run plainly. */
+/* Deterministic mode ignores TD_CPU_GEMM (CBLAS where the build has it,
+ * the FMA engine) and the thread count: the bits are those of the own
+ * GEMM run plainly. */
 Test(deterministic, mlp_trains_to_the_same_bits_whatever_gemm_is_asked_and_threads, .timeout = 240)
 {
     mlp_run own, det_blas_1, det_blas_3, det_own_3;
-    test_set_env("TD_CPU_GEMM", NULL);
+    test_set_env("TD_CPU_GEMM", "cblas");
     train_mlp("cpu:1", 400, true, 1, &det_blas_1);
+    test_set_env("TD_CPU_GEMM", "own-fma");
     train_mlp("cpu:1", 400, true, 3, &det_blas_3);
     test_set_env("TD_CPU_GEMM", "own");
     train_mlp("cpu:1", 400, false, 1, &own);
@@ -393,7 +395,8 @@ Test(deterministic, mlp_trains_to_the_same_bits_whatever_gemm_is_asked_and_threa
     cr_assert_lt(own.losses[MLP_STEPS - 1], own.losses[0], "the loss should fall: %g then %g",
                  (double)own.losses[0], (double)own.losses[MLP_STEPS - 1]);
     cr_assert_eq(params_differing(&det_blas_1, &own), 0, "deterministic (CBLAS built in) vs TD_CPU_GEMM=own");
-    cr_assert_eq(params_differing(&det_blas_1, &det_blas_3), 0, "deterministic, 1 thread vs 3");
+    cr_assert_eq(params_differing(&det_blas_1, &det_blas_3), 0,
+                 "deterministic, 1 thread and TD_CPU_GEMM=cblas vs 3 and TD_CPU_GEMM=own-fma");
     cr_assert_eq(params_differing(&det_blas_1, &det_own_3), 0, "deterministic, TD_CPU_GEMM=own, 3 threads");
     free(own.params);
     free(det_blas_1.params);

@@ -464,9 +464,11 @@ Test(cpu_backend, xent_forward_and_backward_match_double_precision)
         ops->buffer_destroy(dev, all[i]);
 }
 
-/* ---- GEMM: CBLAS against the reference ---- */
+/* ---- GEMM: the CPU backend's default engine against the reference ---- */
 
-/* Runs GEMM through the backend (CBLAS) and td_reference_gemm on the same
+/* Runs GEMM through the backend (its default engine: the own FMA GEMM on a
+ * CPU with FMA, CBLAS elsewhere; backends/cpu/cpu_gemm.c) and
+ * td_reference_gemm on the same
  * inputs; the tolerance is 1e-4 relative to sum_k |a_mk b_kn| + |beta c_mn|,
  * the natural scale of each result's rounding error. Leading dimensions are
  * padded by `pad` so the tests also check that ld is honoured and the pad

@@ -65,6 +65,10 @@ python3 - json_real <<'PY' || fail "devices --json: an available GPU backend wit
 import json, sys
 bad = [e for e in json.load(open(sys.argv[1]))
        if e["backend"] != "cpu" and e["available"] and not e["runtime"]]
+# The cpu backend names its GEMM engine instead (backends/cpu/cpu_gemm.c).
+bad += [e for e in json.load(open(sys.argv[1]))
+        if e["backend"] == "cpu" and e["runtime"].split(" ")[:2] not in
+        (["GEMM", "own-fma"], ["GEMM", "cblas"], ["GEMM", "own"])]
 for e in bad:
     print("no runtime: %r" % e, file=sys.stderr)
 sys.exit(1 if bad else 0)

@@ -1,0 +1,400 @@
+/* tandem's own GEMM with fused multiply-adds: what the CPU backend runs
+ * outside deterministic mode on a CPU with FMA (cpu_gemm.c's engine rule).
+ *
+ * The rule: every element of C is
+ *     acc = 0; for p = 0, 1, ..., k-1: acc = fma(opA[i,p], opB[p,j], acc)
+ *     C[i,j] = alpha * acc            (beta == 0: C is not read)
+ *     C[i,j] = alpha * acc + beta * C[i,j]   (multiplies and add rounded apart)
+ * An fma is exactly rounded (IEEE 754), so, as in the deterministic own GEMM
+ * (cpu_gemm_own.c), no step depends on where the element sits in a block:
+ * the bits do not depend on m, n, the blocking, the cancel tiles or the
+ * host pool's parts, nor on which of the paths below runs (all tested
+ * bitwise against the portable one). They do differ from the
+ * deterministic GEMM's (one rounding per product and sum instead of two),
+ * which is why deterministic mode never runs this file.
+ *
+ * Why a second engine: the multiply and the add rounded apart cost two
+ * instructions per product; with one fused instruction the same loop does
+ * twice the work per cycle where the FMA units are the bottleneck
+ * (bench/RESULTS.md, "GEMM engines"). The fused operations are written
+ * as intrinsics (or C's fmaf), so the project-wide -ffp-contract=off
+ * stays in force here too: nothing is fused that the source does not say,
+ * and the alpha / beta scaling stays two roundings as in the rule.
+ *
+ * Shape (as cpu_gemm_own.c, Goto / BLIS style): blocks of op(B), KC x NC,
+ * packed into panels of NR columns (zero-padded at the edge); A read where
+ * it lies (a last panel of fewer than MR rows packed, zero-padded); an
+ * MR x NR micro-tile of sums in vector registers while the kernel walks
+ * k; between k-blocks the sums wait in a per-thread buffer (stored and
+ * reloaded floats: no change). The micro-tile is 12 x 32 on AVX-512 (24 of
+ * the 32 registers hold sums: enough independent chains to cover the FMA
+ * latency on two units) and 6 x 16 on AVX2 (12 of 16). MR divides 192, the
+ * rows of a cancel tile or host-pool part, so parts do not cut micro-tiles
+ * (that would cost time only, never bits). k is cut into equal blocks of
+ * at most KC_MAX, so a 3x3 convolution's k = 288 or an MLP's 784 is one or
+ * two blocks rather than a block and a sliver.
+ *
+ * Memory: one per-thread block (panels of B, the edge panel of A, partial
+ * sums; about 0.75 MB), allocated on the thread's first call and freed at
+ * its exit, as cpu_gemm_own.c does; if it cannot be allocated the portable
+ * path runs (same bits, slower). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cpu_gemm_own_fma.h"
+#include "td_platform.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FMA_X86 1
+#include <immintrin.h>
+#else
+#define FMA_X86 0
+#endif
+
+enum {
+    KC_MAX = 512,
+    NC = 256,
+    MC = 192,     /* a multiple of both MRs */
+    MR_MAX = 12,
+    NR_MAX = 32,
+};
+
+typedef struct fma_scratch {
+    float b[KC_MAX * NC];
+    float a[MR_MAX * KC_MAX];
+    float acc[MC * NC];
+} fma_scratch;
+
+static td_thread_slot scratch_slot;
+static td_once scratch_once = TD_ONCE_INITIALIZER;
+static bool scratch_slot_ok;
+
+static void make_scratch_slot(void)
+{
+    scratch_slot_ok = td_thread_slot_create(&scratch_slot) == 0;
+}
+
+/* This thread's scratch, allocated on its first call; NULL if that failed. */
+static fma_scratch *thread_scratch(void)
+{
+    td_once_run(&scratch_once, make_scratch_slot);
+    if (!scratch_slot_ok)
+        return NULL;
+    fma_scratch *s = td_thread_slot_get(&scratch_slot);
+    if (!s) {
+        s = malloc(sizeof *s);
+        if (s && td_thread_slot_set(&scratch_slot, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
+{
+    return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
+}
+
+static inline float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
+{
+    return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
+}
+
+static inline float finish(const td_gemm_params *g, float acc, const float *c)
+{
+    return g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
+}
+
+/* The rule, one element at a time: the portable path, and the reference
+ * every other path must match bitwise. */
+static void gemm_portable(const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < g->k; p++)
+                acc = fmaf(op_a(g, a, i, p), op_b(g, b, p, j), acc);
+            float *cij = &c[i * g->ldc + j];
+            *cij = finish(g, acc, cij);
+        }
+}
+
+#if FMA_X86
+/* A micro-kernel: MR x NR sums over kc values of k. A's row r at step p is
+ * a[r * rs + p * ks]; B is a packed panel (NR values per p). The sums
+ * start from `from` (MR x NR, row-major; NULL: zero). With `g` NULL the
+ * raw sums go to `to` (row stride NR); otherwise they are finished into C
+ * (`to`, row stride g->ldc) by the rule's alpha / beta step. */
+typedef void fma_kernel(int64_t kc, const float *a, int64_t rs, int64_t ks, const float *b, const float *from,
+                        float *to, const td_gemm_params *g);
+
+__attribute__((target("avx512f"))) static void kernel_avx512(int64_t kc, const float *a, int64_t rs, int64_t ks,
+                                                              const float *b, const float *from, float *to,
+                                                              const td_gemm_params *g)
+{
+    __m512 lo[12], hi[12];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        lo[r] = from ? _mm512_loadu_ps(from + r * 32) : _mm512_setzero_ps();
+        hi[r] = from ? _mm512_loadu_ps(from + r * 32 + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            const __m512 x = _mm512_set1_ps(a[r * rs]);
+            lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+            hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+        }
+        a += ks;
+        b += 32;
+    }
+    if (!g) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            _mm512_storeu_ps(to + r * 32, lo[r]);
+            _mm512_storeu_ps(to + r * 32 + 16, hi[r]);
+        }
+        return;
+    }
+    const __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
+    const int64_t ld = g->ldc;
+    if (g->beta == 0.0f) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            _mm512_storeu_ps(to + r * ld, _mm512_mul_ps(alpha, lo[r]));
+            _mm512_storeu_ps(to + r * ld + 16, _mm512_mul_ps(alpha, hi[r]));
+        }
+        return;
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        float *cr = to + r * ld;
+        _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_mul_ps(alpha, lo[r]), _mm512_mul_ps(beta, _mm512_loadu_ps(cr))));
+        _mm512_storeu_ps(cr + 16,
+                         _mm512_add_ps(_mm512_mul_ps(alpha, hi[r]), _mm512_mul_ps(beta, _mm512_loadu_ps(cr + 16))));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t ks,
+                                                             const float *b, const float *from, float *to,
+                                                             const td_gemm_params *g)
+{
+    __m256 lo[6], hi[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        lo[r] = from ? _mm256_loadu_ps(from + r * 16) : _mm256_setzero_ps();
+        hi[r] = from ? _mm256_loadu_ps(from + r * 16 + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            const __m256 x = _mm256_broadcast_ss(&a[r * rs]);
+            lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+            hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+        }
+        a += ks;
+        b += 16;
+    }
+    if (!g) {
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            _mm256_storeu_ps(to + r * 16, lo[r]);
+            _mm256_storeu_ps(to + r * 16 + 8, hi[r]);
+        }
+        return;
+    }
+    const __m256 alpha = _mm256_set1_ps(g->alpha), beta = _mm256_set1_ps(g->beta);
+    const int64_t ld = g->ldc;
+    if (g->beta == 0.0f) {
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            _mm256_storeu_ps(to + r * ld, _mm256_mul_ps(alpha, lo[r]));
+            _mm256_storeu_ps(to + r * ld + 8, _mm256_mul_ps(alpha, hi[r]));
+        }
+        return;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        float *cr = to + r * ld;
+        _mm256_storeu_ps(cr, _mm256_add_ps(_mm256_mul_ps(alpha, lo[r]), _mm256_mul_ps(beta, _mm256_loadu_ps(cr))));
+        _mm256_storeu_ps(cr + 8,
+                         _mm256_add_ps(_mm256_mul_ps(alpha, hi[r]), _mm256_mul_ps(beta, _mm256_loadu_ps(cr + 8))));
+    }
+}
+
+/* Columns [j0, j0+nc) and k-range [p0, p0+kc) of op(B) as panels of nr
+ * columns, each stored k-major (nr values per p), columns past nc zero. */
+static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
+                   int nr, float *restrict dst)
+{
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+        const int64_t cols = nc - jr < nr ? nc - jr : nr;
+        if (!g->trans_b) {
+            for (int64_t p = 0; p < kc; p++, dst += nr) {
+                const float *src = b + (p0 + p) * g->ldb + j0 + jr;
+                for (int64_t q = 0; q < cols; q++)
+                    dst[q] = src[q];
+                for (int64_t q = cols; q < nr; q++)
+                    dst[q] = 0.0f;
+            }
+            continue;
+        }
+        /* op(B) = B^T: column j of op(B) is row j of B, contiguous in p;
+         * walk it that way and scatter into the panel. */
+        for (int64_t q = 0; q < cols; q++) {
+            const float *src = b + (j0 + jr + q) * g->ldb + p0;
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * nr + q] = src[p];
+        }
+        for (int64_t q = cols; q < nr; q++)
+            for (int64_t p = 0; p < kc; p++)
+                dst[p * nr + q] = 0.0f;
+        dst += kc * nr;
+    }
+}
+
+/* Rows [i0, i0+rows) (rows < mr) and k-range [p0, p0+kc) of op(A) as one
+ * panel stored k-major (mr values per p), rows past `rows` zero. */
+static void pack_a_edge(const td_gemm_params *g, const float *a, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
+                        int mr, float *restrict dst)
+{
+    for (int64_t p = 0; p < kc; p++, dst += mr) {
+        for (int64_t r = 0; r < rows; r++)
+            dst[r] = op_a(g, a, i0 + r, p0 + p);
+        for (int64_t r = rows; r < mr; r++)
+            dst[r] = 0.0f;
+    }
+}
+
+/* The blocked loops: NC columns of C, MC rows, k in equal blocks of at
+ * most KC_MAX, then NR-column panels and MR-row micro-tiles. */
+static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, const float *b, fma_scratch *s,
+                         fma_kernel *kernel, int mr, int nr)
+{
+    const int64_t kblocks = (g->k + KC_MAX - 1) / KC_MAX, kc_even = (g->k + kblocks - 1) / kblocks;
+    const int64_t row_step = g->trans_a ? 1 : g->lda, k_step = g->trans_a ? g->lda : 1;
+    for (int64_t j0 = 0; j0 < g->n; j0 += NC) {
+        const int64_t nc = g->n - j0 < NC ? g->n - j0 : NC;
+        for (int64_t i0 = 0; i0 < g->m; i0 += MC) {
+            const int64_t mc = g->m - i0 < MC ? g->m - i0 : MC;
+            const int64_t whole_rows = mc / mr * mr;
+            for (int64_t p0 = 0; p0 < g->k; p0 += kc_even) {
+                const int64_t kc = g->k - p0 < kc_even ? g->k - p0 : kc_even;
+                const bool first = p0 == 0, last = p0 + kc == g->k;
+                pack_b(g, b, j0, nc, p0, kc, nr, s->b);
+                if (whole_rows < mc)
+                    pack_a_edge(g, a, i0 + whole_rows, mc - whole_rows, p0, kc, mr, s->a);
+                float *partial = s->acc;
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    const int64_t cols = nc - jr < nr ? nc - jr : nr;
+                    const float *bp = &s->b[jr * kc];
+                    for (int64_t ir = 0; ir < mc; ir += mr, partial += mr * nr) {
+                        const float *from = first ? NULL : partial;
+                        const bool whole = ir < whole_rows;
+                        const float *ap = whole ? a + (i0 + ir) * row_step + p0 * k_step : s->a;
+                        const int64_t rs = whole ? row_step : 1, ks = whole ? k_step : mr;
+                        float *ct = &c[(i0 + ir) * g->ldc + j0 + jr];
+                        if (!last) {
+                            kernel(kc, ap, rs, ks, bp, from, partial, NULL);
+                        } else if (whole && cols == nr) {
+                            kernel(kc, ap, rs, ks, bp, from, ct, g);
+                        } else {
+                            float sums[MR_MAX * NR_MAX];
+                            kernel(kc, ap, rs, ks, bp, from, sums, NULL);
+                            const int64_t rows = mc - ir < mr ? mc - ir : mr;
+                            for (int64_t r = 0; r < rows; r++)
+                                for (int64_t q = 0; q < cols; q++)
+                                    ct[r * g->ldc + q] = finish(g, sums[r * nr + q], &ct[r * g->ldc + q]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
+bool td_cpu_gemm_own_fma_isa_runs(td_gemm_fma_isa isa)
+{
+    switch (isa) {
+    case TD_GEMM_FMA_PORTABLE:
+        return true;
+#if FMA_X86
+    case TD_GEMM_FMA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case TD_GEMM_FMA_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f");
+#endif
+    default:
+        return false;
+    }
+}
+
+static td_gemm_fma_isa best_isa;
+static td_once best_once = TD_ONCE_INITIALIZER;
+
+static void find_best_isa(void)
+{
+    best_isa = td_cpu_gemm_own_fma_isa_runs(TD_GEMM_FMA_AVX512) ? TD_GEMM_FMA_AVX512
+               : td_cpu_gemm_own_fma_isa_runs(TD_GEMM_FMA_AVX2) ? TD_GEMM_FMA_AVX2
+                                                                 : TD_GEMM_FMA_PORTABLE;
+}
+
+td_gemm_fma_isa td_cpu_gemm_own_fma_best_isa(void)
+{
+    td_once_run(&best_once, find_best_isa);
+    return best_isa;
+}
+
+const char *td_cpu_gemm_own_fma_isa_name(td_gemm_fma_isa isa)
+{
+    switch (isa) {
+    case TD_GEMM_FMA_AVX2:
+        return "avx2";
+    case TD_GEMM_FMA_AVX512:
+        return "avx512";
+    default:
+        return "portable";
+    }
+}
+
+bool td_cpu_gemm_own_fma_on(td_gemm_fma_isa isa, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    if (!td_cpu_gemm_own_fma_isa_runs(isa))
+        return false;
+    if (g->m <= 0 || g->n <= 0)
+        return true;
+    if (g->k <= 0) {
+        /* No products: C = beta C, and beta == 0 does not read C. */
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++)
+                c[i * g->ldc + j] = g->beta == 0.0f ? 0.0f : g->beta * c[i * g->ldc + j];
+        return true;
+    }
+#if FMA_X86
+    fma_scratch *s = isa == TD_GEMM_FMA_PORTABLE ? NULL : thread_scratch();
+    if (s && isa == TD_GEMM_FMA_AVX512) {
+        gemm_blocked(g, c, a, b, s, kernel_avx512, 12, 32);
+        return true;
+    }
+    if (s && isa == TD_GEMM_FMA_AVX2) {
+        gemm_blocked(g, c, a, b, s, kernel_avx2, 6, 16);
+        return true;
+    }
+#else
+    (void)thread_scratch;
+#endif
+    gemm_portable(g, c, a, b);
+    return true;
+}
+
+void td_cpu_gemm_own_fma(const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    td_cpu_gemm_own_fma_on(td_cpu_gemm_own_fma_best_isa(), g, c, a, b);
+}
