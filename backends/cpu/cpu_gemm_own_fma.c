@@ -28,7 +28,8 @@
  * k; between k-blocks the sums wait in a per-thread buffer (stored and
  * reloaded floats: no change). The micro-tile is 12 x 32 on AVX-512 (24 of
  * the 32 registers hold sums: enough independent chains to cover the FMA
- * latency on two units) and 6 x 16 on AVX2 (12 of 16). MR divides 192, the
+ * latency on two units; 12 x 16 when C has at most 16 columns) and 6 x 16
+ * on AVX2 (12 of 16). MR divides 192, the
  * rows of a cancel tile or host-pool part, so parts do not cut micro-tiles
  * (that would cost time only, never bits). k is cut into equal blocks of
  * at most KC_MAX, so a 3x3 convolution's k = 288 or an MLP's 784 is one or
@@ -178,6 +179,42 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int64_t kc, const f
     }
 }
 
+/* 12 x 16 on AVX-512, for C of at most 16 columns (an MLP's 10-class
+ * head): a 32-wide panel would be two thirds padding there. 12 sums in
+ * flight still cover the FMA latency. */
+__attribute__((target("avx512f"))) static void kernel_avx512_narrow(int64_t kc, const float *a, int64_t rs,
+                                                                     int64_t ks, const float *b, const float *from,
+                                                                     float *to, const td_gemm_params *g)
+{
+    __m512 acc[12];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++)
+        acc[r] = from ? _mm512_loadu_ps(from + r * 16) : _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs]), b0, acc[r]);
+        a += ks;
+        b += 16;
+    }
+    if (!g) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++)
+            _mm512_storeu_ps(to + r * 16, acc[r]);
+        return;
+    }
+    const __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
+    const int64_t ld = g->ldc;
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        __m512 v = _mm512_mul_ps(alpha, acc[r]);
+        if (g->beta != 0.0f)
+            v = _mm512_add_ps(v, _mm512_mul_ps(beta, _mm512_loadu_ps(to + r * ld)));
+        _mm512_storeu_ps(to + r * ld, v);
+    }
+}
+
 __attribute__((target("avx2,fma"))) static void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t ks,
                                                              const float *b, const float *from, float *to,
                                                              const td_gemm_params *g)
@@ -285,7 +322,12 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
             for (int64_t p0 = 0; p0 < g->k; p0 += kc_even) {
                 const int64_t kc = g->k - p0 < kc_even ? g->k - p0 : kc_even;
                 const bool first = p0 == 0, last = p0 + kc == g->k;
-                pack_b(g, b, j0, nc, p0, kc, nr, s->b);
+                /* With one k-block the packed panels stay valid for every
+                 * block of rows: packed once per NC columns. (Repacking
+                 * a transposed B per block of rows cost a quarter of an
+                 * MLP's input-gradient GEMM.) */
+                if (kblocks > 1 || i0 == 0)
+                    pack_b(g, b, j0, nc, p0, kc, nr, s->b);
                 if (whole_rows < mc)
                     pack_a_edge(g, a, i0 + whole_rows, mc - whole_rows, p0, kc, mr, s->a);
                 float *partial = s->acc;
@@ -380,7 +422,10 @@ bool td_cpu_gemm_own_fma_on(td_gemm_fma_isa isa, const td_gemm_params *g, float 
 #if FMA_X86
     fma_scratch *s = isa == TD_GEMM_FMA_PORTABLE ? NULL : thread_scratch();
     if (s && isa == TD_GEMM_FMA_AVX512) {
-        gemm_blocked(g, c, a, b, s, kernel_avx512, 12, 32);
+        if (g->n <= 16)
+            gemm_blocked(g, c, a, b, s, kernel_avx512_narrow, 12, 16);
+        else
+            gemm_blocked(g, c, a, b, s, kernel_avx512, 12, 32);
         return true;
     }
     if (s && isa == TD_GEMM_FMA_AVX2) {
