@@ -60,7 +60,7 @@ static const shape shapes[] = {
     {1024, 784, 512, 0, 1, "mlp b1024 l1 dX"},    {100352, 32, 9, 0, 0, "cnn conv1"},
     {9, 32, 100352, 1, 0, "cnn conv1 dW"},        {25088, 64, 288, 0, 0, "cnn conv2"},
     {288, 64, 25088, 1, 0, "cnn conv2 dW"},       {25088, 288, 64, 0, 1, "cnn conv2 dX"},
-    {768, 128, 384, 0, 0, "gpt char"},            {768, 512, 128, 0, 0, "gpt char"},
+    {768, 128, 384, 0, 0, "gpt 768x128x384"},     {768, 512, 128, 0, 0, "gpt 768x512x128"},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -599,7 +599,7 @@ static void conv_table(void)
             row("conv", cs->label, name, flops, time_median(im2col_weight_grad, &j), 0, "weight gradient");
             if (cs->input_grad)
                 row("conv", cs->label, name, flops, time_median(im2col_input_grad, &j), 0,
-                    "input gradient (GEMM + col2im)");
+                    "input gradient");
         }
         im2col_forward(&j); /* OpenBLAS's y: the check for oneDNN's */
         dnnl_convs(cs, dnnl_f32, j.y, &j);

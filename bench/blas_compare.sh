@@ -12,7 +12,8 @@
 # package would switch the system's libblas / cblas.h alternatives for
 # everyone). The bench is compiled here against them with explicit
 # -I / -L / rpath, and against tandem's sources for the own GEMMs and the
-# reference im2col / col2im / pooling. Output: JSON lines under
+# reference im2col / col2im / pooling (tandem's input gradient of a conv is
+# its GEMM and col2im, timed together). Output: JSON lines under
 # BUILD_DIR/blas_compare/round-R-*.jsonl, and a table of medians over the
 # rounds on stdout. Needs a configured, built BUILD_DIR (bench/gemm).
 set -euo pipefail
@@ -60,31 +61,75 @@ for r in $(seq 1 "$rounds"); do
     uptime
 done
 
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" <<'PY'
+# Medians over the rounds, as Markdown tables (bench/RESULTS.md, "GEMM engines").
 import collections, glob, json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-rates = collections.defaultdict(list)
-notes = {}
+out = sys.argv[1]
+gemm = collections.defaultdict(list)   # (shape label, m, n, k) -> {column: [GFLOP/s]}
+conv = collections.defaultdict(list)   # (kind, shape, direction) -> {column: [ms]}
+impl = {}
+shape_dims = {}
 for path in sorted(glob.glob(out + "/round-*.jsonl")):
-    tag = path.rsplit("-", 1)[1].split(".")[0]  # env, avx512, tandem
+    tag = path.rsplit("/", 1)[1].split("-", 2)[2].split(".")[0]  # t1-env, t1-avx512, t2-avx512, t2-tandem
     for line in open(path):
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        if "engine" in e:  # blas_compare
-            engine = e["engine"]
-            if engine == "openblas":
-                engine += " (Haswell)" if tag == "env" else " (own choice)"
-            key = (e["kind"], e["shape"], engine, e["threads"], e["note"].split(",")[0])
-            rates[key].append(e["gflops"])
-            notes[key] = e["note"]
-        else:  # bench/gemm through the host pool
-            key = ("gemm-pool", "%dx%dx%d" % (e["m"], e["n"], e["k"]), e["backend"], 2, e["shape"])
-            rates[key].append(e["gflops"])
-for key in sorted(rates):
-    kind, shape, engine, threads, note = key
-    v = rates[key]
-    print("%-9s %-17s %-26s %d  %8.1f  (%d runs)  %s" % (kind, shape, engine, threads, statistics.median(v), len(v),
-                                                    notes.get(key, note)))
+        if "engine" not in e:  # bench/gemm through the host pool, 2 threads
+            name = {"cpu/cblas": "pool: cblas (Haswell)", "cpu/own": "pool: own",
+                    "cpu/own-fma": "pool: own-fma"}.get(e["backend"])
+            if name:
+                gemm[("pool %dx%dx%d" % (e["m"], e["n"], e["k"]), name)].append(e["gflops"])
+            continue
+        engine = e["engine"].replace("openblas", "OpenBLAS Haswell" if tag == "t1-env" else "OpenBLAS own choice")
+        if e["threads"] == 2:
+            engine += " x2"
+        if e["kind"] == "gemm":
+            gemm[(e["shape"], engine)].append(e["gflops"])
+        else:
+            direction = e["note"].split(",")[0].split(";")[0]
+            conv[(e["kind"], e["shape"], direction, engine)].append(e["seconds"] * 1e3)
+            if "," in e["note"]:
+                impl["%s, %s" % (engine, direction)] = e["note"].split(", ", 1)[1]
+med = lambda v: statistics.median(v) if v else float("nan")
+def table(rows, cols, cells, fmt):
+    print("| | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for r in rows:
+        print("| %s | " % r + " | ".join(fmt(cells.get((r, c), []), c) for c in cols) + " |")
+    print()
+shapes = []
+for (sh, _e) in gemm:
+    if sh not in shapes and not sh.startswith("pool "):
+        shapes.append(sh)
+one = ["OpenBLAS Haswell", "OpenBLAS own choice", "blis (generic)", "blis (skx)", "dnnl_sgemm", "dnnl_matmul",
+       "own", "own-fma"]
+rounds = len(glob.glob(out + "/round-*-t1-env.jsonl"))
+print("GEMM, one core, GFLOP/s (median of %d rounds)\n" % rounds)
+table(shapes, one, gemm, lambda v, c: "%.1f" % med(v) if v else "")
+two = ["OpenBLAS own choice x2", "blis (skx) x2", "dnnl_sgemm x2", "dnnl_matmul x2"]
+print("GEMM, both cores (the libraries' own threads), GFLOP/s\n")
+table(shapes, two, gemm, lambda v, c: "%.1f" % med(v) if v else "")
+pool_rows = sorted({sh for (sh, e) in gemm if sh.startswith("pool ")},
+                   key=lambda s: [int(x) for x in s.split(" ")[1].split("x")])
+print("GEMM, both cores through the host pool (bench/gemm --cpu-threads 2), GFLOP/s\n")
+table(pool_rows, ["pool: cblas (Haswell)", "pool: own", "pool: own-fma"], gemm,
+      lambda v, c: "%.1f" % med(v) if v else "")
+keys = []
+for (kind, sh, d, e) in conv:
+    if (kind, sh, d) not in keys:
+        keys.append((kind, sh, d))
+cols = []
+for (kind, sh, d, e) in conv:
+    if e not in cols:
+        cols.append(e)
+cells = {("%s: %s" % (k1, k2), e): v for (k0, k1, k2, e), v in conv.items()}
+for kind, title in (("conv", "Convolution"), ("pool", "Max pooling 2x2")):
+    print("%s, batch 128, ms (median)\n" % title)
+    table(["%s: %s" % (k[1], k[2]) for k in keys if k[0] == kind],
+          [e for e in cols if any(k[0] == kind and k[3] == e for k in conv)], cells,
+          lambda v, c: "%.3f" % med(v) if v else "")
+for e, i in sorted(impl.items()):
+    print("- %s: %s" % (e, i))
 PY

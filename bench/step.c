@@ -218,6 +218,23 @@ static double median_of(const double *v, int n)
     return m;
 }
 
+/* What the cpu backend says its GEMM engine is (td_backend_info.runtime:
+ * "GEMM own-fma (avx512)", "GEMM cblas", ...), for the rows. */
+static char cpu_gemm[256] = "";
+
+static void find_cpu_gemm(td_context *ctx)
+{
+    uint32_t n = 0;
+    if (td_backend_count(ctx, &n) != TD_OK)
+        return;
+    for (uint32_t b = 0; b < n; b++) {
+        td_backend_info bi;
+        td_backend_info_init(&bi);
+        if (td_backend_query(ctx, b, &bi) == TD_OK && strcmp(bi.name, "cpu") == 0)
+            snprintf(cpu_gemm, sizeof cpu_gemm, "%s", bi.runtime);
+    }
+}
+
 static void report(const run *r, const char *label, uint32_t processes, const char *spec, const options *o,
                    double reference, bool identical)
 {
@@ -228,16 +245,17 @@ static void report(const run *r, const char *label, uint32_t processes, const ch
         printf("{\"bench\":\"step\",\"run\":\"%s\",\"model\":\"%s\",\"processes\":%u,\"devices\":\"%s\","
                "\"global_devices\":%u,\"batch\":%lld,\"steps\":%d,\"median_step_s\":%.6g,\"samples_per_s\":%.1f,"
                "\"compute_s\":%.6g,\"allreduce_s\":%.6g,\"update_s\":%.6g,\"reference_over_this\":%.3f,"
-               "\"last_loss\":%.6f,\"replicas_identical\":%s}\n",
+               "\"last_loss\":%.6f,\"replicas_identical\":%s,\"cpu_gemm\":\"%s\"}\n",
                label, o->model, processes, spec, r->global, (long long)o->batch, r->timed, step,
                (double)o->batch / step, compute, allreduce, update, reference > 0 ? reference / step : 1.0,
-               (double)r->losses[r->next_step - 1], identical ? "true" : "false");
+               (double)r->losses[r->next_step - 1], identical ? "true" : "false", cpu_gemm);
     else
         printf("%-9s %-6s %2u x %-6s N=%-3u B=%lld: median step %.4f s (%.0f samples/s; %d steps), device 0: "
-               "compute %.4f, all-reduce %.4f, update %.4f s; reference/this %.3f; last loss %.6f; replicas %s\n",
+               "compute %.4f, all-reduce %.4f, update %.4f s; reference/this %.3f; last loss %.6f; replicas %s; "
+               "cpu: %s\n",
                label, o->model, processes, spec, r->global, (long long)o->batch, step, (double)o->batch / step,
                r->timed, compute, allreduce, update, reference > 0 ? reference / step : 1.0,
-               (double)r->losses[r->next_step - 1], identical ? "identical" : "DIFFER");
+               (double)r->losses[r->next_step - 1], identical ? "identical" : "DIFFER", cpu_gemm);
     fflush(stdout);
 }
 
@@ -286,6 +304,7 @@ int main(int argc, char **argv)
     td_status s = td_context_create(&co, &ctx);
     if (s != TD_OK)
         return 1;
+    find_cpu_gemm(ctx);
     const bool joined = td_processes_available() && td_processes_launched();
     if (joined && (s = td_processes_join(ctx)) != TD_OK)
         fail_with(ctx, "td_processes_join", s);
