@@ -95,6 +95,9 @@ Test(cpu_gemm_own_fma, every_path_is_bitwise_the_rule)
         {1, 1, 1, 0, 1.0f, 0.0f},         {7, 17, 5, 3, 1.0f, 0.0f},       {97, 513, 257, 0, 0.5f, 1.0f},
         {200, 70, 600, 5, -1.0f, 0.25f},  {128, 10, 128, 0, 1.0f, 0.0f},   {13, 300, 1100, 2, 2.0f, -1.0f},
         {385, 64, 9, 0, 1.0f, 0.0f},      {9, 32, 1500, 1, 1.0f, 0.0f},    {24, 96, 512, 0, 1.0f, 1.0f},
+        /* B of exactly one panel (32 columns on AVX-512, 16 on AVX2),
+         * unpadded: read in place, over several k-blocks. */
+        {9, 32, 1500, 0, 1.0f, 0.0f},     {50, 32, 700, 0, 0.5f, 1.0f},    {30, 16, 1100, 0, 1.0f, 0.0f},
     };
     static const td_gemm_fma_isa isas[] = {TD_GEMM_FMA_PORTABLE, TD_GEMM_FMA_AVX2, TD_GEMM_FMA_AVX512};
     int paths = 0;
