@@ -17,7 +17,9 @@
  *   dnnl_matmul  oneDNN's matmul primitive (created outside the timing)
  *   own, own-fma tandem's own GEMMs (backends/cpu), one thread only: on two
  *                cores they run through the host pool, bench/gemm
- *                --cpu-threads 2 measures that
+ *                --cpu-threads 2 measures that; "own-fma avx2" is the FMA
+ *                GEMM's AVX2 path on a CPU whose best is AVX-512 (what a
+ *                CPU without AVX-512 would run)
  * Every result is checked against OpenBLAS's (normalised MSE < 1e-8).
  *
  * Convolution and pooling rows, batch 128, NHWC as tandem stores images:
@@ -146,8 +148,9 @@ typedef struct gemm_job {
     dnnl_memory_t ma, mb, mc;
 } gemm_job;
 
-enum { E_OPENBLAS, E_BLIS, E_DNNL_SGEMM, E_DNNL_MATMUL, E_OWN, E_OWN_FMA, E_COUNT };
-static const char *engine_names[E_COUNT] = {"openblas", "blis", "dnnl_sgemm", "dnnl_matmul", "own", "own-fma"};
+enum { E_OPENBLAS, E_BLIS, E_DNNL_SGEMM, E_DNNL_MATMUL, E_OWN, E_OWN_FMA, E_OWN_FMA_AVX2, E_COUNT };
+static const char *engine_names[E_COUNT] = {"openblas", "blis",    "dnnl_sgemm",  "dnnl_matmul",
+                                            "own",      "own-fma", "own-fma avx2"};
 
 static td_gemm_params params_of(const shape *s)
 {
@@ -183,6 +186,9 @@ static void run_gemm(void *arg)
         break;
     case E_OWN_FMA:
         td_cpu_gemm_own_fma(&g, j->c, j->a, j->b);
+        break;
+    case E_OWN_FMA_AVX2:
+        td_cpu_gemm_own_fma_on(TD_GEMM_FMA_AVX2, &g, j->c, j->a, j->b);
         break;
     }
 }
@@ -227,7 +233,12 @@ static void gemm_table(void)
         fill(b, bn, 1000u + (uint32_t)i);
         const double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
         for (int e = 0; e < E_COUNT; e++) {
-            if ((e == E_OWN || e == E_OWN_FMA) && threads != 1)
+            if ((e == E_OWN || e == E_OWN_FMA || e == E_OWN_FMA_AVX2) && threads != 1)
+                continue;
+            /* The AVX2 path where the best one is another: what a CPU with
+             * AVX2 and FMA but no AVX-512 would run. */
+            if (e == E_OWN_FMA_AVX2 && (td_cpu_gemm_own_fma_best_isa() == TD_GEMM_FMA_AVX2 ||
+                                        !td_cpu_gemm_own_fma_isa_runs(TD_GEMM_FMA_AVX2)))
                 continue;
             if (e == E_BLIS && !blis_sgemm)
                 continue;

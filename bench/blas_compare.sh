@@ -104,7 +104,7 @@ for (sh, _e) in gemm:
     if sh not in shapes and not sh.startswith("pool "):
         shapes.append(sh)
 one = ["OpenBLAS Haswell", "OpenBLAS own choice", "blis (generic)", "blis (skx)", "dnnl_sgemm", "dnnl_matmul",
-       "own", "own-fma"]
+       "own", "own-fma", "own-fma avx2"]
 rounds = len(glob.glob(out + "/round-*-t1-env.jsonl"))
 print("GEMM, one core, GFLOP/s (median of %d rounds)\n" % rounds)
 table(shapes, one, gemm, lambda v, c: "%.1f" % med(v) if v else "")
