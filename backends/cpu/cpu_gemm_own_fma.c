@@ -29,9 +29,9 @@
  * reloaded floats: no change). The micro-tile is 12 x 32 on AVX-512 (24 of
  * the 32 registers hold sums: enough independent chains to cover the FMA
  * latency on two units; 12 x 16 when C has at most 16 columns) and 6 x 16
- * on AVX2 (12 of 16). MR divides 192, the
- * rows of a cancel tile or host-pool part, so parts do not cut micro-tiles
- * (that would cost time only, never bits). k is cut into equal blocks of
+ * on AVX2 (12 of 16). MR divides 192, the rows of a cancel tile or
+ * host-pool part, so parts do not cut micro-tiles (that would cost time
+ * only, never bits). k is cut into equal blocks of
  * at most KC_MAX, so a 3x3 convolution's k = 288 or an MLP's 784 is one or
  * two blocks rather than a block and a sliver.
  *
@@ -76,21 +76,24 @@ static void make_scratch_slot(void)
     scratch_slot_ok = td_thread_slot_create(&scratch_slot) == 0;
 }
 
-/* This thread's scratch, allocated on its first call; NULL if that failed. */
+/* This thread's scratch, allocated on its first call; NULL if that failed.
+ * Aligned to a cache line by hand (the slot frees what malloc gave, on
+ * every system): a 64-byte load of a packed panel then never straddles
+ * two lines. */
 static fma_scratch *thread_scratch(void)
 {
     td_once_run(&scratch_once, make_scratch_slot);
     if (!scratch_slot_ok)
         return NULL;
-    fma_scratch *s = td_thread_slot_get(&scratch_slot);
-    if (!s) {
-        s = malloc(sizeof *s);
-        if (s && td_thread_slot_set(&scratch_slot, s) != 0) {
-            free(s);
-            s = NULL;
+    void *block = td_thread_slot_get(&scratch_slot);
+    if (!block) {
+        block = malloc(sizeof(fma_scratch) + 64);
+        if (block && td_thread_slot_set(&scratch_slot, block) != 0) {
+            free(block);
+            block = NULL;
         }
     }
-    return s;
+    return block ? (fma_scratch *)(((uintptr_t)block + 63) & ~(uintptr_t)63) : NULL;
 }
 
 static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
