@@ -3,13 +3,14 @@
  *   gemm [--devices SPEC] [--json] [--reps N] [--max-size N] [--cpu-threads N]
  *
  * For every device of the mesh (default "cpu:1") and every shape (squares
- * 64..1024 and the demos' layer shapes) prints the median time of several
+ * 64..1024, the demos' layer shapes and the CNN's conv GEMMs) prints the median time of several
  * runs of one GEMM segment (enqueue, submit, wait) and its GFLOP/s, next to
  * cblas_sgemm on the host measured in the same run. OpenCL devices get two
  * rows per shape, "opencl/clblast" and "opencl/own" (TD_OPENCL_GEMM forces
  * the path), which is how the backend's selection rule was measured; CPU
- * devices likewise get "cpu/cblas" and "cpu/own" (TD_CPU_GEMM: tandem's
- * own blocked GEMM, what a -Dblas=none build runs), and then once more
+ * devices likewise get "cpu/cblas", "cpu/own" (TD_CPU_GEMM: tandem's
+ * own blocked GEMM, what a -Dblas=none build runs) and "cpu/own-fma" (its
+ * fused multiply-add variant, the default on CPUs with FMA), and then once more
  * "cpu/deterministic", from a second context in deterministic mode
  * (td_context_options.deterministic, which runs the own GEMM whatever
  * TD_CPU_GEMM says: set to cblas there to show it). Each
