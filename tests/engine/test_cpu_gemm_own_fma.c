@@ -98,6 +98,8 @@ Test(cpu_gemm_own_fma, every_path_is_bitwise_the_rule)
         /* B of exactly one panel (32 columns on AVX-512, 16 on AVX2),
          * unpadded: read in place, over several k-blocks. */
         {9, 32, 1500, 0, 1.0f, 0.0f},     {50, 32, 700, 0, 0.5f, 1.0f},    {30, 16, 1100, 0, 1.0f, 0.0f},
+        /* Narrow C and k over several blocks: blocks of more than MC rows. */
+        {1700, 40, 600, 3, 1.0f, 0.5f},
     };
     static const td_gemm_fma_isa isas[] = {TD_GEMM_FMA_PORTABLE, TD_GEMM_FMA_AVX2, TD_GEMM_FMA_AVX512};
     int paths = 0;
