@@ -46,6 +46,7 @@ cc=${CC:-cc}
 
 blis=$lib/blis-pthread/libblis.so.4
 bench=$out/blas_compare
+rm -f "$out"/round-*.jsonl # the tables are of this run's rounds only
 uptime
 for r in $(seq 1 "$rounds"); do
     # One core: the environment's OpenBLAS kernel and BLIS's own choice of
