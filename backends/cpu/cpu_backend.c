@@ -443,7 +443,10 @@ static void run_task(void *arg, int64_t task)
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
     if (r->parts) {
-        td_cpu_split_part(&r->calls[0], r->parts, task, &part);
+        if (r->calls[0].kernel == TD_KERNEL_GEMM)
+            td_cpu_gemm_split_part(&r->calls[0], r->gemm_engine, r->parts, task, &part);
+        else
+            td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
     if (!run_call(r->dev, r->gemm_engine, c))
@@ -466,7 +469,11 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
             return TD_ERR_DEVICE_LOST;
         const td_kernel_call *c = &seg->calls[i];
         size_t run = seg->run_end[i] - i;
-        int64_t parts = team > 1 && run == 1 ? td_cpu_split_parts(c, team, td_host_pool_split_everything(dev->pool)) : 1;
+        const bool any_size = td_host_pool_split_everything(dev->pool);
+        int64_t parts = 1;
+        if (team > 1 && run == 1)
+            parts = c->kernel == TD_KERNEL_GEMM ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size)
+                                                : td_cpu_split_parts(c, team, any_size);
         if (team > 1 && (run > 1 || parts > 1)) {
             shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);

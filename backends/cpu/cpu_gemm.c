@@ -40,6 +40,7 @@
 #include "cpu_gemm.h"
 #include "cpu_gemm_own.h"
 #include "cpu_gemm_own_fma.h"
+#include "cpu_split.h"
 #include "td_platform.h"
 
 #ifdef TD_HAVE_CBLAS
@@ -105,6 +106,44 @@ const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine)
     default:
         return "own-fma";
     }
+}
+
+/* The own GEMMs' part granule (MR is 12 or 6) and the least work worth a
+ * part (cpu_split.c's for GEMMs: about 20 us on one current core). */
+#define OWN_PART_ROWS 12
+#define OWN_PART_MIN_MACS 1048576.0
+
+int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engine, uint32_t team, bool any_size)
+{
+    if (engine == TD_CPU_GEMM_CBLAS)
+        return td_cpu_split_parts(c, team, any_size);
+    const td_gemm_params *g = &c->p.gemm;
+    if (team <= 1 || g->k <= 0 || g->m <= 0 || g->n <= 0)
+        return 1;
+    int64_t parts = (g->m + OWN_PART_ROWS - 1) / OWN_PART_ROWS;
+    if (parts > (int64_t)team)
+        parts = team;
+    const double work = (double)g->m * (double)g->n * (double)g->k;
+    if (!any_size && (double)parts * OWN_PART_MIN_MACS > work)
+        parts = (int64_t)(work / OWN_PART_MIN_MACS);
+    return parts < 1 ? 1 : parts;
+}
+
+void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
+                            td_kernel_call *sub)
+{
+    if (engine == TD_CPU_GEMM_CBLAS) {
+        td_cpu_split_part(c, parts, part, sub);
+        return;
+    }
+    *sub = *c;
+    const td_gemm_params *g = &c->p.gemm;
+    const int64_t panels = (g->m + OWN_PART_ROWS - 1) / OWN_PART_ROWS;
+    const int64_t begin = OWN_PART_ROWS * (part * panels / parts);
+    const int64_t end = part + 1 == parts ? g->m : OWN_PART_ROWS * ((part + 1) * panels / parts);
+    sub->out.offset += (uint64_t)(begin * g->ldc);
+    sub->a.offset += (uint64_t)(g->trans_a ? begin : begin * g->lda);
+    sub->p.gemm.m = end - begin;
 }
 
 int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)

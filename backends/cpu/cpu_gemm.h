@@ -40,6 +40,17 @@ const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine);
  * multiple of TD_CPU_GEMM_TILE_ROWS, the last tile taking the remainder. */
 int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g);
 
+/* The host pool's parts of a GEMM call on `engine` (cpu_backend.c). On
+ * CBLAS, cpu_split.c's: whole 192-row tiles, the rule under which a part is
+ * bitwise the single call. The own GEMMs' bits depend on no split of the
+ * rows, so their parts are balanced runs of whole 12-row micro-panels
+ * (a multiple of every MR): a 128- or 256-row MLP layer gets two even
+ * parts instead of one, or 192 + 64. Same contract as td_cpu_split_parts
+ * and td_cpu_split_part (cpu_split.h). */
+int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engine, uint32_t team, bool any_size);
+void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
+                            td_kernel_call *sub);
+
 /* C = alpha op(A) op(B) + beta C (td_kernel.h) on `engine`, tile by tile.
  * Before each tile it reads *cancel (atomically; NULL: never cancelled)
  * and returns false, C partly written, once it is set; true when all of C

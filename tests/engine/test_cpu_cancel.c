@@ -114,10 +114,11 @@ static void check_tiles_are_one_call(td_cpu_gemm_engine engine)
     }
 }
 
-/* The host pool's GEMM parts (cpu_split.c): a call cut into 2 to 4 parts
- * at multiples of 192 rows, the last taking the rest (a 256-row call is
- * 192 + 64), each part run as its own tiled call: bit for bit the single
- * CBLAS call, for the GPT's shapes (124M's 256-row forward, the character
+/* The host pool's GEMM parts (td_cpu_gemm_split_part: cpu_split.c's on
+ * CBLAS): a call cut into 2 to 4 parts at multiples of 192 rows on CBLAS,
+ * the last taking the rest (a 256-row call is 192 + 64), or into even runs
+ * of 12 rows on the own GEMMs, each part run as its own tiled call: bit for
+ * bit the single call, for the GPT's shapes (124M's 256-row forward, the character
  * model's 768-row one and their weight gradients) and awkward ones. */
 static void check_parts_are_one_call(td_cpu_gemm_engine engine)
 {
@@ -126,6 +127,10 @@ static void check_parts_are_one_call(td_cpu_gemm_engine engine)
         {768, 3072, 256, 1, 0, 0, 0, 1.0f, 1.0f}, {768, 384, 128, 0, 0, 0, 0, 1.0f, 0.0f},
         {512, 128, 768, 1, 0, 0, 0, 1.0f, 1.0f},  {500, 300, 64, 0, 0, 4, 20, 0.5f, 0.25f},
         {777, 256, 128, 1, 1, 0, 0, 1.0f, 0.0f},  {2000, 512, 784, 0, 0, 0, 0, 1.0f, 0.0f},
+        /* MLP layers at batch 128 and 256 and their gradients: parts for
+         * the own GEMMs only (CBLAS keeps them whole or 192 + 64). */
+        {128, 512, 784, 0, 0, 0, 0, 1.0f, 0.0f},  {256, 512, 512, 0, 1, 0, 0, 1.0f, 0.0f},
+        {130, 10, 512, 0, 0, 3, 2, 1.0f, 0.5f},
     };
     if (openblas_set_num_threads)
         openblas_set_num_threads(1);
@@ -151,15 +156,23 @@ static void check_parts_are_one_call(td_cpu_gemm_engine engine)
         test_fill_uniform(&rng, c0, c_n, -1.0f, 1.0f);
         memcpy(one, c0, c_n * sizeof *one);
         one_call(engine, g, one, a, b);
-        const int64_t most = (gc->m + TD_CPU_GEMM_TILE_ROWS - 1) / TD_CPU_GEMM_TILE_ROWS;
+        /* CBLAS: whole 192-row tiles; the own GEMMs: even runs of 12 rows. */
+        const int64_t granule = engine == TD_CPU_GEMM_CBLAS ? TD_CPU_GEMM_TILE_ROWS : 12;
+        const int64_t most = (gc->m + granule - 1) / granule;
+        cr_assert_eq(td_cpu_gemm_split_parts(&call, engine, 4, true), most < 4 ? most : 4);
         for (int64_t parts = 2; parts <= 4 && parts <= most; parts++) {
             memcpy(parted, c0, c_n * sizeof *parted);
             int64_t rows = 0;
             for (int64_t part = 0; part < parts; part++) {
                 td_kernel_call sub;
-                td_cpu_split_part(&call, parts, part, &sub);
-                cr_assert_eq(sub.out.offset % (uint64_t)(TD_CPU_GEMM_TILE_ROWS * g->ldc), 0,
-                             "case %zu: part %lld starts inside a 192-row tile", t, (long long)part);
+                td_cpu_gemm_split_part(&call, engine, parts, part, &sub);
+                cr_assert_eq(sub.out.offset % (uint64_t)(granule * g->ldc), 0,
+                             "case %zu: part %lld starts inside a %lld-row granule", t, (long long)part,
+                             (long long)granule);
+                if (engine != TD_CPU_GEMM_CBLAS)
+                    cr_assert_leq(sub.p.gemm.m, (gc->m + parts - 1) / parts + granule,
+                                  "case %zu: part %lld of %lld has %lld of %lld rows", t, (long long)part,
+                                  (long long)parts, (long long)sub.p.gemm.m, (long long)gc->m);
                 rows += sub.p.gemm.m;
                 cr_assert(td_cpu_gemm(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset, b + sub.b.offset, engine,
                                       NULL));
@@ -276,10 +289,12 @@ Test(cpu_cancel, cancel_stops_a_long_gemm_within_a_tile)
     td_context_destroy(ctx);
 }
 
-/* x [8192, 2048] sharded over cpu:2, v [2048, 2048]: each device's two
- * GEMMs (forward, and v's gradient) take 0.3 s each on a fast core, more
- * on a shared one, against a job bound of 4 x 100 ms. */
-enum { ROWS = 8192, FEATURES = 2048, TIMEOUT_MS = 100 };
+/* x [8192, 3072] sharded over cpu:2, v [3072, 3072]: each device's two
+ * GEMMs (forward, and v's gradient) take about 0.35 s each on a fast core
+ * with the own FMA GEMM (2048 features were 0.15 s there: the step then
+ * sometimes timed out in the all-reduce instead), more with CBLAS or on a
+ * shared core, against a job bound of 4 x 100 ms. */
+enum { ROWS = 8192, FEATURES = 3072, TIMEOUT_MS = 100 };
 
 /* In one process: a step that times out inside its GEMMs fences both
  * devices and cancels them, so the next step fails at once naming the
