@@ -107,8 +107,11 @@ static void make_slots(void)
 /* ---- the portable kernel ---- */
 
 /* Rounded copies: op(B) for up to PORT_B / k columns, op(A) for up to
- * PORT_A / k rows (at least one of each), so a block stays a few MB. */
-enum { PORT_B = 1 << 20, PORT_A = 1 << 18 };
+ * PORT_A / k rows (at least one of each): 10 MB at most a thread. Smaller
+ * blocks were measured 20x slower on a convolution's kernel gradient
+ * (9 x 32 outputs summed over k = 100352): the own GEMM then runs on
+ * slivers of 2 rows and 10 columns. */
+enum { PORT_B = 1 << 21, PORT_A = 1 << 19 };
 
 typedef struct portable_scratch {
     size_t floats;
@@ -184,16 +187,73 @@ enum {
 
 typedef struct bf16_blocks {
     int64_t mc_max, nc_max;
-    uint16_t *a;  /* mc_max x BF_KC */
-    uint16_t *b;  /* BF_KC x nc_max */
-    float *acc;   /* mc_max x nc_max partial sums between k-blocks */
+    uint16_t *a;     /* mc_max x BF_KC */
+    uint16_t *b;     /* b_cap values: one k-block of nc_max columns, or all of them */
+    int64_t b_cap;
+    float *acc;      /* mc_max x nc_max partial sums between k-blocks */
 } bf16_blocks;
+
+/* B's panels for every k-block of NC columns when they fit (k up to 4096),
+ * packed once for all the blocks of rows: packing a k-block again for each
+ * MC rows cost more than its products at n = k = 512 (measured 206 against
+ * 400 GFLOP/s). */
+enum { BF_B_CAP = BF_NC * 4096 };
 
 typedef struct native_scratch {
     uint16_t a[BF_MC * BF_KC];
-    uint16_t b[BF_NC * BF_KC];
+    uint16_t b[BF_B_CAP];
     float acc[BF_MC * BF_NC];
 } native_scratch;
+
+/* td_bf16_round's bits of 16 floats, as 16 bfloat16 (the rule of
+ * td_kernel.h on 32-bit lanes: NaN quietened, others rounded to nearest
+ * even by adding 0x7fff plus the lowest kept bit). */
+TD_BF16_TARGET
+static inline __m512i round16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i up = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    return _mm512_mask_blend_epi32(nan, up, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+}
+
+/* d[e] = bfloat16 of src[e], e < n. */
+TD_BF16_TARGET
+static void round_row(uint16_t *d, const float *src, int64_t n)
+{
+    int64_t e = 0;
+    for (; e + 16 <= n; e += 16)
+        _mm256_storeu_si256((__m256i *)(d + e), _mm512_cvtepi32_epi16(_mm512_srli_epi32(round16(_mm512_loadu_ps(src + e)), 16)));
+    if (e < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - e)) - 1u);
+        const __m512i r = round16(_mm512_maskz_loadu_ps(m, src + e));
+        _mm256_mask_storeu_epi16(d + e, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+}
+
+/* d[2i], d[2i+1] = bfloat16 of lo[i], hi[i] (hi NULL: 0), i < n: two rows
+ * of k interleaved into pairs. */
+TD_BF16_TARGET
+static void pair_rows(uint16_t *d, const float *lo, const float *hi, int64_t n)
+{
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    int64_t i = 0;
+    /* Whole vectors unmasked: masked stores are slow on some cores (Zen 4:
+     * measured 1.4x slower on a kernel gradient's packing of A). */
+    for (; i + 16 <= n; i += 16) {
+        const __m512i l = _mm512_srli_epi32(round16(_mm512_loadu_ps(lo + i)), 16);
+        const __m512i h = hi ? _mm512_and_si512(round16(_mm512_loadu_ps(hi + i)), top) : _mm512_setzero_si512();
+        _mm512_storeu_si512(d + 2 * i, _mm512_or_si512(l, h));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512i l = _mm512_srli_epi32(round16(_mm512_maskz_loadu_ps(m, lo + i)), 16);
+        const __m512i h = hi ? _mm512_and_si512(round16(_mm512_maskz_loadu_ps(m, hi + i)), top) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(d + 2 * i, m, _mm512_or_si512(l, h));
+    }
+}
 
 /* Rows [i0, i0+mc) and k-range [p0, p0+kc) of op(A) as bfloat16 pairs,
  * rows past mc (up to a multiple of MR) zero. Untransposed A keeps its
@@ -215,9 +275,7 @@ static void pack_a(const td_gemm_params *g, const float *a, int64_t i0, int64_t 
                 memset(d, 0, (size_t)(2 * kcp) * sizeof *d);
                 continue;
             }
-            const float *restrict src = a + (i0 + r) * g->lda + p0;
-            for (int64_t e = 0; e < kc; e++)
-                d[e] = bf16_bits(src[e]);
+            round_row(d, a + (i0 + r) * g->lda + p0, kc);
             if (kc & 1)
                 d[kc] = 0;
         }
@@ -227,6 +285,8 @@ static void pack_a(const td_gemm_params *g, const float *a, int64_t i0, int64_t 
     *pair_step = 2 * mcpad;
     for (int64_t q = 0; q < kcp; q++) {
         uint16_t *restrict d = dst + q * 2 * mcpad;
+        /* Plain C, which GCC vectorises: measured 15% faster here than
+         * pair_rows on a convolution's kernel gradient (288 rows). */
         const float *restrict lo = a + (p0 + 2 * q) * g->lda + i0;
         if (2 * q + 1 < kc) {
             const float *restrict hi = lo + g->lda;
@@ -258,17 +318,10 @@ static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t 
         if (cols < BF_NR || g->trans_b)
             memset(panel, 0, (size_t)(kcp * 2 * BF_NR) * sizeof *panel);
         if (!g->trans_b) {
+            /* Columns past `cols` stay the memset's zeros. */
             for (int64_t q = 0; q < kcp; q++) {
-                uint16_t *restrict d = panel + q * 2 * BF_NR;
-                const float *restrict lo = b + (p0 + 2 * q) * g->ldb + j0 + jr;
-                const bool has_hi = 2 * q + 1 < kc;
-                const float *restrict hi = has_hi ? lo + g->ldb : lo;
-                for (int64_t j = 0; j < cols; j++) {
-                    d[2 * j] = bf16_bits(lo[j]);
-                    d[2 * j + 1] = has_hi ? bf16_bits(hi[j]) : 0;
-                }
-                for (int64_t j = cols; j < BF_NR; j++)
-                    d[2 * j] = d[2 * j + 1] = 0;
+                const float *lo = b + (p0 + 2 * q) * g->ldb + j0 + jr;
+                pair_rows(panel + q * 2 * BF_NR, lo, 2 * q + 1 < kc ? lo + g->ldb : NULL, cols);
             }
         } else {
             /* op(B)[p][j] = B[j][p]: column j's values are one row of B. */
@@ -283,11 +336,14 @@ static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t 
 
 /* MR x NR sums over kcp pairs: starting from `from` (MR x NR row-major;
  * NULL: from 0), each VDPBF16PS adds one pair of products per lane, pairs
- * in order; the sums go to `to`. ap points at the micro-panel's first row
- * (row_step, pair_step in uint16 units), bp at its panel of B. */
+ * in order; the sums go to `to`, or, when `c` is given (a whole tile after
+ * the last k-block), straight into C scaled as the fp32 GEMM does (alpha
+ * times the sum, plus beta times C, rounded apart). ap points at the
+ * micro-panel's first row (row_step, pair_step in uint16 units), bp at its
+ * panel of B. */
 TD_BF16_TARGET
 static void kernel_native(int64_t kcp, const uint16_t *ap, int64_t row_step, int64_t pair_step, const uint16_t *bp,
-                          const float *from, float *to)
+                          const float *from, float *to, const td_gemm_params *g, float *c)
 {
     __m512 lo[BF_MR], hi[BF_MR];
 #pragma GCC unroll 12
@@ -309,6 +365,22 @@ static void kernel_native(int64_t kcp, const uint16_t *ap, int64_t row_step, int
         ap += pair_step;
         bp += 2 * BF_NR;
     }
+    if (c) {
+        const __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
+        const bool read_c = g->beta != 0.0f;
+#pragma GCC unroll 12
+        for (int r = 0; r < BF_MR; r++) {
+            float *cr = c + r * g->ldc;
+            __m512 x = _mm512_mul_ps(alpha, lo[r]), y = _mm512_mul_ps(alpha, hi[r]);
+            if (read_c) {
+                x = _mm512_add_ps(x, _mm512_mul_ps(beta, _mm512_loadu_ps(cr)));
+                y = _mm512_add_ps(y, _mm512_mul_ps(beta, _mm512_loadu_ps(cr + 16)));
+            }
+            _mm512_storeu_ps(cr, x);
+            _mm512_storeu_ps(cr + 16, y);
+        }
+        return;
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < BF_MR; r++) {
         _mm512_storeu_ps(to + r * BF_NR, lo[r]);
@@ -316,55 +388,39 @@ static void kernel_native(int64_t kcp, const uint16_t *ap, int64_t row_step, int
     }
 }
 
-/* A whole MR x NR tile of sums into C, scaled as the fp32 GEMM does. */
-TD_BF16_TARGET
-static void write_whole_tile(const td_gemm_params *g, const float *restrict sums, float *restrict c)
-{
-    const float alpha = g->alpha, beta = g->beta;
-    for (int r = 0; r < BF_MR; r++) {
-        float *restrict cr = c + r * g->ldc;
-        const float *restrict sr = sums + r * BF_NR;
-        if (beta == 0.0f)
-            for (int q = 0; q < BF_NR; q++)
-                cr[q] = alpha * sr[q];
-        else
-            for (int q = 0; q < BF_NR; q++)
-                cr[q] = alpha * sr[q] + beta * cr[q];
-    }
-}
-
 /* The blocked loops: NC columns, MC rows, KC of k, then NR x MR tiles.
- * With one k-block (k <= KC) the panel of B serves every block of rows. */
+ * When every k-block of B's NC columns fits in the scratch, each is packed
+ * once, with the first block of rows, and serves the others. */
 TD_BF16_TARGET
 static void gemm_native(const td_gemm_params *g, float *c, const float *a, const float *b, const bf16_blocks *s)
 {
-    const bool one_k_block = g->k <= BF_KC;
+    const int64_t k_blocks = (g->k + BF_KC - 1) / BF_KC;
     for (int64_t j0 = 0; j0 < g->n; j0 += s->nc_max) {
         const int64_t nc = g->n - j0 < s->nc_max ? g->n - j0 : s->nc_max;
+        const int64_t ncpad = (nc + BF_NR - 1) / BF_NR * BF_NR;
+        const bool b_whole = k_blocks * BF_KC * ncpad <= s->b_cap;
         for (int64_t i0 = 0; i0 < g->m; i0 += s->mc_max) {
             const int64_t mc = g->m - i0 < s->mc_max ? g->m - i0 : s->mc_max;
             for (int64_t p0 = 0; p0 < g->k; p0 += BF_KC) {
                 const int64_t kc = g->k - p0 < BF_KC ? g->k - p0 : BF_KC, kcp = (kc + 1) / 2;
                 const bool first = p0 == 0, last = p0 + kc == g->k;
-                if (!one_k_block || i0 == 0)
-                    pack_b(g, b, j0, nc, p0, kc, s->b);
+                uint16_t *bblock = b_whole ? s->b + p0 / BF_KC * BF_KC * ncpad : s->b;
+                if (!b_whole || i0 == 0)
+                    pack_b(g, b, j0, nc, p0, kc, bblock);
                 int64_t row_step, pair_step;
                 pack_a(g, a, i0, mc, p0, kc, s->a, &row_step, &pair_step);
                 float *partial = s->acc;
                 for (int64_t jr = 0; jr < nc; jr += BF_NR)
                     for (int64_t ir = 0; ir < mc; ir += BF_MR, partial += BF_MR * BF_NR) {
                         float sums[BF_MR * BF_NR];
-                        kernel_native(kcp, s->a + ir * row_step, row_step, pair_step, s->b + jr * 2 * kcp,
-                                      first ? NULL : partial, last ? sums : partial);
-                        if (!last)
-                            continue;
                         const int64_t rows = mc - ir < BF_MR ? mc - ir : BF_MR;
                         const int64_t cols = nc - jr < BF_NR ? nc - jr : BF_NR;
                         float *ct = &c[(i0 + ir) * g->ldc + j0 + jr];
-                        if (rows == BF_MR && cols == BF_NR) {
-                            write_whole_tile(g, sums, ct);
+                        const bool direct = last && rows == BF_MR && cols == BF_NR;
+                        kernel_native(kcp, s->a + ir * row_step, row_step, pair_step, bblock + jr * 2 * kcp,
+                                      first ? NULL : partial, last ? sums : partial, g, direct ? ct : NULL);
+                        if (!last || direct)
                             continue;
-                        }
                         for (int64_t r = 0; r < rows; r++)
                             for (int64_t q = 0; q < cols; q++)
                                 ct[r * g->ldc + q] = finish(g, sums[r * BF_NR + q], &ct[r * g->ldc + q]);
@@ -397,13 +453,13 @@ static void run_native(const td_gemm_params *g, float *c, const float *a, const 
 {
     native_scratch *s = native_space();
     if (s) {
-        const bf16_blocks blocks = {BF_MC, BF_NC, s->a, s->b, s->acc};
+        const bf16_blocks blocks = {BF_MC, BF_NC, s->a, s->b, BF_B_CAP, s->acc};
         gemm_native(g, c, a, b, &blocks);
         return;
     }
     uint16_t sa[BF_MR * BF_KC], sb[BF_NR * BF_KC];
     float sacc[BF_MR * BF_NR];
-    const bf16_blocks small = {BF_MR, BF_NR, sa, sb, sacc};
+    const bf16_blocks small = {BF_MR, BF_NR, sa, sb, BF_NR * BF_KC, sacc};
     gemm_native(g, c, a, b, &small);
 }
 

@@ -238,3 +238,39 @@ Test(cpu_gemm_bf16, a_set_cancel_flag_stops_before_the_first_tile)
     cr_assert(td_cpu_gemm_bf16(&g, c, a, b, TD_CPU_BF16_FASTEST, &cancel));
     cr_assert(c[0] == 1.0f && c[1] == 2.0f && c[2] == 3.0f && c[3] == 4.0f);
 }
+
+/* NaN stays NaN, infinity stays infinity, and a finite value past
+ * bfloat16's range rounds to infinity, in packing as in the rule: every
+ * output that the rule makes non-finite is the same non-finite value, in
+ * every form (each packs A and B its own way). */
+Test(cpu_gemm_bf16, non_finite_inputs_give_the_rules_non_finite_outputs)
+{
+    test_rng rng = {0x1Fu};
+    const bf16_case bc = {40, 70, 45, 1, 1.0f, 0.0f};
+    for (int kernel = 0; kernel < 2; kernel++)
+        for (int form = 0; form < 4; form++) {
+            operands o = make_operands(&rng, &bc, form);
+            o.a[3] = from_bits(0x7f800001u); /* a NaN whose payload rounding alone would drop */
+            o.a[o.a_n / 2] = INFINITY;
+            o.b[7] = -INFINITY;
+            o.b[o.b_n - 5] = from_bits(0x7f7fffffu); /* finite, rounds to infinity */
+            float *got = run(&o, (td_cpu_bf16_kernel)kernel);
+            float *want = malloc(o.c_n * sizeof *want);
+            cr_assert(want);
+            memcpy(want, o.c0, o.c_n * sizeof *want);
+            td_cpu_gemm_bf16_unpacked(&o.g, want, o.a, o.b);
+            size_t non_finite = 0;
+            for (int64_t i = 0; i < o.g.m; i++)
+                for (int64_t j = 0; j < o.g.n; j++) {
+                    const float g = got[i * o.g.ldc + j], w = want[i * o.g.ldc + j];
+                    non_finite += !isfinite(w);
+                    cr_assert(isfinite(w) ? isfinite(g) : (isnan(w) ? isnan(g) : g == w),
+                              "kernel %d form %d: C[%lld][%lld] is %g, the rule gives %g", kernel, form, (long long)i,
+                              (long long)j, (double)g, (double)w);
+                }
+            cr_assert_gt(non_finite, 0, "the case should make some outputs non-finite");
+            free(got);
+            free(want);
+            free_operands(&o);
+        }
+}
