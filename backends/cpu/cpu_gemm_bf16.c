@@ -57,15 +57,6 @@
 #define TD_BF16_NATIVE 0
 #endif
 
-/* The upper half of x's bits after rounding: its bfloat16 encoding. */
-static inline uint16_t bf16_bits(float x)
-{
-    float r = td_bf16_round(x);
-    uint32_t u;
-    memcpy(&u, &r, sizeof u);
-    return (uint16_t)(u >> 16);
-}
-
 static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
 {
     return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
@@ -184,6 +175,15 @@ enum {
     BF_MC = 192,
     BF_NC = 256,
 };
+
+/* The upper half of x's bits after rounding: its bfloat16 encoding. */
+static inline uint16_t bf16_bits(float x)
+{
+    float r = td_bf16_round(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
 
 typedef struct bf16_blocks {
     int64_t mc_max, nc_max;
