@@ -7,6 +7,7 @@
  * refused by name. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,9 @@
 #include "tandem/models.h"
 
 enum { STEPS = 3, MAX_PARAMS = 16 };
+
+/* Nonzero: the trainer options' struct_size, as an older caller's. */
+static size_t options_size;
 
 typedef struct run {
     float losses[STEPS];
@@ -59,6 +63,8 @@ static void train_cnn(const char *spec, int64_t B, td_precision precision, bool 
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAM;
     to.precision = precision;
+    if (options_size)
+        to.struct_size = options_size;
     td_trainer *t;
     TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
     td_evaluator *e;
@@ -180,6 +186,21 @@ Test(precision, two_devices_train_in_bf16_to_the_same_bits_on_two_threads_or_fou
     cr_assert_eq(values_differing(&a, &b), 0, "cpu:2 bf16, 2 threads vs 4");
     free(a.params);
     free(b.params);
+}
+
+/* A caller built before td_trainer_options.precision existed passes a
+ * smaller struct_size: whatever lies past it, the trainer runs fp32. */
+Test(precision, an_older_callers_options_train_in_fp32, .timeout = 240)
+{
+    run fp32, older;
+    train_cnn("cpu:1", 16, TD_PRECISION_FP32, false, 2, &fp32);
+    options_size = offsetof(td_trainer_options, precision);
+    train_cnn("cpu:1", 16, TD_PRECISION_BF16, false, 2, &older);
+    options_size = 0;
+    cr_assert_eq(values_differing(&older, &fp32) - (memcmp(&older.eval_loss, &fp32.eval_loss, sizeof(float)) != 0), 0,
+                 "an options struct ending before precision trained otherwise than fp32");
+    free(fp32.params);
+    free(older.params);
 }
 
 Test(precision, a_value_that_is_not_a_precision_is_refused_by_name)
