@@ -28,6 +28,7 @@ struct td_device {
      * worker between kernel calls and GEMM tiles (atomics on both sides). */
     bool cancelled;
     td_host_pool *pool; /* the context's; this device is one of its users */
+    bool told_bf16;     /* the note that bf16 runs without bf16 instructions was logged */
 };
 
 struct td_buffer {
@@ -415,6 +416,18 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
+    /* bf16 without AVX512_BF16 gives bf16's answers at fp32's speed at
+     * best: said once per device, so a user who asked for speed knows. */
+    for (size_t i = 0; i < count && !dev->told_bf16; i++)
+        if (copy[i].kernel == TD_KERNEL_GEMM && copy[i].p.gemm.precision == TD_GEMM_BF16 &&
+            (td_context_deterministic(dev->ctx) || !td_cpu_gemm_bf16_native())) {
+            dev->told_bf16 = true;
+            td_log(dev->ctx, TD_LOG_INFO,
+                   "cpu device %u: bf16 matrix products run as float arithmetic on rounded inputs (%s): the same "
+                   "answers as bf16 hardware within float rounding, no faster than fp32",
+                   dev->instance,
+                   td_context_deterministic(dev->ctx) ? "deterministic mode" : "no AVX512_BF16 here, or TD_CPU_BF16=portable");
+        }
     /* Deterministic mode: the own GEMM, whose sums have one order on
      * every CPU (OpenBLAS's depend on the CPU model). */
     seg->gemm_engine = td_context_deterministic(dev->ctx) ? TD_CPU_GEMM_OWN : td_cpu_gemm_engine_chosen();
