@@ -20,8 +20,14 @@
  * reference / joined (> 1: the processes are faster). The losses of the
  * two runs are compared: the same training, up to the order of float sums.
  *
+ * --precision fp32|bf16 sets the step's td_trainer_options.precision (default
+ * fp32); --reference-precision P (one process) makes the reference the same
+ * mesh in precision P instead, taking turns the same way, so the ratio
+ * reference / this is bf16's speed-up over fp32 measured in one run.
+ *
  * usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp]
- *        [--batch B] [--steps N] [--warmup W] [--rounds R] [--json] */
+ *        [--batch B] [--steps N] [--warmup W] [--rounds R] [--json]
+ *        [--precision fp32|bf16] [--reference-precision fp32|bf16] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +43,9 @@ typedef struct options {
     const char *devices, *model;
     int64_t batch;
     int steps, warmup, rounds, json;
+    td_precision precision;
+    int compare_precision; /* --reference-precision given */
+    td_precision reference_precision;
 } options;
 
 /* One trainer on one mesh, with the batch rows it binds. */
@@ -89,7 +98,7 @@ static void fill(run *r, int step)
     }
 }
 
-static void open_run(run *r, td_context *ctx, const char *spec, const options *o)
+static void open_run(run *r, td_context *ctx, const char *spec, const options *o, td_precision precision)
 {
     memset(r, 0, sizeof *r);
     r->ctx = ctx;
@@ -131,6 +140,7 @@ static void open_run(run *r, td_context *ctx, const char *spec, const options *o
     to.learning_rate = 2e-3f;
     to.n_metrics = 1;
     to.metrics = &r->accuracy;
+    to.precision = precision;
     if ((s = td_trainer_create(r->g, r->mesh, r->loss, n_params, params, &to, &r->trainer)) != TD_OK)
         fail_with(ctx, "td_trainer_create", s);
     free(params);
@@ -262,13 +272,22 @@ static void report(const run *r, const char *label, uint32_t processes, const ch
 static void usage(void)
 {
     fprintf(stderr, "usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp] [--batch B] [--steps N] "
-                    "[--warmup W] [--rounds R] [--json]\n");
+                    "[--warmup W] [--rounds R] [--json] [--precision fp32|bf16] [--reference-precision fp32|bf16]\n");
     exit(2);
+}
+
+static td_precision precision_named(const char *name)
+{
+    if (strcmp(name, "bf16") == 0)
+        return TD_PRECISION_BF16;
+    if (strcmp(name, "fp32") != 0)
+        usage();
+    return TD_PRECISION_FP32;
 }
 
 static options parse(int argc, char **argv)
 {
-    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0};
+    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32};
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--devices") == 0 && more)
@@ -285,7 +304,12 @@ static options parse(int argc, char **argv)
             o.rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--json") == 0)
             o.json = 1;
-        else
+        else if (strcmp(argv[i], "--precision") == 0 && more)
+            o.precision = precision_named(argv[++i]);
+        else if (strcmp(argv[i], "--reference-precision") == 0 && more) {
+            o.reference_precision = precision_named(argv[++i]);
+            o.compare_precision = 1;
+        } else
             usage();
     }
     if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > MAX_ROUNDS ||
@@ -312,17 +336,24 @@ int main(int argc, char **argv)
     td_processes_rank(ctx, &rank, &processes);
 
     run job;
-    open_run(&job, ctx, o.devices, &o);
-    /* The reference, on process 0 only, when there are processes to compare. */
+    open_run(&job, ctx, o.devices, &o, o.precision);
+    /* The reference, on process 0 only, when there are processes to compare;
+     * or the same mesh in the reference precision. */
     td_context *solo_ctx = NULL;
     run solo;
     char solo_spec[32];
-    snprintf(solo_spec, sizeof solo_spec, "cpu:%u", job.global);
-    const bool reference = processes > 1 && rank == 0;
+    snprintf(solo_spec, sizeof solo_spec, "%s", o.devices);
+    if (!o.compare_precision)
+        snprintf(solo_spec, sizeof solo_spec, "cpu:%u", job.global);
+    if (o.compare_precision && processes > 1) {
+        fprintf(stderr, "step: --reference-precision is for one process\n");
+        return 2;
+    }
+    const bool reference = (processes > 1 && rank == 0) || o.compare_precision;
     if (reference) {
         if ((s = td_context_create(&co, &solo_ctx)) != TD_OK)
             return 1;
-        open_run(&solo, solo_ctx, solo_spec, &o);
+        open_run(&solo, solo_ctx, solo_spec, &o, o.compare_precision ? o.reference_precision : o.precision);
     }
     double one = 1.0;
     train(&job, o.warmup, 0);
@@ -348,9 +379,12 @@ int main(int argc, char **argv)
         fail_with(solo_ctx, "td_trainer_replicas_identical", s);
     if (rank == 0) {
         const double reference_step = reference ? median_of(solo.seconds, solo.timed) : 0.0;
-        report(&job, processes > 1 ? "processes" : "one", processes, o.devices, &o, reference_step, identical);
+        const char *label = processes > 1 ? "processes" : o.precision == TD_PRECISION_BF16 ? "bf16" : "one";
+        report(&job, label, processes, o.devices, &o, reference_step, identical);
         if (reference) {
-            report(&solo, "reference", 1, solo_spec, &o, 0.0, solo_identical);
+            report(&solo, o.compare_precision ? (o.reference_precision == TD_PRECISION_BF16 ? "ref-bf16" : "ref-fp32")
+                                              : "reference",
+                   1, solo_spec, &o, 0.0, solo_identical);
             double most = 0.0;
             for (int k = 0; k < job.next_step; k++)
                 most = fmax(most, fabs((double)job.losses[k] - (double)solo.losses[k]));

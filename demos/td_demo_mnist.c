@@ -82,7 +82,7 @@ static int usage(const char *demo_name, const char *model)
             "usage: %s [--devices SPEC] [--epochs N] [--batch N] [--seed N] [--lr X] [--limit N] [--data DIR]\n"
             "          [--batch-norm] [--dropout P] [--accumulate K] [--schedule constant|cosine|warmup-cosine]\n"
             "          [--on-device-loss fail|continue] [--balance even|auto|W,W,...] [--inputs raw|standardized]\n"
-            "          [--deterministic]\n"
+            "          [--deterministic] [--precision fp32|bf16]\n"
             "  --devices SPEC   e.g. cpu:4, opencl:0,cpu:2, vulkan:0x2 (default cpu:4); under mpirun,\n"
             "                   each process's own: the job trains on all of them\n"
             "  --epochs N       passes over the training set (default 5)\n"
@@ -103,6 +103,9 @@ static int usage(const char *demo_name, const char *model)
             "                   (inject faults with e.g. --devices cpu:3,cpu:1@fail=50, see tandem/device.h)\n"
             "  --deterministic  the same bits on any CPU: cpu devices use tandem's own fixed-order GEMM\n"
             "                   instead of OpenBLAS (td_context_options.deterministic; may be slower)\n"
+            "  --precision P    fp32 (default) or bf16: matrix products and convolutions with bfloat16\n"
+            "                   inputs and float sums (AVX512_BF16 where the CPU has it); weights,\n"
+            "                   optimizer state, loss and gradients stay fp32 (td_fit_options.precision)\n"
             "  --balance B      even (default): equal shares; auto: in proportion to each device's\n"
             "                   measured speed; W,W,...: in proportion to these weights, one per device\n"
             "                   (try --devices cpu:3,cpu:1@slow=3 --balance auto)\n",
@@ -206,6 +209,12 @@ static int parse(demo *d, const char *model, int argc, char **argv)
             d->o.continue_on_loss = strcmp(v, "continue") == 0;
         } else if (strcmp(f, "--balance") == 0) {
             d->o.balance = v;
+        } else if (strcmp(f, "--precision") == 0) {
+            if (strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0) {
+                fprintf(stderr, "%s: --precision expects fp32 or bf16, got '%s'\n", d->name, v);
+                return 2;
+            }
+            d->o.precision = strcmp(v, "bf16") == 0 ? TD_PRECISION_BF16 : TD_PRECISION_FP32;
         } else if (strcmp(f, "--inputs") == 0) {
             if (strcmp(v, "raw") != 0 && strcmp(v, "standardized") != 0) {
                 fprintf(stderr, "%s: --inputs expects raw or standardized, got '%s'\n", d->name, v);
@@ -267,6 +276,7 @@ static void fit_options(const demo *d, const char *model, td_fit_options *f)
     f->balance = d->balance;
     f->balance_weights = d->balance_weights;
     f->n_balance_weights = d->n_balance_weights;
+    f->precision = d->o.precision;
 }
 
 static int on_progress(const td_fit_progress *p, void *user);

@@ -24,6 +24,7 @@ typedef struct demo_options {
     const char *schedule; /* --schedule; the recipe's unless given */
     bool continue_on_loss; /* --on-device-loss continue: drop a failed device and go on (td_trainer_options) */
     const char *balance;   /* --balance: even, auto or W,W,... (td_balance_parse) */
+    td_precision precision; /* --precision fp32|bf16: td_fit_options.precision */
     bool raw_inputs; /* --inputs raw: pixels / 255 only; standardized: by the training set's mean and std (recipe's unless given) */
 } demo_options;
 

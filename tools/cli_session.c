@@ -28,6 +28,12 @@ const char *const td_cli_optimizers[] = {"sgd", "momentum", "adam", "adamw", "rm
 const char *const td_cli_schedules[] = {"constant", "cosine", "warmup-cosine", NULL};
 const char *const td_cli_device_loss[] = {"fail", "continue", NULL};
 const char *const td_cli_inputs[] = {"raw", "standardized", NULL};
+const char *const td_cli_precisions[] = {"fp32", "bf16", NULL};
+
+td_precision td_cli_precision(const char *name)
+{
+    return name && strcmp(name, "bf16") == 0 ? TD_PRECISION_BF16 : TD_PRECISION_FP32;
+}
 
 /* The optimizer a name of td_cli_optimizers stands for ("momentum" is SGD
  * with a momentum trace). */
@@ -206,6 +212,7 @@ static td_status fit_options(td_cli_session *s, td_fit_options *o)
     o->standardize_inputs = c->inputs && strcmp(c->inputs, "standardized") == 0;
     if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    o->precision = td_cli_precision(c->precision);
     /* Only a metrics file reads the split; on CPU devices the waits are free. */
     o->timing_waits = c->metrics != NULL;
     o->eval_every = (uint32_t)c->eval_every;

@@ -152,6 +152,7 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     c->timeout = given.timeout;
     c->cpu_threads = given.cpu_threads;
     c->deterministic = given.deterministic;
+    c->precision = given.precision;
     c->given = given.given;
     c->recompute = given.recompute;
     c->init = NULL; /* the checkpoint holds the parameters */

@@ -56,6 +56,7 @@ static td_status trainer_options(td_cli_text_session *s)
     o->weight_decay = c->weight_decay;
     if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    o->precision = c->precision && strcmp(c->precision, "bf16") == 0 ? TD_PRECISION_BF16 : TD_PRECISION_FP32;
     td_status st = td_schedule_for_run(s->ctx, c->schedule, c->lr, (uint64_t)c->steps, &o->schedule);
     /* Only a metrics file reads the per-device split of a step's time. */
     o->timing_waits = c->metrics != NULL;
@@ -284,6 +285,8 @@ int td_cli_text_open(td_cli_text_session *s, const char *command, const td_cli_t
     td_gpt_weights_destroy(init); /* on a failure above, the context's destroy frees it */
     if ((st = td_evaluator_create(s->g, s->mesh, s->mask, 1, &s->loss, &s->evaluator)) != TD_OK)
         return fail(s, st, "creating the evaluator");
+    if ((st = td_evaluator_set_precision(s->evaluator, s->trainer_options.precision)) != TD_OK)
+        return fail(s, st, "td_evaluator_set_precision");
     if ((st = td_evaluator_set_on_device_loss(s->evaluator, s->trainer_options.on_device_loss)) != TD_OK)
         return fail(s, st, "--on-device-loss");
     return TD_CLI_EXIT_OK;

@@ -32,6 +32,8 @@ int td_cli_eval(int argc, char **argv)
          "threads the simulated CPU devices share, their own included (default: the machine's cores)"},
         {"--deterministic", TD_CLI_SWITCH, &c.deterministic, 0, 0, 0, NULL, 0, "",
          "the same bits on any CPU: cpu devices use tandem's own fixed-order GEMM (td_context_options.deterministic)"},
+        {"--precision", TD_CLI_CHOICE, &c.precision, 0, 0, 0, td_cli_precisions, 0, "P",
+         "fp32 (default) or bf16: the matrix products and convolutions with bfloat16 inputs and float sums"},
         {"--data", TD_CLI_STRING, &c.data, 0, 0, 0, NULL, TD_CLI_SET_DATA, "DIR",
          "Fashion-MNIST IDX folder (default: the run's)"},
         {"--batch", TD_CLI_INT, &c.batch, 1, 1 << 20, 0, NULL, TD_CLI_SET_BATCH, "N",
@@ -61,6 +63,7 @@ int td_cli_eval(int argc, char **argv)
     /* A gpt checkpoint has a config of its own (cmd_eval_text.c). */
     const td_cli_eval_args text = {.checkpoint = c.checkpoint, .init = init, .devices = c.devices, .timeout = c.timeout,
                                    .cpu_threads = c.cpu_threads, .deterministic = c.deterministic,
+                                   .precision = c.precision,
                                    .data = (set & TD_CLI_SET_DATA) ? c.data : NULL,
                                    .batch = (set & TD_CLI_SET_BATCH) ? c.batch : 0, .sequence = sequence,
                                    .eval_batches = eval_batches > 0 ? eval_batches : 0};

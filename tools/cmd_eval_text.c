@@ -18,6 +18,7 @@ int td_cli_eval_text(const td_cli_eval_args *a)
     c.timeout = a->timeout;
     c.cpu_threads = a->cpu_threads;
     c.deterministic = a->deterministic;
+    c.precision = a->precision;
     c.eval_batches = a->eval_batches;
     const unsigned keep = (a->data ? TD_CLI_TEXT_SET_DATA : 0u) | (a->batch ? TD_CLI_TEXT_SET_BATCH : 0u) |
                           (a->sequence ? TD_CLI_TEXT_SET_CONTEXT : 0u);

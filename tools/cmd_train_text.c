@@ -362,6 +362,9 @@ int td_cli_train_text(int argc, char **argv)
         FLAG("--deterministic", TD_CLI_SWITCH, &c.deterministic, 0, 0, 0, "",
              "the same bits on any CPU: cpu devices use tandem's own fixed-order GEMM, not OpenBLAS "
              "(td_context_options.deterministic; may be slower)"),
+        {"--precision", TD_CLI_CHOICE, &c.precision, 0, 0, 0, td_cli_precisions, 0, "P",
+         "fp32 (default) or bf16: every matrix product with bfloat16 inputs and float sums (AVX512_BF16 where the "
+         "CPU has it); weights, optimizer state, loss and gradients stay fp32"},
         FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
              "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
              "tandem checkpoint file; the model's sizes are the file's"),

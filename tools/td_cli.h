@@ -51,6 +51,7 @@ typedef struct td_cli_config {
     float timeout;              /* --timeout: seconds every wait may take; 0 = the library's default */
     int64_t cpu_threads;        /* --cpu-threads: the host pool's threads; 0 = the machine's cores */
     bool deterministic;         /* --deterministic: td_context_options.deterministic */
+    const char *precision;      /* --precision: "fp32" (NULL) or "bf16" (td_fit_options.precision) */
 } td_cli_config;
 
 /* The config as checkpoint metadata (what rebuilds the same graph and
@@ -113,6 +114,7 @@ typedef struct td_cli_eval_args {
     float timeout;          /* --timeout seconds; 0: the library's default */
     int64_t cpu_threads;    /* --cpu-threads; 0: the machine's cores */
     bool deterministic;     /* --deterministic */
+    const char *precision;  /* --precision: "fp32" (NULL) or "bf16" */
     const char *data;       /* NULL: the run's (with init: the default corpus) */
     int64_t batch;          /* 0: the run's (with init: 12) */
     int64_t sequence;       /* --context: the windows' length; 0: the run's (with init: the file's positions) */

@@ -56,6 +56,9 @@ extern const char *const td_cli_optimizers[];
 extern const char *const td_cli_schedules[];
 extern const char *const td_cli_device_loss[];
 extern const char *const td_cli_inputs[];
+extern const char *const td_cli_precisions[];
+/* td_precision of a --precision value (NULL: fp32). */
+td_precision td_cli_precision(const char *name);
 
 /* The config's checkpoint metadata pairs into entries (at least
  * TD_CLI_METADATA_KEYS of them), the numbers' strings in *m; returns the

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_bf16.h"
 #include "cpu_gemm_own_fma.h"
 #include "cpu_split.h"
 #include "td_backend.h"
@@ -28,6 +29,7 @@ struct td_device {
      * worker between kernel calls and GEMM tiles (atomics on both sides). */
     bool cancelled;
     td_host_pool *pool; /* the context's; this device is one of its users */
+    bool told_bf16;     /* the note that bf16 runs without bf16 instructions was logged */
 };
 
 struct td_buffer {
@@ -226,6 +228,10 @@ static bool run_call(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_ke
     case TD_KERNEL_ELEMENTWISE: td_reference_elementwise(at(&c->out), at(&c->a), at(&c->b), &c->p.ew); break;
     case TD_KERNEL_REDUCE: td_reference_reduce(at(&c->out), at(&c->a), &c->p.reduce); break;
     case TD_KERNEL_GEMM:
+        if (c->p.gemm.precision == TD_GEMM_BF16) /* deterministic: the rule that is the same on every CPU */
+            return td_cpu_gemm_bf16(&c->p.gemm, at(&c->out), at(&c->a), at(&c->b),
+                                    td_context_deterministic(dev->ctx) ? TD_CPU_BF16_PORTABLE : TD_CPU_BF16_FASTEST,
+                                    &dev->cancelled);
         return td_cpu_gemm(&c->p.gemm, at(&c->out), at(&c->a), at(&c->b), gemm_engine, &dev->cancelled);
     case TD_KERNEL_XENT_FORWARD:
         td_reference_xent_forward(at(&c->out), at(&c->out2), at(&c->a), (const int32_t *)at(&c->b), &c->p.xent);
@@ -390,6 +396,9 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
         td_status st = TD_OK;
         if (k == TD_KERNEL_IM2COL || k == TD_KERNEL_COL2IM || k == TD_KERNEL_POOL || k == TD_KERNEL_POOL_BACKWARD)
             st = check_conv_call(dev, i, &calls[i]);
+        char why[160];
+        if (k == TD_KERNEL_GEMM && td_gemm_check(&calls[i].p.gemm, why, sizeof why) != 0)
+            st = td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "cpu segment call %zu (gemm): %s", i, why);
         /* FILL and COPY take their count from the caller as it is, as the
          * row kernels do; the GPU backends refuse the same calls. */
         if (k == TD_KERNEL_FILL || k == TD_KERNEL_COPY)
@@ -417,6 +426,18 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
+    /* bf16 without AVX512_BF16 gives bf16's answers at fp32's speed at
+     * best: said once per device, so a user who asked for speed knows. */
+    for (size_t i = 0; i < count && !dev->told_bf16; i++)
+        if (copy[i].kernel == TD_KERNEL_GEMM && copy[i].p.gemm.precision == TD_GEMM_BF16 &&
+            (td_context_deterministic(dev->ctx) || !td_cpu_gemm_bf16_native())) {
+            dev->told_bf16 = true;
+            td_log(dev->ctx, TD_LOG_INFO,
+                   "cpu device %u: bf16 matrix products run as float arithmetic on rounded inputs (%s): the same "
+                   "answers as bf16 hardware within float rounding, no faster than fp32",
+                   dev->instance,
+                   td_context_deterministic(dev->ctx) ? "deterministic mode" : "no AVX512_BF16 here, or TD_CPU_BF16=portable");
+        }
     /* Deterministic mode: the own GEMM, whose sums have one order on
      * every CPU (OpenBLAS's depend on the CPU model). */
     seg->gemm_engine = td_context_deterministic(dev->ctx) ? TD_CPU_GEMM_OWN : td_cpu_gemm_engine_chosen();

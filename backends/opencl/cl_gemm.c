@@ -77,7 +77,10 @@ td_status td_opencl_gemm_prepare(td_device *dev, const td_kernel_call *call, td_
         return td_error_set(dev->ctx, TD_ERR_BACKEND_UNAVAILABLE,
                             "TD_OPENCL_GEMM=clblast but CLBlast is not loaded: %s", runtime->clblast_reason);
     /* CLBlast rejects k == 0; the own kernel handles it (C = beta C). */
-    g->use_clblast = p->k > 0 && runtime->clblast &&
+    /* bf16 (inputs rounded as they are loaded) is the own kernel's: CLBlast
+     * has no such GEMM, and rounded copies of A and B would cost passes
+     * and memory the own kernel does not need. */
+    g->use_clblast = p->k > 0 && runtime->clblast && p->precision == TD_GEMM_FP32 &&
                      (mode == TD_CL_GEMM_CLBLAST || (mode == TD_CL_GEMM_AUTO && prefers_clblast(dev, p)));
     if (g->use_clblast) {
         size_t need = 0;
@@ -100,7 +103,8 @@ td_status td_opencl_gemm_prepare(td_device *dev, const td_kernel_call *call, td_
         }
         return TD_OK;
     }
-    static const char *const names[4] = {"td_gemm_nn", "td_gemm_nt", "td_gemm_tn", "td_gemm_tt"};
+    static const char *const names[8] = {"td_gemm_nn",      "td_gemm_nt",      "td_gemm_tn",      "td_gemm_tt",
+                                         "td_gemm_bf16_nn", "td_gemm_bf16_nt", "td_gemm_bf16_tn", "td_gemm_bf16_tt"};
     cl_ulong c_off = g->c_off, a_off = g->a_off, b_off = g->b_off;
     cl_long m = p->m, n = p->n, k = p->k, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
     cl_float alpha = p->alpha, beta = p->beta;
@@ -108,7 +112,7 @@ td_status td_opencl_gemm_prepare(td_device *dev, const td_kernel_call *call, td_
                               TD_CL_ARG(g->b), TD_CL_ARG(b_off), TD_CL_ARG(m),     TD_CL_ARG(n),
                               TD_CL_ARG(k),    TD_CL_ARG(lda),   TD_CL_ARG(ldb),   TD_CL_ARG(ldc),
                               TD_CL_ARG(alpha), TD_CL_ARG(beta)};
-    td_status st = td_opencl_kernel_create(dev, names[(p->trans_a ? 2 : 0) + (p->trans_b ? 1 : 0)], args,
+    td_status st = td_opencl_kernel_create(dev, names[(p->precision == TD_GEMM_BF16 ? 4 : 0) + (p->trans_a ? 2 : 0) + (p->trans_b ? 1 : 0)], args,
                                            (cl_uint)(sizeof args / sizeof args[0]), &g->kernel);
     if (st != TD_OK)
         return st;

@@ -203,6 +203,9 @@ static td_status prepare_gemm(td_device *dev, size_t i, const td_kernel_call *c,
     const td_gemm_params *p = &c->p.gemm;
     if (p->m < 0 || p->n < 0 || p->k < 0)
         return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (gemm): negative size", i);
+    char why[160];
+    if (td_gemm_check(p, why, sizeof why) != 0)
+        return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "opencl segment call %zu (gemm): %s", i, why);
     int64_t arows = p->trans_a ? p->k : p->m, acols = p->trans_a ? p->m : p->k;
     int64_t brows = p->trans_b ? p->n : p->k, bcols = p->trans_b ? p->k : p->n;
     if (p->lda < (acols > 1 ? acols : 1) || p->ldb < (bcols > 1 ? bcols : 1) || p->ldc < (p->n > 1 ? p->n : 1))

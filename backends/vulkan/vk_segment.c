@@ -38,7 +38,9 @@ typedef struct pc_gemm {
     int32_t ta, tb, m, n, k, lda, ldb, ldc;
     float alpha, beta;
     uint32_t a_off, b_off, c_off;
+    int32_t precision; /* td_gemm_precision: bf16 rounds A and B as they are loaded */
 } pc_gemm;
+_Static_assert(sizeof(pc_gemm) <= TD_VK_PUSH_BYTES, "push constants exceed the declared range");
 typedef struct pc_xent_fwd { uint32_t rows, cols, loss_off, prob_off, logits_off, labels_off; } pc_xent_fwd;
 typedef struct pc_xent_bwd { uint32_t n, cols, grad_off, prob_off, labels_off, up_off; } pc_xent_bwd;
 typedef struct pc_rows { uint32_t rows, cols, out_off, a_off, mode; } pc_rows; /* softmax, argmax */
@@ -340,6 +342,9 @@ static td_status plan_args(td_device *dev, size_t i, const td_kernel_call *c, pl
         const td_gemm_params *p = &c->p.gemm;
         if (p->m < 0 || p->n < 0 || p->k < 0 || p->lda < 0 || p->ldb < 0 || p->ldc < 0)
             return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu (gemm): negative size", i);
+        char why[160];
+        if (td_gemm_check(p, why, sizeof why) != 0)
+            return td_error_set(dev->ctx, TD_ERR_INVALID_ARGUMENT, "vulkan segment call %zu (gemm): %s", i, why);
         int64_t a_rows = p->trans_a ? p->k : p->m, a_cols = p->trans_a ? p->m : p->k;
         int64_t b_rows = p->trans_b ? p->n : p->k, b_cols = p->trans_b ? p->k : p->n;
         int64_t a_hi = a_rows > 0 && a_cols > 0 ? (a_rows - 1) * p->lda + a_cols : 0;
@@ -507,7 +512,8 @@ static void plan_push(const td_device *dev, const td_kernel_call *c, plan *pl)
         const td_gemm_params *g = &c->p.gemm;
         pc_gemm p = {g->trans_a != 0, g->trans_b != 0, (int32_t)g->m, (int32_t)g->n, (int32_t)g->k,
                      (int32_t)g->lda, (int32_t)g->ldb, (int32_t)g->ldc, g->alpha, g->beta,
-                     (uint32_t)arg_offset(pl, c, SLOT_A), (uint32_t)arg_offset(pl, c, SLOT_B), out};
+                     (uint32_t)arg_offset(pl, c, SLOT_A), (uint32_t)arg_offset(pl, c, SLOT_B), out,
+                     g->precision};
         memcpy(pl->push, &p, sizeof p);
         pl->groups[0] = (uint32_t)((g->n + TD_VK_GEMM_TILE - 1) / TD_VK_GEMM_TILE);
         pl->groups[1] = (uint32_t)((g->m + TD_VK_GEMM_TILE - 1) / TD_VK_GEMM_TILE);

@@ -4,11 +4,11 @@ tagged with its round) and prints a markdown table per configuration
 and tandem over the rounds, each peer's ratio to tandem (peer's time ÷
 tandem's, taken within each round, median over rounds: above 1, tandem is
 faster), the fraction of the machine's fp32 FMA peak each reaches for the
-MLP and CNN (peer_common.flops_per_step ÷ time ÷ PEAK_GFLOPS, default 229:
-bench/RESULTS.md's measured peak of this 2-core machine), and the last
+MLP and CNN (peer_common.flops_per_step ÷ time ÷ PEAK_GFLOPS, which
+bench/peer/run measures with bench/peak in the same run), and the last
 training loss of each beside the others.
 
-  python report.py RUN.jsonl     (PEAK_GFLOPS=229)
+  PEAK_GFLOPS=G python report.py RUN.jsonl
 """
 import json
 import os
@@ -16,7 +16,9 @@ import statistics
 import sys
 
 PEERS = ('jax', 'torch', 'tandem')
-peak = float(os.environ.get('PEAK_GFLOPS', '229'))
+if not os.environ.get('PEAK_GFLOPS'):
+    sys.exit('report.py: set PEAK_GFLOPS (bench/peer/run measures it with bench/peak)')
+peak = float(os.environ['PEAK_GFLOPS'])
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{')]
 configs = []
 for r in rows:

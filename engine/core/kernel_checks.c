@@ -22,6 +22,15 @@ int64_t td_reduce_out_count(const td_reduce_params *p)
     return n;
 }
 
+int td_gemm_check(const td_gemm_params *p, char *why, size_t why_size)
+{
+    if (p->precision == TD_GEMM_FP32 || p->precision == TD_GEMM_BF16)
+        return 0;
+    snprintf(why, why_size, "precision %d is unknown (expected %d for fp32 or %d for bf16)", (int)p->precision,
+             TD_GEMM_FP32, TD_GEMM_BF16);
+    return -1;
+}
+
 #define CONV_DIM_MAX 2147483647LL /* every size and step fits an int32 */
 
 /* Product of v[0..count) when each factor is in [0, CONV_DIM_MAX] and the

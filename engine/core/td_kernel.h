@@ -128,13 +128,51 @@ typedef struct td_reduce_params {
 /* GEMM, row-major: C[m,n] = alpha * sum_k opA[m,k] * opB[k,n] + beta * C[m,n],
  * opA = trans_a ? A^T : A with A stored M x K (or K x M when transposed) with
  * leading dimension lda; likewise B. beta == 0 means C is not read (NaN in C
- * does not propagate). */
+ * does not propagate).
+ *
+ * precision (td_gemm_precision; 0, the default, is fp32): with
+ * TD_GEMM_BF16 each element of opA and opB is first rounded to bfloat16
+ * (the upper 16 bits of a float, round to nearest, ties to even; a NaN
+ * stays a NaN, a finite value past bfloat16's range becomes infinity) and
+ * the products of those rounded values are summed in float; A, B and C
+ * stay float32 in memory, and alpha, beta and C are applied as in fp32.
+ * The product of two bfloat16 values is exact in float, so a bf16 result
+ * differs from the reference (td_bf16_round, then the fp32 GEMM) only by
+ * the order of the float sums, as an fp32 GEMM's does; and by hardware
+ * bfloat16 dot products that flush subnormal inputs and results to zero
+ * (x86's VDPBF16PS). The conformance suite holds every backend to the
+ * reference within the fp32 GEMM's bound (normalised MSE 1e-10). */
+typedef enum td_gemm_precision {
+    TD_GEMM_FP32 = 0,
+    TD_GEMM_BF16 = 1,
+} td_gemm_precision;
+
 typedef struct td_gemm_params {
     int32_t trans_a, trans_b;
     int64_t m, n, k;
     int64_t lda, ldb, ldc;
     float alpha, beta;
+    int32_t precision; /* td_gemm_precision */
 } td_gemm_params;
+
+/* x rounded to bfloat16 and widened back to float: round to nearest, ties
+ * to even, on the bits (so it does not depend on the FPU's rounding mode or
+ * its treatment of subnormals); NaN stays NaN (quietened), a finite x that
+ * rounds past bfloat16's largest value becomes infinity, as IEEE rounding
+ * does. The rounding every backend's bf16 GEMM applies to its inputs. */
+static inline float td_bf16_round(float x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        v.u |= 0x00400000u; /* NaN: quiet it, so truncating keeps it NaN */
+    else
+        v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    v.u &= 0xffff0000u;
+    return v.f;
+}
 
 /* XENT_FORWARD: logits a [rows x cols], labels b (int32) [rows].
  *   prob[r,c] = exp(a[r,c] - max_c a[r,:]) / sum_c exp(...)

@@ -21,6 +21,9 @@ int64_t td_reduce_out_count(const td_reduce_params *p);
  * pooling, element counts below 2^62), else the reason, for a message. */
 const char *td_conv_check(const td_conv_params *p, int pool);
 const char *td_pool_check(const td_pool_params *p);
+/* 0 when the GEMM's precision is one the kernels know (td_gemm_precision);
+ * else -1 with the reason, naming the value, in why. */
+int td_gemm_check(const td_gemm_params *p, char *why, size_t why_size);
 /* Element counts of the image [n,h,w,c], the patches [n*oh*ow, kh*kw*c] and
  * the pooled output [n,oh,ow,c]; -1 when they overflow (see td_conv_check). */
 int64_t td_conv_image_count(const td_conv_params *p);

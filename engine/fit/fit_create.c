@@ -168,6 +168,7 @@ static td_status build_trainer(td_fit *f)
     o.balance_weights = c->balance_weights;
     o.n_balance_weights = c->n_balance_weights;
     o.timing_waits = c->timing_waits;
+    o.precision = c->precision;
     f->summary.learning_rate = o.learning_rate;
     uint64_t updates = f->total_steps / c->accumulate;
     td_status s = td_schedule_for_run(f->ctx, c->schedule, o.learning_rate, updates ? updates : 1, &o.schedule);
@@ -184,6 +185,9 @@ static td_status build_trainer(td_fit *f)
      * evaluating is as lost as one lost in a step. */
     if (s == TD_OK)
         s = td_evaluator_set_on_device_loss(f->evaluator, c->on_device_loss);
+    /* Evaluated as it trains (a replan only when not fp32). */
+    if (s == TD_OK && c->precision != TD_PRECISION_FP32)
+        s = td_evaluator_set_precision(f->evaluator, c->precision);
     return s;
 }
 

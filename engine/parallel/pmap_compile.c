@@ -113,6 +113,10 @@ static td_status compile_device(td_program *p, uint32_t pos)
         return TD_OOM(ctx, "device plan", sizeof *calls * plan->n_calls);
     }
     s = td_plan_emit(&p->graph, plan, pd->buffers, td_ring_global_position(p->ring, pos), calls);
+    /* Matrix products and convolutions are the plan's only GEMMs. */
+    for (uint32_t i = 0; i < plan->n_calls && s == TD_OK && p->gemm_precision != TD_GEMM_FP32; i++)
+        if (calls[i].kernel == TD_KERNEL_GEMM)
+            calls[i].p.gemm.precision = p->gemm_precision;
     for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT)
@@ -383,6 +387,19 @@ td_status td_program_replan(td_program *p, const float *params)
     return s;
 }
 
+td_status td_program_set_gemm_precision(td_program *p, int32_t gemm_precision)
+{
+    if (p->gemm_precision == gemm_precision)
+        return TD_OK;
+    p->gemm_precision = gemm_precision;
+    if (p->stale || !p->planned)
+        return TD_OK; /* planned again at its next use, with it */
+    /* The same path a mesh change takes: parameters read back from a
+     * device, the devices' part released, planned again with them. */
+    td_program_before_shrink(p);
+    return td_program_refresh(p);
+}
+
 uint64_t td_program_row_start(const td_program *p, uint32_t pos, int64_t rows)
 {
     const uint32_t g = td_ring_global_position(p->ring, pos);
@@ -466,7 +483,7 @@ void td_program_destroy(td_program *p)
 
 td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, uint32_t n_outputs,
                              const td_node *outputs, uint32_t n_grads, const td_node *params,
-                             const td_node *grads, bool training, td_program **out)
+                             const td_node *grads, bool training, int32_t gemm_precision, td_program **out)
 {
     if (!g || !mesh)
         return g ? td_error_set(g->ctx, TD_ERR_INVALID_ARGUMENT, "td_pmap_compile: mesh is NULL")
@@ -525,6 +542,7 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, 
     p->n_outputs = n_outputs;
 
     p->training = training;
+    p->gemm_precision = gemm_precision;
     p->n_grads = n_grads;
     p->grad_params = td_alloc(ctx, sizeof *params * (n_grads + 1));
     p->grad_nodes = td_alloc(ctx, sizeof *grads * (n_grads + 1));
@@ -548,11 +566,11 @@ td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, 
 
 td_status td_pmap_compile(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs, td_program **out)
 {
-    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, false, out);
+    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, false, TD_GEMM_FP32, out);
 }
 
 td_status td_pmap_compile_training(td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs,
                                    td_program **out)
 {
-    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, true, out);
+    return td_program_compile(g, mesh, NULL, n_outputs, outputs, 0, NULL, NULL, true, TD_GEMM_FP32, out);
 }

@@ -12,11 +12,16 @@
 typedef td_status (*td_program_hook)(void *user, uint32_t position);
 
 /* td_pmap_compile, plus: the gradient of params[i] is grads[i], laid out in
- * the gradient buffer at the parameter's offset, and `training` goes to the
- * plan (td_plan.training). */
+ * the gradient buffer at the parameter's offset, `training` goes to the
+ * plan (td_plan.training), and every GEMM of the plan (the matrix products
+ * and convolutions, forward and backward) runs in `gemm_precision`
+ * (td_gemm_precision, td_kernel.h). */
 td_status td_program_compile(td_graph *g, td_mesh *mesh, const uint32_t *split, uint32_t n_outputs,
                              const td_node *outputs, uint32_t n_grads, const td_node *params,
-                             const td_node *grads, bool training, td_program **out);
+                             const td_node *grads, bool training, int32_t gemm_precision, td_program **out);
+/* Every GEMM of the program in `gemm_precision` from now on: a planned
+ * program reads its parameters back and is planned again with them. */
+td_status td_program_set_gemm_precision(td_program *p, int32_t gemm_precision);
 /* td_program_run / set_param / read_param with `fn` naming the public call
  * in messages (the trainer's, the evaluator's). */
 td_status td_program_run_for(td_program *p, uint32_t n_bindings, const td_binding *bindings, const char *fn);

@@ -56,6 +56,9 @@ struct td_program {
     td_program_device *devs;
     /* What a re-plan needs (td_program_refresh): the compile's arguments. */
     bool training;
+    /* td_gemm_precision of every GEMM the plan emits (the trainer's and
+     * evaluator's td_precision; td_pmap_compile: fp32). */
+    int32_t gemm_precision;
     uint32_t n_grads;
     td_node *grad_params, *grad_nodes;
     bool planned;         /* plan holds a built plan */

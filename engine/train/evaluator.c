@@ -202,7 +202,7 @@ td_status td_evaluator_create(td_graph *g, td_mesh *mesh, td_node mask, uint32_t
         td_balance_even(e->batch, e->global_n, e->rows);
     if (s == TD_OK)
         s = td_program_compile(g, mesh, e->batch ? e->rows : NULL, n_metrics, metrics, 0, NULL, NULL, false,
-                               &e->program);
+                               TD_GEMM_FP32, &e->program);
     if (s == TD_OK)
         td_program_set_trace_name(e->program, "evaluate");
     if (s == TD_OK) {
@@ -244,6 +244,19 @@ td_status td_evaluator_set_on_device_loss(td_evaluator *e, td_on_device_loss pol
                             (int)policy);
     e->on_device_loss = policy;
     return TD_OK;
+}
+
+td_status td_evaluator_set_precision(td_evaluator *e, td_precision precision)
+{
+    td_status s = check_evaluator(e, "td_evaluator_set_precision");
+    if (s != TD_OK)
+        return s;
+    if (precision != TD_PRECISION_FP32 && precision != TD_PRECISION_BF16)
+        return td_error_set(e->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_evaluator_set_precision: precision %d, expected TD_PRECISION_FP32 (0) or "
+                            "TD_PRECISION_BF16 (1)",
+                            (int)precision);
+    return td_program_set_gemm_precision(e->program, (int32_t)precision);
 }
 
 /* Across processes, after the job's mesh changed (a trainer continued on

@@ -178,7 +178,7 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     }
     if (s == TD_OK)
         s = td_program_compile(g, mesh, td_balancer_rows(&t->balance), opts.n_metrics + 1, outputs, n_ranges, listed,
-                               grads, true, &t->program);
+                               grads, true, (int32_t)opts.precision, &t->program);
     if (s == TD_OK) {
         td_program_disown(t->program); /* the trainer destroys it */
         t->ring = td_program_ring(t->program);

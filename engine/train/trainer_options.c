@@ -9,6 +9,10 @@
 #include "tandem/train.h"
 #include "td_trainer_state.h"
 
+/* The programs take td_precision as it is, as a td_gemm_precision. */
+_Static_assert((int)TD_PRECISION_FP32 == (int)TD_GEMM_FP32 && (int)TD_PRECISION_BF16 == (int)TD_GEMM_BF16,
+               "td_precision and td_gemm_precision must agree");
+
 td_status td_trainer_options_init(td_trainer_options *o)
 {
     if (!o)
@@ -98,6 +102,10 @@ td_status td_trainer_check_options(td_context *ctx, const td_trainer_options *o)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_trainer_create: on_device_loss %d, expected TD_ON_DEVICE_LOSS_FAIL (0) or _CONTINUE (1)",
                             (int)o->on_device_loss);
+    if (o->precision != TD_PRECISION_FP32 && o->precision != TD_PRECISION_BF16)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: precision %d, expected TD_PRECISION_FP32 (0) or TD_PRECISION_BF16 (1)",
+                            (int)o->precision);
     if (o->accumulate_steps < 1)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: accumulate_steps %u must be >= 1",
                             o->accumulate_steps);

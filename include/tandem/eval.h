@@ -61,6 +61,15 @@ TD_API td_status td_evaluator_reset(td_evaluator *evaluator);
  * Since 0.1. */
 TD_API td_status td_evaluator_set_on_device_loss(td_evaluator *evaluator, td_on_device_loss policy);
 
+/* The arithmetic of the evaluation's matrix products and convolutions
+ * (td_precision; TD_PRECISION_FP32 from create): give it the trainer's
+ * td_trainer_options.precision to evaluate the model as it trains. A
+ * change plans the evaluator's program again, keeping the parameters the
+ * devices hold; call it before running batches, not between them.
+ * TD_ERR_INVALID_ARGUMENT for a value that is not a td_precision.
+ * Since 0.2. */
+TD_API td_status td_evaluator_set_precision(td_evaluator *evaluator, td_precision precision);
+
 /* Runs one global batch (every needed input bound, the mask included) and
  * adds its metrics, weighted by the sum of its mask, to the tally. A batch
  * whose mask is all zero adds nothing. A failed run adds nothing either;

@@ -130,6 +130,10 @@ typedef struct td_fit_options {
     const td_checkpoint_entry *metadata;
     td_fit_progress_fn on_progress; /* NULL: none */
     void *user;
+    /* Since 0.2. The matrix products and convolutions of training and
+     * evaluation in FP32 (the default) or BF16 (td_precision,
+     * td_trainer_options.precision). */
+    td_precision precision;
 } td_fit_options;
 
 /* The defaults above.

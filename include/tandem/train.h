@@ -40,6 +40,21 @@ typedef enum td_balance {
     TD_BALANCE_EXPLICIT = 2, /* in proportion to balance_weights */
 } td_balance;
 
+/* The arithmetic of a step's matrix products and convolutions (every
+ * GEMM of forward and backward). Since 0.2.
+ *   FP32  float inputs, float sums: the default.
+ *   BF16  mixed precision: each input of a product rounded to bfloat16
+ *         (round to nearest even), the products summed in float. Only the
+ *         GEMMs' inputs are rounded: parameters (the master copy and each
+ *         device's), optimizer state, activations in memory, the loss and
+ *         the gradients on the ring stay float. CPUs with AVX512_BF16 run
+ *         it about twice as fast as fp32 per multiply-add; elsewhere it
+ *         gives the same answers at about fp32's speed. */
+typedef enum td_precision {
+    TD_PRECISION_FP32 = 0,
+    TD_PRECISION_BF16 = 1,
+} td_precision;
+
 /* Since 0.1. */
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options): growth-safe, see tandem/export.h */
@@ -114,6 +129,12 @@ typedef struct td_trainer_options {
     uint32_t balance_granularity; /* examples per unit; 0 = 8, halved while B < 4 x N units */
     uint32_t balance_warmup;      /* AUTO: steps per measurement (1 to 1000); 0 = 3 */
     uint32_t balance_interval;    /* AUTO: steps between measurements; 0 = 200 */
+    /* Since 0.2. The step's GEMMs in FP32 (the default) or BF16
+     * (td_precision). With td_context_options.deterministic, CPU devices
+     * run BF16 with a kernel whose sums are written in C (the same bits on
+     * every CPU, at about fp32's speed) instead of AVX512_BF16's dot
+     * products, whose order and subnormal handling are the hardware's. */
+    td_precision precision;
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer

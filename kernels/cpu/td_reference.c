@@ -207,12 +207,17 @@ void td_reference_reduce(float *out, const float *a, const td_reduce_params *p)
 
 void td_reference_gemm(float *c, const float *a, const float *b, const td_gemm_params *p)
 {
+    const bool bf16 = p->precision == TD_GEMM_BF16;
     for (int64_t m = 0; m < p->m; m++)
         for (int64_t n = 0; n < p->n; n++) {
             float acc = 0.0f;
             for (int64_t k = 0; k < p->k; k++) {
                 float x = p->trans_a ? a[k * p->lda + m] : a[m * p->lda + k];
                 float y = p->trans_b ? b[n * p->ldb + k] : b[k * p->ldb + n];
+                if (bf16) {
+                    x = td_bf16_round(x);
+                    y = td_bf16_round(y);
+                }
                 acc += x * y;
             }
             float *dst = &c[m * p->ldc + n];

@@ -1,4 +1,7 @@
-/* tandem's own GEMM (td_kernel.h), one kernel per transpose combination.
+/* tandem's own GEMM (td_kernel.h), one kernel per transpose combination
+ * and precision (td_gemm_bf16_*: every input rounded to bfloat16 as it is
+ * loaded, td_bf16_round's rule; the products of rounded values are exact,
+ * so fma adds them with the one rounding of the reference's sum).
  * Each work-item computes a 4x4 block of C held in four float4 registers
  * (rows 4*ly..4*ly+3 and columns 4*lx..4*lx+3 of its group's tile). Out-of-range rows/columns are clamped for loading and skipped when
  * storing, which keeps the inner loop free of branches. The group is 8x8
@@ -12,6 +15,19 @@
 #define TD_A_T(i, p) a[(p) * lda + (i)]
 #define TD_B_N(p, j) b[(p) * ldb + (j)]
 #define TD_B_T(p, j) b[(j) * ldb + (p)]
+
+/* td_bf16_round (td_kernel.h): to nearest even on the bits, NaN kept. */
+float td_bf16(float x)
+{
+    uint u = as_uint(x);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    return as_float(u & 0xffff0000u);
+}
+
+float4 td_bf16_4(float4 v)
+{
+    return (float4)(td_bf16(v.s0), td_bf16(v.s1), td_bf16(v.s2), td_bf16(v.s3));
+}
 
 void td_gemm_store(__global float *c, long ldc, long row, long m, long n, long4 col, float4 v,
                    float alpha, float beta)
@@ -86,3 +102,15 @@ TD_GEMM_KERNEL(nn, TD_A_N, TD_B_N, TD_B4_N)
 TD_GEMM_KERNEL(nt, TD_A_N, TD_B_T, TD_B4_T)
 TD_GEMM_KERNEL(tn, TD_A_T, TD_B_N, TD_B4_N)
 TD_GEMM_KERNEL(tt, TD_A_T, TD_B_T, TD_B4_T)
+
+#define TD_RA_N(i, p) td_bf16(TD_A_N(i, p))
+#define TD_RA_T(i, p) td_bf16(TD_A_T(i, p))
+#define TD_RB_N(p, j) td_bf16(TD_B_N(p, j))
+#define TD_RB_T(p, j) td_bf16(TD_B_T(p, j))
+#define TD_RB4_N(p, j) td_bf16_4(TD_B4_N(p, j))
+#define TD_RB4_T(p, j) td_bf16_4(TD_B4_T(p, j))
+
+TD_GEMM_KERNEL(bf16_nn, TD_RA_N, TD_RB_N, TD_RB4_N)
+TD_GEMM_KERNEL(bf16_nt, TD_RA_N, TD_RB_T, TD_RB4_T)
+TD_GEMM_KERNEL(bf16_tn, TD_RA_T, TD_RB_N, TD_RB4_N)
+TD_GEMM_KERNEL(bf16_tt, TD_RA_T, TD_RB_T, TD_RB4_T)

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
-// GEMM, row-major: C = alpha op(A) op(B) + beta C (td_kernel.h).
+// GEMM, row-major: C = alpha op(A) op(B) + beta C (td_kernel.h); with
+// precision bf16, A and B rounded to bfloat16 as they enter shared memory.
 // Each 8x8 workgroup computes a 64x64 tile of C; each invocation an 8x8
 // register block at rows ty+8i, cols tx+8j, so neighbouring invocations
 // read neighbouring shared-memory words. K advances in slabs of BK held in
@@ -43,7 +44,18 @@ layout(push_constant) uniform Params {
     uint a_off;
     uint b_off;
     uint c_off;
+    int bf16; // td_gemm_precision: 1 = bf16
 } p;
+
+// td_bf16_round (td_kernel.h): to nearest even on the bits, NaN kept. A
+// product of two rounded values is exact in float, so the sums below are
+// the reference's sums of the same products.
+float bf16_round(float x)
+{
+    uint u = floatBitsToUint(x);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    return uintBitsToFloat(u & 0xffff0000u);
+}
 
 shared float As[BK][TILE];
 shared float Bs[BK][TILE];
@@ -73,7 +85,7 @@ void main()
             float v = 0.0;
             if (gm < p.m && gk < p.k)
                 v = abuf.d[p.a_off + uint(p.trans_a != 0 ? gk * p.lda + gm : gm * p.lda + gk)];
-            As[kk][mm] = v;
+            As[kk][mm] = p.bf16 != 0 ? bf16_round(v) : v;
 
             int nn;
             if (p.trans_b != 0) { kk = e % BK; nn = e / BK; }
@@ -83,7 +95,7 @@ void main()
             float w = 0.0;
             if (gn < p.n && gk < p.k)
                 w = bbuf.d[p.b_off + uint(p.trans_b != 0 ? gn * p.ldb + gk : gk * p.ldb + gn)];
-            Bs[kk][nn] = w;
+            Bs[kk][nn] = p.bf16 != 0 ? bf16_round(w) : w;
         }
         barrier();
         [[unroll]] for (int kk = 0; kk < BK; kk++) {

@@ -1,6 +1,10 @@
 /* GEMM: awkward shapes, every transpose, beta 0 (C holds NaN, which must
  * not reach the result) and 1, padded leading dimensions whose padding
- * must keep its bits. Sums may run in any order: normalised MSE. */
+ * must keep its bits. Sums may run in any order: normalised MSE. The bf16
+ * rows (precision TD_GEMM_BF16) are held to the same bound: the reference
+ * rounds the inputs too, and a product of bfloat16 values is exact, so
+ * only the order of the sums may differ; a backend that did not round
+ * would be about 1e-5 away. */
 #include "td_conformance.h"
 
 #include <math.h>
@@ -21,23 +25,32 @@ typedef struct gemm_row {
     int64_t pad_a, pad_b, pad_c; /* leading dimensions past a row's length */
     float alpha;
     uint32_t transposes; /* bit 2 * trans_a + trans_b */
+    int32_t precision;   /* td_gemm_precision */
 } gemm_row;
 
-#define ONE(m, n, k) {m, n, k, ONE_BUFFER, 1, 2, 3, 1.25f, ALL_TRANSPOSES}
+#define ONE(m, n, k) {m, n, k, ONE_BUFFER, 1, 2, 3, 1.25f, ALL_TRANSPOSES, TD_GEMM_FP32}
 
 static const gemm_row rows[] = {
     ONE(1, 1, 1), ONE(7, 1, 33), ONE(1, 130, 7), ONE(33, 7, 130), ONE(130, 33, 1), ONE(33, 130, 7),
     ONE(64, 64, 64), ONE(7, 33, 130), ONE(130, 7, 33),
     ONE(5, 6, 0), /* k = 0: C = beta C */
     ONE(0, 7, 5), ONE(4, 0, 3), /* nothing to compute */
-    {520, 260, 300, ONE_BUFFER, 1, 2, 3, 1.25f, NN}, /* big enough for a library's tiled path */
-    {10, 12, 9, THREE_BUFFERS, 0, 0, 0, 1.0f, ALL_TRANSPOSES},
+    {520, 260, 300, ONE_BUFFER, 1, 2, 3, 1.25f, NN, TD_GEMM_FP32}, /* big enough for a library's tiled path */
+    {10, 12, 9, THREE_BUFFERS, 0, 0, 0, 1.0f, ALL_TRANSPOSES, TD_GEMM_FP32},
     /* a language model's head: 256 positions x a 40000-token table, b^T */
-    {256, 40000, 64, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 1},
+    {256, 40000, 64, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 1, TD_GEMM_FP32},
+    /* bf16: edges of every tile size, odd k (a half pair), k past a
+     * k-block, a 3x3 convolution's k = 9 and 288 */
+    {1, 1, 1, ONE_BUFFER, 1, 2, 3, 1.25f, ALL_TRANSPOSES, TD_GEMM_BF16},
+    {33, 130, 7, ONE_BUFFER, 1, 2, 3, 1.25f, ALL_TRANSPOSES, TD_GEMM_BF16},
+    {130, 33, 401, THREE_BUFFERS, 3, 3, 1, 0.75f, ALL_TRANSPOSES, TD_GEMM_BF16},
+    {5, 6, 0, ONE_BUFFER, 1, 2, 3, 1.25f, NN, TD_GEMM_BF16},
+    {520, 64, 9, THREE_BUFFERS, 0, 0, 0, 1.0f, NN, TD_GEMM_BF16},
+    {400, 64, 288, THREE_BUFFERS, 0, 0, 0, 1.0f, NN | 1u << 1 | 1u << 2, TD_GEMM_BF16},
     /* its backward: the gradient into the hidden states sums over the
      * vocabulary (k = 50257), the table's over the positions (a^T) */
-    {64, 128, 50257, THREE_BUFFERS, 0, 0, 0, 1.0f, NN},
-    {50257, 64, 256, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 2},
+    {64, 128, 50257, THREE_BUFFERS, 0, 0, 0, 1.0f, NN, TD_GEMM_FP32},
+    {50257, 64, 256, THREE_BUFFERS, 0, 0, 0, 1.0f, 1u << 2, TD_GEMM_FP32},
 };
 
 /* Every m, n, k from this list, each transpose, in three buffers. */
@@ -57,7 +70,7 @@ static void nan_in_c(const td_conformance_case *c, float *const *buffers)
 static void add_case(td_case_list *list, const gemm_row *row, int transpose, int beta)
 {
     td_gemm_params p = {.trans_a = transpose >> 1, .trans_b = transpose & 1, .m = row->m, .n = row->n, .k = row->k,
-                        .alpha = row->alpha, .beta = (float)beta};
+                        .alpha = row->alpha, .beta = (float)beta, .precision = row->precision};
     p.lda = (p.trans_a ? p.m : p.k) + row->pad_a;
     p.ldb = (p.trans_b ? p.k : p.n) + row->pad_b;
     p.ldc = p.n + row->pad_c;
@@ -75,7 +88,8 @@ static void add_case(td_case_list *list, const gemm_row *row, int transpose, int
         at = (td_case_args){.a = {0, 5}, .b = {0, 5 + a_size}, .out = {0, 5 + a_size + b_size}};
     }
     td_conformance_case *c =
-        td_case_add(list, "gemm %lldx%lldx%lld %c%c beta %d, alpha %g, pads %lld/%lld/%lld, %s", (long long)p.m,
+        td_case_add(list, "gemm%s %lldx%lldx%lld %c%c beta %d, alpha %g, pads %lld/%lld/%lld, %s",
+                    p.precision == TD_GEMM_BF16 ? " bf16" : "", (long long)p.m,
                     (long long)p.n, (long long)p.k, p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N', beta,
                     (double)row->alpha, (long long)row->pad_a, (long long)row->pad_b, (long long)row->pad_c,
                     row->layout == ONE_BUFFER ? "one buffer" : "three buffers");
@@ -100,7 +114,7 @@ void td_cases_gemm(td_case_list *list)
         for (int ni = 0; ni < SIZES; ni++)
             for (int ki = 0; ki < SIZES; ki++) {
                 gemm_row row = {grid_sizes[mi], grid_sizes[ni], grid_sizes[ki], THREE_BUFFERS, 3, 3, 1, 0.75f,
-                                ALL_TRANSPOSES};
+                                ALL_TRANSPOSES, TD_GEMM_FP32};
                 add_transposes_and_betas(list, &row);
             }
 }

@@ -61,6 +61,11 @@ static const td_rejection_case rejections[] = {
      {"pool", "call 0"}},
     {"pool with dilation 2", 1000, 1, {{.kernel = TD_KERNEL_POOL, .p.pool = MAX_POOL(1, 2)}}, 0, BAD,
      {"pool", "call 0"}},
+    /* GEMM's precision: fp32 (0) or bf16 (1), nothing else. */
+    {"gemm with precision 7", 100, 2,
+     {AFTER_A_FILL, {.kernel = TD_KERNEL_GEMM, .p.gemm = {.m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2,
+                                                         .alpha = 1.0f, .precision = 7}}},
+     0, BAD, {"gemm", "call 1", "precision 7"}},
 };
 
 const td_rejection_case *td_rejection_cases(size_t *count)

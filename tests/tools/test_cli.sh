@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the built `tandem` binary as a user would: train (linreg; mlp on
 # generated data with checkpoints and metrics), eval on another mesh,
+# --precision bf16 (bitwise at 1 and 3 threads, not fp32's bits),
 # resume (bitwise the uninterrupted run), SIGTERM (exit 143, a checkpoint,
 # a resume that lands on the uninterrupted run's bits), --steps, bad flags
 # named in the error, --help, plot (skipped with a message without
@@ -468,6 +469,19 @@ if expect_rc 0 "deterministic, 1 thread" "$tandem" train "${det[@]}" --determini
     fail "--deterministic and TD_CPU_GEMM=own: the checkpoints differ"
   expect_rc 0 "eval --deterministic" "$tandem" eval --checkpoint det1 --devices cpu:2 --deterministic
 fi
+
+echo "== --precision bf16: another training than fp32's, the same bits at any thread count"
+prec=(--model cnn --data generated --limit 128 --batch 32 --seed 3 --devices cpu:1 --epochs 1 --eval-limit 64)
+if expect_rc 0 "bf16, 1 thread" "$tandem" train "${prec[@]}" --precision bf16 --cpu-threads 1 --checkpoint bf1 &&
+  expect_rc 0 "bf16, 3 threads" "$tandem" train "${prec[@]}" --precision bf16 --cpu-threads 3 --checkpoint bf3 &&
+  expect_rc 0 "fp32" "$tandem" train "${prec[@]}" --precision fp32 --checkpoint fp; then
+  cmp -s bf1/ckpt-00000004.safetensors bf3/ckpt-00000004.safetensors ||
+    fail "--precision bf16 at 1 and 3 threads: the checkpoints differ"
+  cmp -s bf1/ckpt-00000004.safetensors fp/ckpt-00000004.safetensors &&
+    fail "--precision bf16 trained fp32's bits"
+  expect_rc 0 "eval --precision bf16" "$tandem" eval --checkpoint bf1 --devices cpu:1 --precision bf16
+fi
+expect_usage_error "--precision" "an unknown precision" "$tandem" train --precision fp16
 
 echo "== SIGTERM"
 long=(--model mlp --data generated --limit 4096 --batch 32 --seed 5 --devices cpu:2 --schedule constant)
