@@ -53,6 +53,8 @@ static const geo_case conv_cases[] = {
     {1, 9, 10, 3, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, "15-float runs"},
     {1, 8, 12, 2, 3, 3, 1, 2, 0, 0, 1, 0, 1, 1, "6-float runs (the general copy), padding on the left"},
     {2, 9, 11, 1, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, "dilation 2, c = 1: inside columns copied tap by tap"},
+    {1, 9, 10, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, "dilation 2, 24-float window rows (window by window)"},
+    {2, 7, 9, 16, 2, 2, 2, 2, 1, 0, 1, 0, 1, 1, "32-float runs, stride 2, padding top and left"},
 };
 #define N_CONV (sizeof conv_cases / sizeof conv_cases[0])
 
