@@ -455,6 +455,7 @@ typedef struct shared_run {
     int64_t parts;               /* > 0: parts of calls[0]; 0: the run's calls */
     bool stopped;                /* a part saw the cancel (atomic) */
     size_t epilogue;             /* calls after calls[0] run on each block of its rows */
+    int64_t granule;             /* with an epilogue: parts and blocks start at multiples of it */
 } shared_run;
 
 /* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
@@ -463,11 +464,11 @@ typedef struct shared_run {
  * from C's first row (parts do) and the last takes the remainder: the
  * GEMM's bits are the whole call's (cpu_gemm.c). */
 static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *part,
-                                   const td_kernel_call *calls, size_t epilogue)
+                                   const td_kernel_call *calls, size_t epilogue, int64_t granule)
 {
     const td_gemm_params *g = &part->p.gemm;
     const int64_t first = (int64_t)(part->out.offset - calls[0].out.offset) / g->ldc;
-    const int64_t block = td_cpu_epilogue_block_rows(g->n);
+    const int64_t block = td_cpu_epilogue_block_rows(g->n, granule);
     int64_t rows;
     for (int64_t i = 0; i < g->m; i += rows) {
         rows = g->m - i < 2 * block ? g->m - i : block;
@@ -495,11 +496,14 @@ static void run_task(void *arg, int64_t task)
     }
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
-    if (r->parts) {
+    if (r->parts && r->epilogue) {
+        td_cpu_epilogue_part(&r->calls[0], r->granule, r->parts, task, &part);
+        c = &part;
+    } else if (r->parts) {
         td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
-    if (r->epilogue ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue)
+    if (r->epilogue ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule)
                     : !run_call(r->dev, r->gemm_engine, c))
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
@@ -521,12 +525,16 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         const td_kernel_call *c = &seg->calls[i];
         size_t run = seg->run_end[i] - i;
         if (seg->epilogue[i]) {
-            /* A GEMM and its epilogue: its parts (or the whole) in blocks. */
+            /* A GEMM and its epilogue: its parts (or the whole) in blocks,
+             * at multiples of the chain's granule. */
+            const int64_t granule = td_cpu_epilogue_granule(c, seg->epilogue[i]);
             int64_t parts = team > 1 ? td_cpu_split_parts(c, team, td_host_pool_split_everything(dev->pool)) : 1;
-            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i]};
+            if (parts > (c->p.gemm.m + granule - 1) / granule)
+                parts = (c->p.gemm.m + granule - 1) / granule;
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule};
             if (parts > 1)
                 td_host_pool_run(dev->pool, parts, run_task, &r);
-            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue))
+            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule))
                 r.stopped = true;
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -535,7 +543,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         }
         int64_t parts = team > 1 && run == 1 ? td_cpu_split_parts(c, team, td_host_pool_split_everything(dev->pool)) : 1;
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;

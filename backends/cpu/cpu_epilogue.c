@@ -19,7 +19,15 @@
  * else the chain or its GEMM reads is written by the chain. Operands are
  * therefore either dense over the call (element o at offset + o) and then
  * a chain output itself or disjoint from all of them, or a row broadcast
- * (offset + o mod n: a bias) or a scalar, disjoint from all of them. */
+ * (offset + o mod n: a bias) or a scalar, disjoint from all of them.
+ *
+ * A pooling may end a chain when its input is a chain output, C's rows
+ * being its pixels (c = n), and its windows tile the image exactly (stride
+ * = window, no padding, h and w multiples of the window): a block of whole
+ * bands of kh pixel rows is then a taller image of its own, whose windows
+ * are the call's windows for those rows (a band never straddles two
+ * images), and each pooled value is computed once, from finished pixels.
+ * Blocks and parts then start at multiples of both 192 rows and a band. */
 #include "cpu_epilogue.h"
 
 #include <stdbool.h>
@@ -28,7 +36,8 @@
 
 #include "cpu_gemm.h"
 
-/* Calls looked at after one GEMM: a bias, an activation and a spare. */
+/* Calls looked at after one GEMM: a bias, an activation, a pooling and a
+ * spare. */
 #define MAX_CHAIN 4
 /* Floats of C per block: 128 KiB, an eighth of a Zen 4 or Skylake-SP L2. */
 #define BLOCK_FLOATS 32768
@@ -153,6 +162,27 @@ static bool join(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
     return true;
 }
 
+/* Whether pooling call e may end the chain over the m x n elements of C
+ * (see above); if so, its output is added to what the chain writes. */
+static bool join_pool(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
+{
+    const td_pool_params *pp = &e->p.pool;
+    const td_conv_params *g = &pp->geo;
+    if (g->c != n || g->n * g->h * g->w != m || g->kh <= 0 || g->kw <= 0 || g->stride_h != g->kh ||
+        g->stride_w != g->kw || g->pad_top != 0 || g->pad_left != 0 || g->dil_h != 1 || g->dil_w != 1 ||
+        g->h % g->kh != 0 || g->w % g->kw != 0 || g->oh * g->kh != g->h || g->ow * g->kw != g->w)
+        return false;
+    if (pp->mode != TD_POOL_MAX && pp->mode != TD_POOL_AVG)
+        return false;
+    const region in = region_of(&e->a, (uint64_t)(m * n));
+    const region out = region_of(&e->out, (uint64_t)(g->n * g->oh * g->ow * g->c));
+    if (!same_as_any(in, ch->written, ch->n_written) || overlaps_any(out, ch->written, ch->n_written) ||
+        overlaps_any(out, ch->read, ch->n_read))
+        return false;
+    ch->written[ch->n_written++] = out;
+    return true;
+}
+
 size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t i)
 {
     const td_kernel_call *g = &calls[i];
@@ -175,10 +205,49 @@ size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t 
     if (overlaps_any(ch.written[0], ch.read, 2))
         return 0;
     size_t length = 0;
-    for (size_t j = i + 1; j < count && length < MAX_CHAIN; j++, length++)
+    for (size_t j = i + 1; j < count && length < MAX_CHAIN; j++, length++) {
+        if (calls[j].kernel == TD_KERNEL_POOL) { /* the chain's end, taken or not */
+            length += join_pool(&ch, &calls[j], p->m, p->n);
+            break;
+        }
         if (calls[j].kernel != TD_KERNEL_ELEMENTWISE || !join(&ch, &calls[j], p->m, p->n))
             break;
+    }
     return length;
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length)
+{
+    int64_t granule = TD_CPU_GEMM_TILE_ROWS;
+    if (length && chain[length].kernel == TD_KERNEL_POOL) {
+        const td_conv_params *g = &chain[length].p.pool.geo;
+        const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */
+        granule = granule / gcd(granule, band) * band;
+    }
+    return granule;
+}
+
+void td_cpu_epilogue_part(const td_kernel_call *gemm, int64_t granule, int64_t parts, int64_t part,
+                          td_kernel_call *sub)
+{
+    const td_gemm_params *g = &gemm->p.gemm;
+    const int64_t whole = (g->m + granule - 1) / granule;
+    const int64_t begin = granule * (part * whole / parts);
+    const int64_t end = part + 1 == parts ? g->m : granule * ((part + 1) * whole / parts);
+    *sub = *gemm;
+    sub->p.gemm.m = end - begin;
+    sub->out.offset += (uint64_t)(begin * g->ldc);
+    sub->a.offset += (uint64_t)(g->trans_a ? begin : begin * g->lda);
 }
 
 bool td_cpu_epilogues_on(void)
@@ -187,10 +256,10 @@ bool td_cpu_epilogues_on(void)
     return !(s && strcmp(s, "off") == 0);
 }
 
-int64_t td_cpu_epilogue_block_rows(int64_t n)
+int64_t td_cpu_epilogue_block_rows(int64_t n, int64_t granule)
 {
-    const int64_t rows = BLOCK_FLOATS / (n > 0 ? n : 1) / TD_CPU_GEMM_TILE_ROWS * TD_CPU_GEMM_TILE_ROWS;
-    return rows > TD_CPU_GEMM_TILE_ROWS ? rows : TD_CPU_GEMM_TILE_ROWS;
+    const int64_t rows = BLOCK_FLOATS / (n > 0 ? n : 1) / granule * granule;
+    return rows > granule ? rows : granule;
 }
 
 /* Operand x of the sub-call over rows [row0, row0 + rows): dense operands
@@ -207,6 +276,18 @@ static void operand_rows(td_arg *arg, int64_t strides[TD_KERNEL_RANK], operand_k
 void td_cpu_epilogue_rows(const td_kernel_call *e, int64_t n, int64_t row0, int64_t rows, td_kernel_call *sub)
 {
     *sub = *e;
+    if (e->kernel == TD_KERNEL_POOL) {
+        /* Bands [row0, row0 + rows) of pixels as one image of rows / w
+         * pixel rows; its pooled rows follow those before it. */
+        td_conv_params *g = &sub->p.pool.geo;
+        const int64_t pixel_row0 = row0 / g->w;
+        g->n = 1;
+        g->h = rows / g->w;
+        g->oh = g->h / g->kh;
+        sub->a.offset += (uint64_t)(row0 * n);
+        sub->out.offset += (uint64_t)(pixel_row0 / g->kh * g->ow * g->c);
+        return;
+    }
     td_ew_params *p = &sub->p.ew;
     const operand_kind a = kind_of(e->p.ew.dims, e->p.ew.a_strides, n);
     const operand_kind b = kind_of(e->p.ew.dims, e->p.ew.b_strides, n);

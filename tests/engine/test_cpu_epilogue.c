@@ -2,8 +2,9 @@
  * followed by a bias add and a ReLU in one segment, run block by block,
  * gives bitwise what the three calls give run one segment each, at the
  * seed models' shapes and at row counts that cut the blocks unevenly, on
- * both GEMM engines, with the host pool splitting the GEMM or not; and the
- * chain rules take exactly the calls that cannot see a difference. */
+ * both GEMM engines, with the host pool splitting the GEMM or not, with
+ * and without a tiling pool at the chain's end; and the chain rules take
+ * exactly the calls that cannot see a difference. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -145,6 +146,93 @@ static void check_fused(uint32_t threads, bool split_everything, bool determinis
     td_context_destroy(ctx);
 }
 
+/* A convolution's chain to its pooling: [n, h, w, c] pixels = C's rows. */
+typedef struct pool_shape {
+    int64_t images, h, w, c, k, window;
+    int32_t mode;
+    const char *what;
+} pool_shape;
+
+static const pool_shape pool_shapes[] = {
+    {5, 28, 28, 32, 9, 2, TD_POOL_MAX, "conv1-like, 2x2 max: bands of 56 rows, blocks of 1344"},
+    {3, 14, 14, 64, 288, 2, TD_POOL_MAX, "conv2-like, 2x2 max: one block"},
+    {40, 6, 10, 16, 5, 2, TD_POOL_AVG, "2x2 average over 10-wide rows: granule 960, two parts"},
+    {7, 9, 12, 16, 4, 3, TD_POOL_MAX, "3x3 / 3 max: bands of 36 rows, granule 576"},
+};
+
+static void check_fused_pool(uint32_t threads, bool split_everything, bool deterministic)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof pool_shapes / sizeof pool_shapes[0]; t++) {
+        const pool_shape *ps = &pool_shapes[t];
+        const shape s = {ps->images * ps->h * ps->w, ps->c, ps->k, ps->what};
+        const size_t mn = (size_t)(s.m * s.n);
+        const int64_t oh = ps->h / ps->window, ow = ps->w / ps->window;
+        const size_t pooled = (size_t)(ps->images * oh * ow * ps->c);
+        td_buffer *x = filled(ops, dev, ctx, (size_t)(s.m * s.k), 11 + t, false);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(s.k * s.n), 12 + t, false);
+        td_buffer *bias = filled(ops, dev, ctx, (size_t)s.n, 13 + t, true);
+        const size_t all = mn + pooled;
+        td_buffer *y = filled(ops, dev, ctx, all, 14 + t, false); /* [activations | pooled] */
+        td_kernel_call pool_call = {.kernel = TD_KERNEL_POOL, .out = {y, mn}, .a = {y, 0}};
+        pool_call.p.pool = (td_pool_params){
+            .geo = {.n = ps->images, .h = ps->h, .w = ps->w, .c = ps->c, .kh = ps->window, .kw = ps->window,
+                    .oh = oh, .ow = ow, .stride_h = ps->window, .stride_w = ps->window, .dil_h = 1, .dil_w = 1},
+            .mode = ps->mode};
+        const td_kernel_call calls[4] = {
+            gemm_call(x, w, y, &s),
+            ew_call(TD_EW_ADD, (td_arg){y, 0}, (td_arg){y, 0}, (td_arg){bias, 0}, s.m, s.n, true),
+            ew_call(TD_EW_RELU, (td_arg){y, 0}, (td_arg){y, 0}, (td_arg){NULL, 0}, s.m, s.n, false),
+            pool_call,
+        };
+        cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 3, "%s: the chain takes the pooling", s.what);
+        float *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+        float *initial = malloc(all * sizeof *initial);
+        for (size_t i = 0; i < all; i++)
+            initial[i] = (float)(i % 11) - 5.5f;
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < 4; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, 4);
+        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
+                 deterministic ? ", own GEMM" : "");
+        expect_same_bits(got, want, all, what);
+        free(want);
+        free(got);
+        free(initial);
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, bias);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, chain_ending_in_a_pool_is_bitwise_the_calls_one_by_one)
+{
+    check_fused_pool(1, false, false);
+    check_fused_pool(2, false, false);
+    check_fused_pool(3, true, false);
+    check_fused_pool(2, true, true);
+}
+
 Test(cpu_epilogue, fused_is_bitwise_the_calls_one_by_one)
 {
     check_fused(1, false, false);
@@ -211,6 +299,39 @@ Test(cpu_epilogue, chain_rules)
     calls[0] = gemm_call(X, W, Y, &mlp);
     calls[1] = ew_call(TD_EW_ADD, c, c, bias, 1024, 512, true);
     cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "B (784 x 512) larger than a block of C");
+    /* A pooling ends a chain only where its windows tile the image. */
+    const shape img = {2 * 4 * 10, 8, 5, ""};
+    td_kernel_call p2 = {.kernel = TD_KERNEL_POOL, .out = {Y, 1000}, .a = c};
+    p2.p.pool = (td_pool_params){.geo = {.n = 2, .h = 4, .w = 10, .c = 8, .kh = 2, .kw = 2, .oh = 2, .ow = 5,
+                                         .stride_h = 2, .stride_w = 2, .dil_h = 1, .dil_w = 1},
+                                 .mode = TD_POOL_MAX};
+    calls[0] = gemm_call(X, W, Y, &img);
+    calls[1] = ew_call(TD_EW_RELU, c, c, none, img.m, 8, false);
+    calls[2] = p2;
+    calls[3] = ew_call(TD_EW_RELU, c, c, none, img.m, 8, false);
+    cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 2, "ReLU, then a 2x2 / 2 pool ends the chain");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 2), 960, "granule: 192 rows and bands of 20 pixels");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 1), 192, "granule without a pool");
+    td_kernel_call p_bad = p2;
+    p_bad.p.pool.geo.stride_w = 1; /* overlapping windows */
+    p_bad.p.pool.geo.ow = 9;
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "overlapping windows");
+    p_bad = p2;
+    p_bad.a = (td_arg){X, 0}; /* pools something the chain did not write */
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a pool of another tensor");
+    p_bad = p2;
+    p_bad.out = (td_arg){Y, 40}; /* over C */
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a pool written over C");
+    p_bad = p2;
+    p_bad.p.pool.geo.n = 8; /* images of one row: a band would straddle two */
+    p_bad.p.pool.geo.h = 1;
+    p_bad.p.pool.geo.oh = 0;
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "h not a multiple of the window");
+
     td_kernel_call padded = g;
     padded.p.gemm.ldc = 9; /* C with a gap between rows */
     calls[0] = padded;
