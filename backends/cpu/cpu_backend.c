@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu_epilogue.h"
 #include "cpu_gemm.h"
 #include "cpu_gemm_bf16.h"
 #include "cpu_gemm_own_fma.h"
@@ -47,6 +48,10 @@ struct td_segment {
     /* run_end[i]: one past the last call of the run of mutually
      * independent GEMMs starting at call i (i + 1 when none follows). */
     uint32_t *run_end;
+    /* epilogue[i]: how many elementwise calls after GEMM call i run on
+     * each block of its rows as soon as it is computed (cpu_epilogue.h);
+     * 0 for every other call. */
+    uint8_t *epilogue;
     /* Read at segment_create (TD_CPU_GEMM, or the own one in deterministic
      * mode), as the OpenCL backend reads TD_OPENCL_GEMM: a benchmark can
      * time both engines on one device. */
@@ -414,18 +419,25 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     td_segment *seg = td_alloc_zeroed(dev->ctx, sizeof *seg);
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
     uint32_t *run_end = td_alloc(dev->ctx, sizeof *run_end * (count ? count : 1));
-    if (!seg || !copy || !run_end) {
+    uint8_t *epilogue = td_alloc_zeroed(dev->ctx, count ? count : 1);
+    if (!seg || !copy || !run_end || !epilogue) {
         td_free(dev->ctx, seg);
         td_free(dev->ctx, copy);
         td_free(dev->ctx, run_end);
-        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end) * count);
+        td_free(dev->ctx, epilogue);
+        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end + 1) * count);
     }
     if (count)
         memcpy(copy, calls, sizeof *copy * count);
     find_gemm_runs(copy, count, run_end);
+    const bool epilogues = td_cpu_epilogues_on();
+    for (size_t i = 0; i < count && epilogues; i++)
+        if (run_end[i] == i + 1)
+            epilogue[i] = (uint8_t)td_cpu_epilogue_length(copy, count, i);
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
+    seg->epilogue = epilogue;
     /* bf16 without AVX512_BF16 gives bf16's answers at fp32's speed at
      * best: said once per device, so a user who asked for speed knows. */
     for (size_t i = 0; i < count && !dev->told_bf16; i++)
@@ -452,7 +464,63 @@ typedef struct shared_run {
     const td_kernel_call *calls; /* the split call, or the run's first call */
     int64_t parts;               /* > 0: parts of calls[0]; 0: the run's calls */
     bool stopped;                /* a part saw the cancel (atomic) */
+    size_t epilogue;             /* calls after calls[0] run on each block of its rows */
+    int64_t granule;             /* with an epilogue: parts and blocks start at multiples of it */
 } shared_run;
+
+/* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
+ * by the epilogue calls calls[1..epilogue] over the same rows while the
+ * block is in cache. Blocks start at multiples of TD_CPU_GEMM_TILE_ROWS
+ * from C's first row (parts do) and the last takes the remainder: the
+ * GEMM's bits are the whole call's (cpu_gemm.c). */
+static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *part,
+                                   const td_kernel_call *calls, size_t epilogue, int64_t granule)
+{
+    const td_gemm_params *g = &part->p.gemm;
+    const int64_t first = (int64_t)(part->out.offset - calls[0].out.offset) / g->ldc;
+    const int64_t block = td_cpu_epilogue_block_rows(g->n, granule);
+    int64_t rows;
+    for (int64_t i = 0; i < g->m; i += rows) {
+        rows = g->m - i < 2 * block ? g->m - i : block;
+        td_kernel_call tile = *part;
+        tile.p.gemm.m = rows;
+        tile.out.offset += (uint64_t)(i * g->ldc);
+        tile.a.offset += (uint64_t)(g->trans_a ? i : i * g->lda);
+        if (!run_call(dev, gemm_engine, &tile))
+            return false;
+        for (size_t e = 1; e <= epilogue; e++) {
+            td_kernel_call sub;
+            td_cpu_epilogue_rows(&calls[e], g->n, first + i, rows, &sub);
+            run_call(dev, gemm_engine, &sub);
+        }
+    }
+    return true;
+}
+
+/* The rows a GEMM chain's parts and blocks start at multiples of. On
+ * CBLAS, td_cpu_epilogue_granule's (whole 192-row tiles, and whole bands
+ * of windows for a final pooling). The own GEMMs' bits depend on no split
+ * of the rows, so there the tile is 12 rows (every MR divides it), with
+ * the same bands: a 128-row layer with its bias and activation then runs
+ * on two cores, not one. */
+static int64_t epilogue_granule(td_cpu_gemm_engine engine, const td_kernel_call *chain, size_t length)
+{
+    if (engine == TD_CPU_GEMM_CBLAS)
+        return td_cpu_epilogue_granule(chain, length);
+    int64_t granule = 12;
+    if (chain[length].kernel == TD_KERNEL_POOL) {
+        const td_conv_params *g = &chain[length].p.pool.geo;
+        const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */
+        int64_t a = granule, b = band;
+        while (b) {
+            const int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        granule = granule / a * band;
+    }
+    return granule;
+}
 
 static void run_task(void *arg, int64_t task)
 {
@@ -463,14 +531,18 @@ static void run_task(void *arg, int64_t task)
     }
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
-    if (r->parts) {
+    if (r->parts && r->epilogue) {
+        td_cpu_epilogue_part(&r->calls[0], r->granule, r->parts, task, &part);
+        c = &part;
+    } else if (r->parts) {
         if (r->calls[0].kernel == TD_KERNEL_GEMM)
             td_cpu_gemm_split_part(&r->calls[0], r->gemm_engine, r->parts, task, &part);
         else
             td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
-    if (!run_call(r->dev, r->gemm_engine, c))
+    if (r->epilogue ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule)
+                    : !run_call(r->dev, r->gemm_engine, c))
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
 
@@ -491,12 +563,29 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         const td_kernel_call *c = &seg->calls[i];
         size_t run = seg->run_end[i] - i;
         const bool any_size = td_host_pool_split_everything(dev->pool);
+        if (seg->epilogue[i]) {
+            /* A GEMM and its epilogue: its parts (or the whole) in blocks,
+             * at multiples of the chain's granule. */
+            const int64_t granule = epilogue_granule(seg->gemm_engine, c, seg->epilogue[i]);
+            int64_t parts = team > 1 ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size) : 1;
+            if (parts > (c->p.gemm.m + granule - 1) / granule)
+                parts = (c->p.gemm.m + granule - 1) / granule;
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule};
+            if (parts > 1)
+                td_host_pool_run(dev->pool, parts, run_task, &r);
+            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule))
+                r.stopped = true;
+            if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
+                return TD_ERR_DEVICE_LOST;
+            i += 1 + r.epilogue;
+            continue;
+        }
         int64_t parts = 1;
         if (team > 1 && run == 1)
             parts = c->kernel == TD_KERNEL_GEMM ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size)
                                                 : td_cpu_split_parts(c, team, any_size);
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -522,6 +611,7 @@ static void cpu_segment_destroy(td_device *dev, td_segment *seg)
         return;
     td_free(dev->ctx, seg->calls);
     td_free(dev->ctx, seg->run_end);
+    td_free(dev->ctx, seg->epilogue);
     td_free(dev->ctx, seg);
 }
 

@@ -63,11 +63,12 @@ static inline float td_reference_tanh(float x)
 #define TD_ERF td_fixed_erff
 #define TD_ISNAN isnan
 
-/* One function per op over one row of the innermost axis, so the op is
- * chosen once per row rather than per element, and the common dense and
- * broadcast-scalar rows are plain loops the compiler vectorises. Each
- * element is still exactly (expr) of its two operands: the results are the
- * same bits whichever path or copy runs.
+/* One function per op over a block of rows of the innermost axis, so the
+ * op is chosen once per call rather than per row or element, and the
+ * common dense and broadcast rows are plain loops the compiler vectorises.
+ * Each element is still exactly (expr) of its two operands, and elements
+ * are produced in the same row-major order: the results are the same bits
+ * whichever path or copy runs.
  *
  * Copies: each row function also comes in AVX2 and AVX-512 copies
  * (TD_FIXED_MATH_CLONES), which doubles the speed of the exp and log ops
@@ -85,82 +86,168 @@ static inline float td_reference_tanh(float x)
 #define TD_EW_SECOND(a, b, ...) b
 #define TD_EW_PICK(...) TD_EW_SECOND(__VA_ARGS__, TD_FIXED_MATH_CLONES, )
 #define TD_EW_ROW_COPIES(NAME) TD_EW_PICK(TD_EW_ONE_COPY_##NAME)
+/* `rows` rows of n elements: row r of out starts at out + r * n, of a at
+ * a + r * ra, of b at b + r * rb; inside a row a and b step by sa and sb. */
 #define TD_EW_ROW_FN(id, NAME, arity, exact, expr)                                                               \
     TD_EW_ROW_COPIES(NAME)                                                                                        \
-    static void ew_row_##NAME(float *out, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n,      \
-                              float alpha)                                                                        \
+    static void ew_rows_##NAME(float *out, const float *a, int64_t ra, int64_t sa, const float *b, int64_t rb,    \
+                               int64_t sb, int64_t rows, int64_t n, float alpha)                                  \
     {                                                                                                             \
         (void)alpha;                                                                                              \
         if (sa == 1 && (arity == 1 || sb == 1)) {                                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                float x = a[i], y = arity == 2 ? b[i] : 0.0f;                                                     \
-                (void)x;                                                                                          \
-                (void)y;                                                                                          \
-                out[i] = (expr);                                                                                  \
-            }                                                                                                     \
+            for (int64_t r = 0, ia = 0, ib = 0; r < rows; r++, out += n, ia += ra, ib += rb)                      \
+                for (int64_t i = 0; i < n; i++) {                                                                 \
+                    float x = a[ia + i], y = arity == 2 ? b[ib + i] : 0.0f;                                       \
+                    (void)x;                                                                                      \
+                    (void)y;                                                                                      \
+                    out[i] = (expr);                                                                              \
+                }                                                                                                 \
         } else if (sa == 1 && sb == 0) {                                                                          \
-            const float y = b[0];                                                                                 \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                float x = a[i];                                                                                   \
-                (void)x;                                                                                          \
-                (void)y;                                                                                          \
-                out[i] = (expr);                                                                                  \
+            for (int64_t r = 0, ia = 0, ib = 0; r < rows; r++, out += n, ia += ra, ib += rb) {                    \
+                const float y = b[ib];                                                                            \
+                for (int64_t i = 0; i < n; i++) {                                                                 \
+                    float x = a[ia + i];                                                                          \
+                    (void)x;                                                                                      \
+                    (void)y;                                                                                      \
+                    out[i] = (expr);                                                                              \
+                }                                                                                                 \
             }                                                                                                     \
         } else {                                                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                                     \
-                float x = a[i * sa], y = arity == 2 ? b[i * sb] : 0.0f;                                           \
-                (void)x;                                                                                          \
-                (void)y;                                                                                          \
-                out[i] = (expr);                                                                                  \
-            }                                                                                                     \
+            for (int64_t r = 0, ia = 0, ib = 0; r < rows; r++, out += n, ia += ra, ib += rb)                      \
+                for (int64_t i = 0; i < n; i++) {                                                                 \
+                    float x = a[ia + i * sa], y = arity == 2 ? b[ib + i * sb] : 0.0f;                             \
+                    (void)x;                                                                                      \
+                    (void)y;                                                                                      \
+                    out[i] = (expr);                                                                              \
+                }                                                                                                 \
         }                                                                                                         \
     }
 TD_EW_OPS(TD_EW_ROW_FN)
 #undef TD_EW_ROW_FN
 
-typedef void (*ew_row_fn)(float *out, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n, float alpha);
+typedef void (*ew_rows_fn)(float *out, const float *a, int64_t ra, int64_t sa, const float *b, int64_t rb, int64_t sb,
+                           int64_t rows, int64_t n, float alpha);
 
-static ew_row_fn ew_row_of(int32_t op)
+static ew_rows_fn ew_rows_of(int32_t op)
 {
     switch (op) {
 #define TD_EW_ROW_CASE(id, NAME, arity, exact, expr) \
-    case id: return ew_row_##NAME;
+    case id: return ew_rows_##NAME;
         TD_EW_OPS(TD_EW_ROW_CASE)
 #undef TD_EW_ROW_CASE
     default: return NULL;
     }
 }
 
+/* The call's axes with the ones of extent 1 dropped and each axis folded
+ * into the next inner one wherever both operands step over it as over one
+ * longer axis (a stride equal to the inner axis's stride times its
+ * extent): the same elements in the same row-major order, but in longer
+ * rows. The seed models' calls are [b, h, w, 1] images (rows of one
+ * element, a call per pixel before) and dense or bias-broadcast
+ * activations [b, h, w, c] (rows of c); folded, they are one long row or
+ * b*h*w rows of c in one call. Right-aligned, padded with extent 1. */
+typedef struct ew_shape {
+    int64_t dims[TD_KERNEL_RANK], sa[TD_KERNEL_RANK], sb[TD_KERNEL_RANK];
+} ew_shape;
+
+static ew_shape ew_folded(const td_ew_params *p, int binary)
+{
+    ew_shape f;
+    int k = TD_KERNEL_RANK; /* f's axes [k, RANK) are filled, innermost last */
+    for (int d = TD_KERNEL_RANK - 1; d >= 0; d--) {
+        const int64_t n = p->dims[d], sa = p->a_strides[d], sb = binary ? p->b_strides[d] : 0;
+        if (n == 1)
+            continue;
+        const int inner = k < TD_KERNEL_RANK;
+        if (inner && sa == f.sa[k] * f.dims[k] && sb == f.sb[k] * f.dims[k]) {
+            f.dims[k] *= n;
+            continue;
+        }
+        k--;
+        f.dims[k] = n;
+        f.sa[k] = sa;
+        f.sb[k] = sb;
+    }
+    if (k == TD_KERNEL_RANK) { /* every extent 1: one element */
+        k--;
+        f.dims[k] = 1;
+        f.sa[k] = f.sb[k] = 0;
+    }
+    for (int d = 0; d < k; d++) {
+        f.dims[d] = 1;
+        f.sa[d] = f.sb[d] = 0;
+    }
+    return f;
+}
+
 void td_reference_elementwise(float *out, const float *a, const float *b, const td_ew_params *p)
 {
-    const int64_t *d = p->dims;
-    const int64_t *sa = p->a_strides, *sb = p->b_strides;
-    ew_row_fn row = ew_row_of(p->op);
+    for (int k = 0; k < TD_KERNEL_RANK; k++)
+        if (p->dims[k] <= 0)
+            return;
+    ew_rows_fn rows = ew_rows_of(p->op);
     int binary = td_ew_arity(p->op) == 2;
+    const ew_shape f = ew_folded(p, binary);
+    const int64_t *d = f.dims, *sa = f.sa, *sb = f.sb;
+    const int64_t n = d[3], row_block = d[2] * n;
+    if (!rows) { /* an unknown op: NaN, as the contract's other backends give */
+        for (int64_t e = 0, all = d[0] * d[1] * row_block; e < all; e++)
+            out[e] = NAN;
+        return;
+    }
     int64_t o = 0;
     for (int64_t i0 = 0; i0 < d[0]; i0++)
-        for (int64_t i1 = 0; i1 < d[1]; i1++)
-            for (int64_t i2 = 0; i2 < d[2]; i2++, o += d[3]) {
-                int64_t ia = i0 * sa[0] + i1 * sa[1] + i2 * sa[2];
-                int64_t ib = i0 * sb[0] + i1 * sb[1] + i2 * sb[2];
-                if (!row) { /* an unknown op: NaN, as the contract's other backends give */
-                    for (int64_t i3 = 0; i3 < d[3]; i3++)
-                        out[o + i3] = NAN;
-                    continue;
-                }
-                row(out + o, a + ia, sa[3], binary ? b + ib : NULL, sb[3], d[3], p->alpha);
-            }
+        for (int64_t i1 = 0; i1 < d[1]; i1++, o += row_block) {
+            int64_t ia = i0 * sa[0] + i1 * sa[1];
+            int64_t ib = i0 * sb[0] + i1 * sb[1];
+            rows(out + o, a + ia, sa[2], sa[3], binary ? b + ib : NULL, sb[2], sb[3], d[2], n, p->alpha);
+        }
 }
 
 /* Sums over leading axes that keep a contiguous last axis (batch
- * statistics, bias gradients) walk `a` once, row by row, adding each row
- * into the outputs; every output still adds its terms one at a time in the
- * contract's order, from 0.0f, so the bits are those of the plain loop,
- * which strides through memory once per output instead. */
-static void reduce_rows(float *out, const float *a, const td_reduce_params *p)
+ * statistics, bias gradients) walk `a` row by row, adding each row into a
+ * block of accumulators the compiler keeps in vector registers (a lane per
+ * output, never a sum across lanes); every output still adds its terms one
+ * at a time in the contract's order, from 0.0f, so the bits are those of
+ * the plain loop, which strides through memory once per output instead.
+ * The reduced axes come folded (reduce_folded): a bias gradient's [b, h, w]
+ * rows are one axis of b*h*w rows. Blocks of 64, 32, 16 and 8 outputs have
+ * their own fixed-width copies (a fixed width is what lets the compiler
+ * hold the block in registers); the last few outputs take a plain loop. */
+typedef struct reduce_axes {
+    int64_t dims[TD_KERNEL_RANK], strides[TD_KERNEL_RANK];
+} reduce_axes;
+
+#define TD_REDUCE_BLOCK_FN(W)                                                                                    \
+    TD_FIXED_MATH_CLONES                                                                                          \
+    static void reduce_block_##W(float *out, const float *a, const reduce_axes *r)                               \
+    {                                                                                                             \
+        float acc[W];                                                                                             \
+        for (int q = 0; q < W; q++)                                                                               \
+            acc[q] = 0.0f;                                                                                        \
+        const int64_t *rd = r->dims, *rs = r->strides;                                                            \
+        for (int64_t r0 = 0; r0 < rd[0]; r0++)                                                                    \
+            for (int64_t r1 = 0; r1 < rd[1]; r1++)                                                                \
+                for (int64_t r2 = 0; r2 < rd[2]; r2++) {                                                          \
+                    const float *row = a + r0 * rs[0] + r1 * rs[1] + r2 * rs[2];                                  \
+                    for (int64_t r3 = 0; r3 < rd[3]; r3++, row += rs[3])                                          \
+                        for (int q = 0; q < W; q++)                                                               \
+                            acc[q] += row[q];                                                                     \
+                }                                                                                                 \
+        for (int q = 0; q < W; q++)                                                                               \
+            out[q] = acc[q];                                                                                      \
+    }
+TD_REDUCE_BLOCK_FN(64)
+TD_REDUCE_BLOCK_FN(32)
+TD_REDUCE_BLOCK_FN(16)
+TD_REDUCE_BLOCK_FN(8)
+#undef TD_REDUCE_BLOCK_FN
+
+/* The last n < 8 outputs, summed in out itself. */
+static void reduce_block_few(float *out, const float *a, int64_t n, const reduce_axes *r)
 {
-    const int64_t *rd = p->red_dims, *rs = p->red_strides;
-    const int64_t n = p->out_dims[3];
+    const int64_t *rd = r->dims, *rs = r->strides;
     for (int64_t o = 0; o < n; o++)
         out[o] = 0.0f;
     for (int64_t r0 = 0; r0 < rd[0]; r0++)
@@ -171,7 +258,56 @@ static void reduce_rows(float *out, const float *a, const td_reduce_params *p)
                     for (int64_t o = 0; o < n; o++)
                         out[o] += row[o];
                 }
-    for (int64_t o = 0; o < n; o++)
+}
+
+/* The reduced axes without those of extent 1, each folded into the next
+ * inner one where its stride is that axis's stride times its extent (the
+ * same terms in the same order), right-aligned and padded with extent 1. */
+static reduce_axes reduce_folded(const td_reduce_params *p)
+{
+    reduce_axes f;
+    int k = TD_KERNEL_RANK;
+    for (int d = TD_KERNEL_RANK - 1; d >= 0; d--) {
+        const int64_t n = p->red_dims[d], s = p->red_strides[d];
+        if (n == 1)
+            continue;
+        if (k < TD_KERNEL_RANK && s == f.strides[k] * f.dims[k]) {
+            f.dims[k] *= n;
+            continue;
+        }
+        k--;
+        f.dims[k] = n;
+        f.strides[k] = s;
+    }
+    for (int d = 0; d < k; d++) {
+        f.dims[d] = 1;
+        f.strides[d] = 0;
+    }
+    return f;
+}
+
+static void reduce_rows(float *out, const float *a, const td_reduce_params *p)
+{
+    const reduce_axes r = reduce_folded(p);
+    const int64_t n = p->out_dims[3];
+    int64_t o = 0;
+    for (; n - o >= 64; o += 64)
+        reduce_block_64(out + o, a + o, &r);
+    if (n - o >= 32) {
+        reduce_block_32(out + o, a + o, &r);
+        o += 32;
+    }
+    if (n - o >= 16) {
+        reduce_block_16(out + o, a + o, &r);
+        o += 16;
+    }
+    if (n - o >= 8) {
+        reduce_block_8(out + o, a + o, &r);
+        o += 8;
+    }
+    if (o < n)
+        reduce_block_few(out + o, a + o, n - o, &r);
+    for (o = 0; o < n; o++)
         out[o] = p->alpha * out[o];
 }
 

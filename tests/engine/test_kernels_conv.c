@@ -45,6 +45,16 @@ static const geo_case conv_cases[] = {
     {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1, "window = image"},
     {1, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "3x3 SAME"},
     {1, 2, 2, 1, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, "window larger than the image: no output"},
+    /* The seed CNN's two convolutions (fewer images): the windows wholly
+     * inside the width take the run copies (3 floats, 96 floats). */
+    {2, 28, 28, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "seed conv1: 28x28x1, 3x3 SAME"},
+    {1, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "seed conv2: 14x14x32, 3x3 SAME"},
+    {2, 11, 13, 1, 5, 5, 2, 2, 2, 1, 2, 3, 1, 1, "5-float runs, stride 2, uneven padding"},
+    {1, 9, 10, 3, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, "15-float runs"},
+    {1, 8, 12, 2, 3, 3, 1, 2, 0, 0, 1, 0, 1, 1, "6-float runs (the general copy), padding on the left"},
+    {2, 9, 11, 1, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, "dilation 2, c = 1: inside columns copied tap by tap"},
+    {1, 9, 10, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, "dilation 2, 24-float window rows (window by window)"},
+    {2, 7, 9, 16, 2, 2, 2, 2, 1, 0, 1, 0, 1, 1, "32-float runs, stride 2, padding top and left"},
 };
 #define N_CONV (sizeof conv_cases / sizeof conv_cases[0])
 
@@ -57,6 +67,15 @@ static const geo_case pool_cases[] = {
     {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1, "window = image"},
     {3, 4, 3, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, "1x1"},
     {1, 9, 7, 1, 3, 3, 3, 3, 2, 0, 1, 2, 1, 1, "stride 3, padding on one side"},
+    /* Channels in blocks of 16 lanes (the vector path), a tail past them,
+     * and windows that tile the image exactly (the gradient written in one
+     * pass) or not. */
+    {2, 28, 28, 32, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, "seed pool1: 28x28x32, 2x2 stride 2 (tiles exactly)"},
+    {2, 14, 14, 64, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, "seed pool2: 14x14x64, 2x2 stride 2 (tiles exactly)"},
+    {1, 6, 6, 35, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, "35 channels: two blocks of 16 and a tail of 3"},
+    {2, 7, 9, 16, 2, 3, 2, 3, 0, 0, 0, 0, 1, 1, "odd size: the last row and column in no window"},
+    {1, 7, 8, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, "16 channels, overlapping 3x3 windows, padding"},
+    {1, 5, 6, 32, 2, 2, 3, 3, 1, 0, 0, 1, 1, 1, "32 channels, stride 3 over 2x2: gaps, padding"},
 };
 #define N_POOL (sizeof pool_cases / sizeof pool_cases[0])
 

@@ -46,6 +46,13 @@ static const ew_layout layouts[] = {
     {"4097 dense, past a multiple of any workgroup", {1, 1, 1, 4097}, {0, 0, 0, 1}, {0, 0, 0, 1}, 1.5f,
      {.out = {2, 1}, .a = {0, 0}, .b = {1, 2}}},
     {"an empty axis", {2, 0, 3, 4}, {0, 12, 4, 1}, {0, 12, 4, 1}, 1.0f, {.out = {2, 1}, .a = {0, 0}, .b = {1, 0}}},
+    /* The seed models' layouts, which the CPU reference folds into long
+     * rows: images [b, h, w, 1] against a scalar, a bias along the last
+     * axis of [b, h, w, c]. */
+    {"[3, 5, 4, 1] images, b a scalar", {3, 5, 4, 1}, {20, 4, 1, 1}, {0, 0, 0, 0}, 0.5f,
+     {.out = {2, 3}, .a = {0, 13}, .b = {1, 13}}},
+    {"[2, 3, 4, 16] activations, b a bias row", {2, 3, 4, 16}, {192, 64, 16, 1}, {0, 0, 0, 1}, -0.25f,
+     {.out = {2, 3}, .a = {0, 13}, .b = {1, 13}}},
 };
 
 static const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f /* subnormal */, 3.4e38f, 1e-30f};

@@ -105,8 +105,40 @@ static void add_transposes_and_betas(td_case_list *list, const gemm_row *row)
                 add_case(list, row, t, beta);
 }
 
+/* A convolution's forward as the lowering emits it, in one segment: GEMM
+ * (patches x kernel), bias add along the channels and ReLU in place, then a
+ * 2x2 / 2 max pool of the activations (2 images of 20 x 30 pixels, 24
+ * channels). The CPU backend runs the three after the GEMM on blocks of
+ * C's rows as it computes them (backends/cpu/cpu_epilogue.c; with a pool,
+ * parts of 960 rows on the split device); every backend must give what
+ * the four calls give one after the other. Sums upstream of every output:
+ * normalised MSE. */
+static void add_epilogue_case(td_case_list *list)
+{
+    enum { IMAGES = 2, H = 20, W = 30, C = 24, K = 7, M = IMAGES * H * W };
+    td_kernel_call gemm = {.kernel = TD_KERNEL_GEMM};
+    gemm.p.gemm = (td_gemm_params){.m = M, .n = C, .k = K, .lda = K, .ldb = C, .ldc = C, .alpha = 1.0f};
+    td_kernel_call bias = {.kernel = TD_KERNEL_ELEMENTWISE};
+    bias.p.ew = (td_ew_params){.op = TD_EW_ADD, .dims = {1, 1, M, C}, .a_strides = {0, 0, C, 1},
+                               .b_strides = {0, 0, 0, 1}};
+    td_kernel_call relu = {.kernel = TD_KERNEL_ELEMENTWISE};
+    relu.p.ew = (td_ew_params){.op = TD_EW_RELU, .dims = {1, 1, M, C}, .a_strides = {0, 0, C, 1}};
+    td_kernel_call pool = {.kernel = TD_KERNEL_POOL};
+    pool.p.pool = (td_pool_params){.geo = {.n = IMAGES, .h = H, .w = W, .c = C, .kh = 2, .kw = 2, .oh = H / 2,
+                                           .ow = W / 2, .stride_h = 2, .stride_w = 2, .dil_h = 1, .dil_w = 1},
+                                   .mode = TD_POOL_MAX};
+    const td_case_at x = {0, 0}, w = {1, 0}, act = {2, 1}, b = {3, 0}, pooled = {4, 2};
+    td_conformance_case *c = td_case_add(list, "gemm %dx%dx%d, bias add, ReLU and a 2x2 max pool in one segment", M,
+                                         C, K);
+    td_case_call(c, gemm, (td_case_args){.out = act, .a = x, .b = w}, TD_COMPARE_NMSE);
+    td_case_call(c, bias, (td_case_args){.out = act, .a = act, .b = b}, TD_COMPARE_NMSE);
+    td_case_call(c, relu, (td_case_args){.out = act, .a = act}, TD_COMPARE_NMSE);
+    td_case_call(c, pool, (td_case_args){.out = pooled, .a = act}, TD_COMPARE_NMSE);
+}
+
 void td_cases_gemm(td_case_list *list)
 {
+    add_epilogue_case(list);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         add_transposes_and_betas(list, &rows[i]);
     enum { SIZES = sizeof grid_sizes / sizeof grid_sizes[0] };

@@ -21,6 +21,10 @@ static const struct pool_row {
     {"windows wholly in padding", {1, 3, 4, 2, 2, 2, 1, 2, 3, 3, 2, 3, 1, 1}},
     {"the window is the image", {2, 5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0, 1, 1}},
     {"3x3 stride 2 padding 1", {1, 5, 6, 2, 3, 3, 2, 2, 1, 1, 1, 0, 1, 1}},
+    /* The CPU reference's vector blocks of 16 channels, and its one-pass
+     * gradient where the windows tile the image. */
+    {"2x2 stride 2 over 32 channels (the seed's pooling)", {2, 6, 8, 32, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1}},
+    {"3x3 stride 2 padding 1 over 19 channels (a block and a tail)", {1, 7, 6, 19, 3, 3, 2, 2, 1, 1, 1, 0, 1, 1}},
 };
 
 static const struct pool_mode {

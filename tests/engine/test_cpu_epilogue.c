@@ -1,0 +1,340 @@
+/* GEMM epilogues on the CPU backend (backends/cpu/cpu_epilogue.c): a GEMM
+ * followed by a bias add and a ReLU in one segment, run block by block,
+ * gives bitwise what the three calls give run one segment each, at the
+ * seed models' shapes and at row counts that cut the blocks unevenly, on
+ * both GEMM engines, with the host pool splitting the GEMM or not, with
+ * and without a tiling pool at the chain's end; and the chain rules take
+ * exactly the calls that cannot see a difference. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_epilogue.h"
+#include "engine_test_util.h"
+#include "td_backend.h"
+#include "td_host_pool.h"
+
+typedef struct shape {
+    int64_t m, n, k;
+    const char *what;
+} shape;
+
+static const shape shapes[] = {
+    {2000, 32, 9, "conv1-like: 2000 patches of 9, 32 channels (blocks of 960 and 1040 rows)"},
+    {777, 64, 288, "conv2-like: 777 rows of 288, 64 channels (a tail off the 192 grid)"},
+    {300, 128, 200, "a dense layer: 300 x 200 x 128 (blocks of 192 rows)"},
+    {5, 10, 3, "smaller than one block"},
+};
+
+static td_kernel_call gemm_call(td_buffer *x, td_buffer *w, td_buffer *y, const shape *s)
+{
+    td_kernel_call c = {.kernel = TD_KERNEL_GEMM, .a = {x, 0}, .b = {w, 0}, .out = {y, 0}};
+    c.p.gemm = (td_gemm_params){.m = s->m, .n = s->n, .k = s->k, .lda = s->k, .ldb = s->n, .ldc = s->n,
+                                .alpha = 1.0f, .beta = 0.0f};
+    return c;
+}
+
+/* out = a (+) b over [m, n] as the seed's lowering emits it: dims
+ * [1, 1, m, n], a dense, b a row (bias) or nothing. */
+static td_kernel_call ew_call(int32_t op, td_arg out, td_arg a, td_arg b, int64_t m, int64_t n, bool b_row)
+{
+    td_kernel_call c = {.kernel = TD_KERNEL_ELEMENTWISE, .out = out, .a = a, .b = b};
+    c.p.ew = (td_ew_params){.op = op, .dims = {1, 1, m, n}, .a_strides = {0, 0, n, 1},
+                            .b_strides = {0, 0, b_row ? 0 : n, 1}};
+    return c;
+}
+
+static td_buffer *filled(const td_backend_ops *ops, td_device *dev, td_context *ctx, size_t n, uint64_t seed,
+                         bool specials)
+{
+    float *host = malloc(n * sizeof *host);
+    test_rng r = {seed};
+    test_fill_uniform(&r, host, n, -1.0f, 1.0f);
+    if (specials) /* NaN, infinities and signed zeros through the bias */
+        for (size_t i = 0; i + 4 < n; i += 7) {
+            host[i] = -0.0f;
+            host[i + 1] = NAN;
+            host[i + 2] = INFINITY;
+            host[i + 3] = 0.0f;
+        }
+    td_buffer *b = NULL;
+    TEST_OK(ctx, ops->buffer_create(dev, n * sizeof(float), &b));
+    TEST_OK(ctx, ops->write(dev, b, 0, host, n * sizeof(float)));
+    free(host);
+    return b;
+}
+
+static void run_segment(const td_backend_ops *ops, td_device *dev, td_context *ctx, const td_kernel_call *calls,
+                        size_t count)
+{
+    td_segment *seg = NULL;
+    TEST_OK(ctx, ops->segment_create(dev, calls, count, &seg));
+    TEST_OK(ctx, ops->segment_run(dev, seg));
+    uint64_t ticket = 0;
+    TEST_OK(ctx, ops->submit(dev, &ticket));
+    TEST_OK(ctx, ops->wait(dev, ticket, 10000));
+    ops->segment_destroy(dev, seg);
+}
+
+static void expect_same_bits(const float *got, const float *want, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert(memcmp(&got[i], &want[i], 4) == 0, "%s: element %zu is %a, run call by call %a", what, i,
+                  (double)got[i], (double)want[i]);
+}
+
+/* One configuration: the fused segment against the calls run alone; the
+ * ReLU in place on the sum (as the lowering does it) or into a third
+ * buffer. */
+static void check_fused(uint32_t threads, bool split_everything, bool deterministic)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    /* Held across the open so the flag stays with the device's pool. */
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const shape *s = &shapes[t];
+        const size_t mn = (size_t)(s->m * s->n);
+        td_buffer *x = filled(ops, dev, ctx, (size_t)(s->m * s->k), 1 + t, false);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(s->k * s->n), 2 + t, false);
+        td_buffer *bias = filled(ops, dev, ctx, (size_t)s->n, 3 + t, true);
+        td_buffer *y = filled(ops, dev, ctx, 3 * mn, 4 + t, false); /* [gemm | sum | relu] */
+        for (int in_place = 0; in_place < 2; in_place++) {
+            const td_arg sum = {y, in_place ? 0 : mn}, act = {y, in_place ? 0 : 2 * mn};
+            const td_kernel_call calls[3] = {
+                gemm_call(x, w, y, s),
+                ew_call(TD_EW_ADD, sum, (td_arg){y, 0}, (td_arg){bias, 0}, s->m, s->n, true),
+                ew_call(TD_EW_RELU, act, sum, (td_arg){NULL, 0}, s->m, s->n, false),
+            };
+            cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 2, "%s: the chain is taken", s->what);
+            float *want = malloc(3 * mn * sizeof *want), *got = malloc(3 * mn * sizeof *got);
+            float *initial = malloc(3 * mn * sizeof *initial);
+            for (size_t i = 0; i < 3 * mn; i++)
+                initial[i] = (float)(i % 13) - 6.5f; /* both runs start from these */
+            TEST_OK(ctx, ops->write(dev, y, 0, initial, 3 * mn * sizeof(float)));
+            for (size_t c = 0; c < 3; c++)
+                run_segment(ops, dev, ctx, &calls[c], 1);
+            TEST_OK(ctx, ops->read(dev, y, 0, want, 3 * mn * sizeof(float)));
+            TEST_OK(ctx, ops->write(dev, y, 0, initial, 3 * mn * sizeof(float)));
+            run_segment(ops, dev, ctx, calls, 3);
+            TEST_OK(ctx, ops->read(dev, y, 0, got, 3 * mn * sizeof(float)));
+            char what[256];
+            snprintf(what, sizeof what, "%s, threads %u%s%s%s", s->what, threads, split_everything ? ", split" : "",
+                     deterministic ? ", own GEMM" : "", in_place ? ", in place" : "");
+            expect_same_bits(got, want, 3 * mn, what);
+            free(want);
+            free(got);
+            free(initial);
+        }
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, bias);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+/* A convolution's chain to its pooling: [n, h, w, c] pixels = C's rows. */
+typedef struct pool_shape {
+    int64_t images, h, w, c, k, window;
+    int32_t mode;
+    const char *what;
+} pool_shape;
+
+static const pool_shape pool_shapes[] = {
+    {5, 28, 28, 32, 9, 2, TD_POOL_MAX, "conv1-like, 2x2 max: bands of 56 rows, blocks of 1344"},
+    {3, 14, 14, 64, 288, 2, TD_POOL_MAX, "conv2-like, 2x2 max: one block"},
+    {40, 6, 10, 16, 5, 2, TD_POOL_AVG, "2x2 average over 10-wide rows: granule 960, two parts"},
+    {7, 9, 12, 16, 4, 3, TD_POOL_MAX, "3x3 / 3 max: bands of 36 rows, granule 576"},
+};
+
+static void check_fused_pool(uint32_t threads, bool split_everything, bool deterministic)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof pool_shapes / sizeof pool_shapes[0]; t++) {
+        const pool_shape *ps = &pool_shapes[t];
+        const shape s = {ps->images * ps->h * ps->w, ps->c, ps->k, ps->what};
+        const size_t mn = (size_t)(s.m * s.n);
+        const int64_t oh = ps->h / ps->window, ow = ps->w / ps->window;
+        const size_t pooled = (size_t)(ps->images * oh * ow * ps->c);
+        td_buffer *x = filled(ops, dev, ctx, (size_t)(s.m * s.k), 11 + t, false);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(s.k * s.n), 12 + t, false);
+        td_buffer *bias = filled(ops, dev, ctx, (size_t)s.n, 13 + t, true);
+        const size_t all = mn + pooled;
+        td_buffer *y = filled(ops, dev, ctx, all, 14 + t, false); /* [activations | pooled] */
+        td_kernel_call pool_call = {.kernel = TD_KERNEL_POOL, .out = {y, mn}, .a = {y, 0}};
+        pool_call.p.pool = (td_pool_params){
+            .geo = {.n = ps->images, .h = ps->h, .w = ps->w, .c = ps->c, .kh = ps->window, .kw = ps->window,
+                    .oh = oh, .ow = ow, .stride_h = ps->window, .stride_w = ps->window, .dil_h = 1, .dil_w = 1},
+            .mode = ps->mode};
+        const td_kernel_call calls[4] = {
+            gemm_call(x, w, y, &s),
+            ew_call(TD_EW_ADD, (td_arg){y, 0}, (td_arg){y, 0}, (td_arg){bias, 0}, s.m, s.n, true),
+            ew_call(TD_EW_RELU, (td_arg){y, 0}, (td_arg){y, 0}, (td_arg){NULL, 0}, s.m, s.n, false),
+            pool_call,
+        };
+        cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 3, "%s: the chain takes the pooling", s.what);
+        float *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+        float *initial = malloc(all * sizeof *initial);
+        for (size_t i = 0; i < all; i++)
+            initial[i] = (float)(i % 11) - 5.5f;
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < 4; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, 4);
+        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
+                 deterministic ? ", own GEMM" : "");
+        expect_same_bits(got, want, all, what);
+        free(want);
+        free(got);
+        free(initial);
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, bias);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, chain_ending_in_a_pool_is_bitwise_the_calls_one_by_one)
+{
+    check_fused_pool(1, false, false);
+    check_fused_pool(2, false, false);
+    check_fused_pool(3, true, false);
+    check_fused_pool(2, true, true);
+}
+
+Test(cpu_epilogue, fused_is_bitwise_the_calls_one_by_one)
+{
+    check_fused(1, false, false);
+    check_fused(2, false, false);
+    check_fused(3, true, false);
+    check_fused(1, false, true);
+    check_fused(2, true, true);
+}
+
+/* The chain rules on calls alone (buffers are only compared, never
+ * touched): fake distinct buffer addresses. */
+static td_buffer *const X = (td_buffer *)(uintptr_t)0x1000, *const W = (td_buffer *)(uintptr_t)0x2000,
+                        *const Y = (td_buffer *)(uintptr_t)0x3000, *const B = (td_buffer *)(uintptr_t)0x4000;
+
+Test(cpu_epilogue, chain_rules)
+{
+    const shape s = {100, 8, 5, ""};
+    const td_kernel_call g = gemm_call(X, W, Y, &s);
+    const td_arg c = {Y, 0}, bias = {B, 0}, none = {NULL, 0};
+    const td_kernel_call add = ew_call(TD_EW_ADD, c, c, bias, 100, 8, true);
+    const td_kernel_call relu = ew_call(TD_EW_RELU, c, c, none, 100, 8, false);
+    td_kernel_call calls[4] = {g, add, relu, relu};
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 2, "GEMM, bias add, ReLU in place");
+    cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 3, "a second ReLU joins too");
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 1), 0, "only a GEMM starts a chain");
+
+    /* The bias add written as [100, 8] with a broadcast over axes 0..2 of
+     * a [4, 5, 5, 8] view folds to the same rows. */
+    calls[1].p.ew = (td_ew_params){.op = TD_EW_ADD, .dims = {4, 5, 5, 8}, .a_strides = {200, 40, 8, 1},
+                                   .b_strides = {0, 0, 0, 1}};
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 1, "a 4-D bias add");
+
+    /* Refused: each breaks the chain where it stands. */
+    td_kernel_call bad;
+    bad = add;
+    bad.p.ew.b_strides[2] = 1; /* b steps one element per row: neither dense nor a row */
+    calls[1] = bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "an operand neither dense nor a row");
+    bad = add;
+    bad.out = (td_arg){W, 0}; /* writes the GEMM's B */
+    calls[1] = bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "an output over the GEMM's operand");
+    bad = add;
+    bad.out = (td_arg){Y, 8}; /* C shifted by one row */
+    calls[1] = bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "an output overlapping C off its rows");
+    bad = add;
+    bad.a = (td_arg){Y, 8};
+    calls[1] = bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "reading C off its rows");
+    bad = add;
+    bad.p.ew.dims[2] = 99; /* fewer rows than C */
+    calls[1] = bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "another element count");
+    bad = add;
+    bad.b = (td_arg){Y, 800}; /* a "bias" that a later call writes */
+    calls[1] = bad;
+    calls[2] = ew_call(TD_EW_RELU, (td_arg){Y, 800}, c, none, 100, 8, false);
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a later call writing what an earlier one read");
+    calls[1] = add;
+    calls[2] = g;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a GEMM ends the chain");
+    const shape mlp = {1024, 512, 784, ""};
+    calls[0] = gemm_call(X, W, Y, &mlp);
+    calls[1] = ew_call(TD_EW_ADD, c, c, bias, 1024, 512, true);
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "B (784 x 512) larger than a block of C");
+    /* A pooling ends a chain only where its windows tile the image. */
+    const shape img = {2 * 4 * 10, 8, 5, ""};
+    td_kernel_call p2 = {.kernel = TD_KERNEL_POOL, .out = {Y, 1000}, .a = c};
+    p2.p.pool = (td_pool_params){.geo = {.n = 2, .h = 4, .w = 10, .c = 8, .kh = 2, .kw = 2, .oh = 2, .ow = 5,
+                                         .stride_h = 2, .stride_w = 2, .dil_h = 1, .dil_w = 1},
+                                 .mode = TD_POOL_MAX};
+    calls[0] = gemm_call(X, W, Y, &img);
+    calls[1] = ew_call(TD_EW_RELU, c, c, none, img.m, 8, false);
+    calls[2] = p2;
+    calls[3] = ew_call(TD_EW_RELU, c, c, none, img.m, 8, false);
+    cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 2, "ReLU, then a 2x2 / 2 pool ends the chain");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 2), 960, "granule: 192 rows and bands of 20 pixels");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 1), 192, "granule without a pool");
+    td_kernel_call p_bad = p2;
+    p_bad.p.pool.geo.stride_w = 1; /* overlapping windows */
+    p_bad.p.pool.geo.ow = 9;
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "overlapping windows");
+    p_bad = p2;
+    p_bad.a = (td_arg){X, 0}; /* pools something the chain did not write */
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a pool of another tensor");
+    p_bad = p2;
+    p_bad.out = (td_arg){Y, 40}; /* over C */
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "a pool written over C");
+    p_bad = p2;
+    p_bad.p.pool.geo.n = 8; /* images of one row: a band would straddle two */
+    p_bad.p.pool.geo.h = 1;
+    p_bad.p.pool.geo.oh = 0;
+    calls[2] = p_bad;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 3, 0), 1, "h not a multiple of the window");
+
+    td_kernel_call padded = g;
+    padded.p.gemm.ldc = 9; /* C with a gap between rows */
+    calls[0] = padded;
+    calls[1] = add;
+    cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 0, "C not dense");
+}
