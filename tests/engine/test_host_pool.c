@@ -88,6 +88,107 @@ Test(host_pool, every_task_runs_exactly_once_with_callers_at_once)
     td_context_destroy(ctx);
 }
 
+/* ---- turns: devices outnumbering the pool's threads ---- */
+
+static double seconds_now(void)
+{
+    return (double)td_platform_now_ns() * 1e-9;
+}
+
+typedef struct turn_waiter {
+    td_host_pool *pool;
+    uint32_t wait_ms;
+    bool took;
+    double at; /* when the turn came */
+} turn_waiter;
+
+static void wait_for_turn(void *arg)
+{
+    turn_waiter *w = arg;
+    w->took = td_host_pool_turn_take(w->pool, w->wait_ms);
+    w->at = seconds_now();
+}
+
+/* One thread, two users: one turn. A second taker waits for it, is woken
+ * by the give (not by its deadline: no oversleeping), and one whose turn
+ * does not come gives up after its wait and runs anyway. */
+Test(host_pool, devices_outnumbering_threads_take_turns)
+{
+    td_context *ctx = context_with_threads(1, NULL);
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool);
+    cr_assert_not(td_host_pool_turn_take(pool, 1000), "one device on one thread needs no turn");
+    cr_assert_eq(td_context_host_pool_acquire(ctx), pool);
+    cr_assert(td_host_pool_turn_take(pool, 1000), "two devices on one thread: the first takes the turn");
+
+    double start = seconds_now();
+    cr_assert_not(td_host_pool_turn_take(pool, 100), "the only turn is held");
+    double waited = seconds_now() - start;
+    cr_assert(waited >= 0.09 && waited < 2.0, "gave up after %.3f s, expected its 0.1 s", waited);
+
+    turn_waiter w = {pool, 20000, false, 0.0};
+    td_thread thread;
+    cr_assert_eq(td_thread_start(&thread, wait_for_turn, &w), 0);
+    td_platform_sleep_ns(50000000);
+    const double given = seconds_now();
+    td_host_pool_turn_give(pool);
+    td_thread_join(&thread);
+    cr_assert(w.took, "the waiter got the turn given back");
+    cr_assert_lt(w.at - given, 1.0, "woken %.3f s after the give: it slept past it", w.at - given);
+    td_host_pool_turn_give(pool);
+    td_context_host_pool_release(ctx);
+    cr_assert_not(td_host_pool_turn_take(pool, 1000), "back to one device: no turns");
+    td_context_host_pool_release(ctx);
+    td_context_destroy(ctx);
+}
+
+typedef struct turn_taker {
+    td_host_pool *pool;
+    atomic_int *inside, *most, *missed;
+} turn_taker;
+
+static void take_turns(void *arg)
+{
+    turn_taker *t = arg;
+    for (int i = 0; i < 100; i++) {
+        if (!td_host_pool_turn_take(t->pool, 20000)) {
+            atomic_fetch_add(t->missed, 1);
+            continue;
+        }
+        int now = atomic_fetch_add(t->inside, 1) + 1;
+        int seen = atomic_load(t->most);
+        while (now > seen && !atomic_compare_exchange_weak(t->most, &seen, now))
+            ;
+        td_platform_sleep_ns(100000); /* a kernel's while: the others must queue */
+        atomic_fetch_sub(t->inside, 1);
+        td_host_pool_turn_give(t->pool);
+    }
+}
+
+/* Five devices' workers on two threads: never more than two at once hold
+ * a turn, and every take gets one (turns are given back). */
+Test(host_pool, at_most_threads_turns_at_once)
+{
+    td_context *ctx = context_with_threads(2, NULL);
+    td_host_pool *pool = NULL;
+    for (int i = 0; i < 5; i++)
+        pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool);
+    atomic_int inside = 0, most = 0, missed = 0;
+    turn_taker taker = {pool, &inside, &most, &missed};
+    td_thread threads[5];
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(td_thread_start(&threads[i], take_turns, &taker), 0);
+    for (int i = 0; i < 5; i++)
+        td_thread_join(&threads[i]);
+    cr_assert_eq(atomic_load(&missed), 0, "%d takes found no turn within 20 s", atomic_load(&missed));
+    cr_assert_leq(atomic_load(&most), 2, "%d devices held a turn at once on 2 threads", atomic_load(&most));
+    cr_assert_geq(atomic_load(&most), 1);
+    for (int i = 0; i < 5; i++)
+        td_context_host_pool_release(ctx);
+    td_context_destroy(ctx);
+}
+
 /* Processes mpirun placed on one machine share its cores; a number the
  * caller gives is taken as it is. */
 Test(host_pool, default_size_shares_the_cores_among_local_processes)
