@@ -19,16 +19,17 @@
  * Who does the work: the tasks are (chunk, slice), slices being the
  * ring's (so a `partial`'s shares are the ring's too), claimed from one
  * counter per chunk. Only as many ranks as the host pool has threads take
- * a stream -- the first to arrive; the others sleep until the op is done
- * -- so cpu:8 on 2 cores streams memory with 2 threads, not 8 fighting
+ * a stream -- the first to arrive, which then wait for every rank's
+ * operands; the others sleep until the op is done -- so cpu:8 on 2 cores
+ * streams memory with 2 threads, not 8 fighting
  * over 2 cores; with fewer devices than threads, each stream borrows the
  * pool's idle helpers (its team). A rank's streams start with the chunk
  * it owns, so with a core per device every owner finalizes its own chunk,
  * as the ring does.
  *
  * One op, per rank: wait for the device's earlier work; publish the
- * operands (progress unit 0); wait for every rank's (after that every
- * input is complete); phase 1 (sum, then finalize and copy out -- or,
+ * operands (progress unit 0); a rank with a stream waits for every
+ * rank's (after that every input is complete); phase 1 (sum, then finalize and copy out -- or,
  * when a total is needed first, sum and take the slice's share); for a
  * total, phase 2 (finalize and copy out), opened by the thread that
  * finishes phase 1's last task once it has given every rank the total;
@@ -407,16 +408,20 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
     td_ring_publish(me, base | 0);
     if (tasks == 0)
         return TD_OK; /* nothing to read: nobody reads this rank's memory */
-    const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);
-    for (uint32_t q = 0; q < n; q++)
-        if (q != r && (s = td_ring_wait_for(ring, r, q, base | 0, wait_ms)) != TD_OK)
-            return td_ring_fail(ring, r, s);
-    const uint64_t arrived = tr ? td_trace_now() : 0;
 
+    /* The first ranks to arrive take the streams and wait for every
+     * rank's operands; the others only wait for the op to end, so a rank
+     * without a stream sleeps once per phase, not once per arrival. */
     td_host_pool *pool = td_context_host_pool_in_use(ctx);
     const uint32_t threads = pool ? td_host_pool_threads(pool) : td_platform_cpu_count();
     const uint32_t streams = threads < 1 ? 1 : threads < n ? threads : n;
     const uint32_t team = pool ? td_host_pool_team(pool) : 1;
+    bool streaming = claim(&d->active, 2 * op_number, streams) != NO_TASK;
+    const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);
+    for (uint32_t q = 0; streaming && q < n; q++)
+        if (q != r && (s = td_ring_wait_for(ring, r, q, base | 0, wait_ms)) != TD_OK)
+            return td_ring_fail(ring, r, s);
+    const uint64_t arrived = tr ? td_trace_now() : 0;
     direct_job job = {
         .ring = ring,
         .op = op,
@@ -430,7 +435,10 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
         job.stamp = 2 * op_number + (uint32_t)phase - 1;
         me->direct_tasks += tasks;
         job.target = me->direct_tasks;
-        if (claim(&d->active, job.stamp, streams) != NO_TASK) {
+        /* Phase 2 starts with every rank awake: streams go to the first again. */
+        if (phase == 2)
+            streaming = claim(&d->active, job.stamp, streams) != NO_TASK;
+        if (streaming) {
             if (team > 1)
                 td_host_pool_run(pool, team, stream_tasks, &job);
             else
