@@ -35,7 +35,13 @@
  * finishes phase 1's last task once it has given every rank the total;
  * return once the last phase is closed: by then nobody reads this rank's
  * memory. Every wait is bounded (twice the context timeout, restarted
- * while tasks still finish) and stops on an abort. */
+ * while tasks still finish) and stops on an abort.
+ *
+ * Across processes (MPI) the direct path is the local part of the
+ * hierarchical all-reduce: phase 1 sums each chunk into the process's
+ * host copy, exactly what the local reduce-scatter would deposit there,
+ * and td_ring_allreduce_across does the rest (the exchange between
+ * processes, the total, the finalize and the gather). */
 #include <errno.h>
 #include <string.h>
 
@@ -127,7 +133,7 @@ void td_ring_direct_reset(td_ring *ring)
 
 int td_ring_direct(const td_ring *ring)
 {
-    return ring->direct.on && ring->n_procs == 1;
+    return ring->direct.on;
 }
 
 void td_ring_set_direct(td_ring *ring, int on)
@@ -162,6 +168,7 @@ typedef struct direct_job {
     uint32_t stamp;  /* the op's and phase's */
     int phase;       /* 1: sum (and finalize), 2: finalize after a total */
     bool deferred;   /* a total comes between the sums and the finalize */
+    bool across;     /* other processes: the sums go to the process's copy (td_ring_allreduce_across) */
     int stream;      /* copies bypass the caches */
     uint64_t target; /* ring->direct.finished once every task of the phase is done */
     _Atomic uint64_t bytes; /* other ranks' memory this job's threads read and wrote */
@@ -238,8 +245,10 @@ static void run_task(direct_job *job, uint32_t c, uint32_t k)
     const uint32_t owner = (c + n - op->shift % n) % n;
     float *out = ring->ranks[owner].gather;
     if (job->phase == 1) {
-        sum_slice(ring, c, out, lo, hi);
+        sum_slice(ring, c, job->across ? ring->host : out, lo, hi);
         atomic_fetch_add_explicit(&job->bytes, (uint64_t)(n - 1) * (hi - lo) * sizeof(float), memory_order_relaxed);
+        if (job->across)
+            return; /* summed over the processes, finalized and gathered there */
         if (job->deferred) {
             ring->direct.shares[share] = op->partial(op->user, owner, out + lo, lo, hi - lo);
             return;
@@ -379,7 +388,8 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
                                          r, r));
     in += op->in_offset;
     out += op->out_offset;
-    const bool deferred = op->partial != NULL;
+    const bool across = ring->n_procs > 1;
+    const bool deferred = op->partial != NULL && !across; /* across: the total is taken there */
     const size_t tasks = (size_t)n * op->slices;
     if (deferred && tasks > d->share_capacity)
         return td_ring_fail(ring, r,
@@ -427,6 +437,7 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
         .op = op,
         .rank = r,
         .deferred = deferred,
+        .across = across,
         .stream = op->count * sizeof(float) >= STREAM_THRESHOLD_BYTES,
     };
     atomic_init(&job.bytes, 0);
@@ -447,10 +458,15 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
         if ((s = wait_released(ring, r, job.target)) != TD_OK)
             return td_ring_fail(ring, r, s);
     }
+    const uint64_t reduced = tr ? td_trace_now() : 0;
+    if (across && (s = td_ring_allreduce_across(ring, r, op, base, out, 1)) != TD_OK)
+        return td_ring_fail(ring, r, s);
     if (tr) {
         const uint64_t end = td_trace_now();
         const uint32_t track = td_trace_device_track(tr, md);
-        td_trace_span(tr, track, "collective", "direct reduce", NULL, arrived, end, atomic_load(&job.bytes));
+        td_trace_span(tr, track, "collective", "direct reduce", NULL, arrived, reduced, atomic_load(&job.bytes));
+        if (across)
+            td_trace_span(tr, track, "collective", "between processes", NULL, reduced, end, op->count * sizeof(float));
         td_trace_span(tr, track, "collective", "all-reduce", NULL, begin, end, op->count * sizeof(float));
     }
     return TD_OK;

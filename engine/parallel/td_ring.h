@@ -125,13 +125,14 @@ int td_ring_failed(td_ring *ring);
  * trainer's gradients goes through here. */
 void td_ring_divide(float *data, size_t count, uint32_t divisor);
 
-/* Nonzero when this ring's all-reduces are direct: every rank is a CPU
- * device of this process (their memory is this address space's), so each
+/* Nonzero when this ring's all-reduces are direct: every local rank is a
+ * CPU device of this process (their memory is this address space's), so each
  * chunk is summed reading every rank's buffer in place, in exactly the
  * ring's order for that chunk -- bitwise the ring's result --, by as many
  * threads as the host pool has (not one per device), and the result is
  * written to every rank's output. Fewer passes over memory, and devices
- * that share a core do not all stream at once. */
+ * that share a core do not all stream at once. Across processes the
+ * direct sums are the hierarchical all-reduce's local part. */
 int td_ring_direct(const td_ring *ring);
 
 /* For tests and benches: off makes a direct-capable ring run the ring
