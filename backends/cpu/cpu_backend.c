@@ -473,16 +473,14 @@ static td_status run_segment_calls(td_device *dev, td_segment *seg)
 }
 
 /* With more devices than cores the devices take turns (td_host_pool.h):
- * a segment runs while holding one. A turn not given within a quarter of
- * the timeout (at most 1 s) is not waited for any longer. */
+ * a segment runs while its worker holds one, kept until the worker
+ * blocks. A turn not given within a quarter of the timeout (at most 1 s)
+ * is not waited for any longer. */
 static td_status cpu_segment_run(td_device *dev, td_segment *seg)
 {
     uint32_t wait_ms = td_context_timeout_ms(dev->ctx) / 4;
-    const bool turn = td_host_pool_turn_take(dev->pool, wait_ms < 1000 ? wait_ms : 1000);
-    td_status s = run_segment_calls(dev, seg);
-    if (turn)
-        td_host_pool_turn_give(dev->pool);
-    return s;
+    td_host_pool_turn_enter(dev->pool, wait_ms < 1000 ? wait_ms : 1000);
+    return run_segment_calls(dev, seg);
 }
 
 /* Any thread, while the worker may be inside a segment: one atomic store. */

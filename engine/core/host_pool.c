@@ -291,8 +291,16 @@ void td_host_pool_run(td_host_pool *pool, int64_t count, td_host_task_fn fn, voi
     }
 }
 
-bool td_host_pool_turn_take(td_host_pool *pool, uint32_t wait_ms)
+/* The pool whose turn this thread holds, if any: a device's worker keeps
+ * its turn from its first segment until it blocks (td_host_pool_turn_leave
+ * in the ring's waits and at the end of each job), so consecutive
+ * segments of one device cost no hand-off. */
+static _Thread_local td_host_pool *turn_held;
+
+bool td_host_pool_turn_enter(td_host_pool *pool, uint32_t wait_ms)
 {
+    if (turn_held == pool)
+        return true;
     /* Every device has a thread of its own: nothing to share. */
     if (atomic_load_explicit(&pool->users, memory_order_relaxed) <= pool->threads)
         return false;
@@ -309,11 +317,16 @@ bool td_host_pool_turn_take(td_host_pool *pool, uint32_t wait_ms)
     }
     pool->turns_taken++;
     td_mutex_unlock(&pool->turn_lock);
+    turn_held = pool;
     return true;
 }
 
-void td_host_pool_turn_give(td_host_pool *pool)
+void td_host_pool_turn_leave(void)
 {
+    td_host_pool *pool = turn_held;
+    if (!pool)
+        return;
+    turn_held = NULL;
     td_mutex_lock(&pool->turn_lock);
     pool->turns_taken--;
     td_cond_signal(&pool->turn_given);
