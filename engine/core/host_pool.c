@@ -48,7 +48,7 @@ struct td_host_pool {
     bool stopping;
     atomic_uint users;
     atomic_bool split_everything;
-    /* Turns (td_host_pool_turn_take): devices running kernels now. */
+    /* Turns (td_host_pool_turn_enter): devices running kernels now. */
     td_mutex turn_lock;
     td_cond turn_given;
     uint32_t turns_taken;

@@ -3,7 +3,7 @@
  * four callers at once on a pool of three threads, then a GPT's steps on
  * cpu:1 with three pool threads (calls in parts, batched products as
  * side-by-side GEMMs), on cpu:2 sharing four, and on cpu:5 taking turns
- * on two (td_host_pool_turn_take; the direct all-reduce's two streams).
+ * on two (td_host_pool_turn_enter; the direct all-reduce's two streams).
  * Exit 0 when every task ran once and every step succeeded; a race is
  * TSan's report. Also run in the unit suite, where it checks the counts.
  *
