@@ -416,8 +416,11 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
     me->gather = out;
     td_mutex_unlock(&me->lock);
     td_ring_publish(me, base | 0);
-    if (tasks == 0)
-        return TD_OK; /* nothing to read: nobody reads this rank's memory */
+    /* Nothing to read: nobody reads this rank's memory. Across processes
+     * the exchange still takes place (the others expect it, whatever path
+     * their own devices take). */
+    if (tasks == 0 && !across)
+        return TD_OK;
 
     /* The first ranks to arrive take the streams and wait for every
      * rank's operands; the others only wait for the op to end, so a rank

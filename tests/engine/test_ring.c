@@ -460,16 +460,17 @@ static float *reduced_bits(td_context *ctx, td_mesh *mesh, collective_kind kind,
     return bits;
 }
 
-/* The direct path's bits are the ring's, and neither depends on the host
- * pool's threads: an all-reduce's result depends on the device count only.
+/* The direct path's bits are the ring's at 1, 2, 3 and 5 host-pool
+ * threads: an all-reduce's result depends on the device count only.
  * Sizes not multiples of anything, one slice and several per chunk, in
  * place and not, with and without a total. */
 static void check_direct_matches_ring(uint32_t n)
 {
-    const uint32_t threads[] = {1, 2, 3};
-    td_context *ctx[3];
-    td_mesh *mesh[3];
-    for (int t = 0; t < 3; t++) {
+    /* 5 threads: cpu:2's streams get a team of two (pool helpers run them). */
+    const uint32_t threads[] = {1, 2, 3, 5};
+    td_context *ctx[4];
+    td_mesh *mesh[4];
+    for (int t = 0; t < 4; t++) {
         ctx[t] = threads_context(threads[t]);
         mesh[t] = cpu_mesh(ctx[t], n);
         cr_assert(td_ring_direct(mesh_ring(mesh[t])), "cpu:%u: the ring of CPU devices of one process is direct", n);
@@ -490,7 +491,7 @@ static void check_direct_matches_ring(uint32_t n)
                      in_place ? " in place" : "", kind == KIND_ALLREDUCE_TOTAL ? " with a total" : "");
             double want_total;
             float *want = reduced_bits(ctx[0], mesh[0], kind, counts[ci], in_place, false, true, &want_total, what);
-            for (int t = 0; t < 3; t++)
+            for (int t = 0; t < 4; t++)
                 for (int direct = 1; direct >= (t == 0 ? 0 : 1); direct--) {
                     snprintf(what, sizeof what, "cpu:%u count=%zu%s%s, %s at %u threads", n, counts[ci],
                              in_place ? " in place" : "", kind == KIND_ALLREDUCE_TOTAL ? " with a total" : "",
@@ -508,7 +509,7 @@ static void check_direct_matches_ring(uint32_t n)
                 }
             free(want);
         }
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 4; t++)
         td_context_destroy(ctx[t]);
 }
 
