@@ -448,7 +448,7 @@ static void run_task(void *arg, int64_t task)
  * With spare pool threads, a call that splits runs as parts and a run of
  * independent GEMMs as its calls; the parts are the same whatever the
  * team, so are the bits. */
-static td_status run_segment_calls(td_device *dev, td_segment *seg)
+static td_status cpu_segment_run(td_device *dev, td_segment *seg)
 {
     uint32_t team = td_host_pool_team(dev->pool);
     for (size_t i = 0; i < seg->count;) {
@@ -470,17 +470,6 @@ static td_status run_segment_calls(td_device *dev, td_segment *seg)
         i++;
     }
     return TD_OK;
-}
-
-/* With more devices than cores the devices take turns (td_host_pool.h):
- * a segment runs while its worker holds one, kept until the worker
- * blocks. A turn not given within a quarter of the timeout (at most 1 s)
- * is not waited for any longer. */
-static td_status cpu_segment_run(td_device *dev, td_segment *seg)
-{
-    uint32_t wait_ms = td_context_timeout_ms(dev->ctx) / 4;
-    td_host_pool_turn_enter(dev->pool, wait_ms < 1000 ? wait_ms : 1000);
-    return run_segment_calls(dev, seg);
 }
 
 /* Any thread, while the worker may be inside a segment: one atomic store. */

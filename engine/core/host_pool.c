@@ -48,10 +48,6 @@ struct td_host_pool {
     bool stopping;
     atomic_uint users;
     atomic_bool split_everything;
-    /* Turns (td_host_pool_turn_enter): devices running kernels now. */
-    td_mutex turn_lock;
-    td_cond turn_given;
-    uint32_t turns_taken;
 };
 
 static inline void cpu_relax(void)
@@ -145,8 +141,6 @@ static void pool_free(td_host_pool *pool)
     td_mutex_unlock(&pool->lock);
     for (uint32_t i = 0; i < pool->helper_count; i++)
         td_thread_join(&pool->helpers[i]);
-    td_cond_destroy(&pool->turn_given);
-    td_mutex_destroy(&pool->turn_lock);
     td_cond_destroy(&pool->left);
     td_cond_destroy(&pool->work);
     td_mutex_destroy(&pool->lock);
@@ -163,8 +157,7 @@ static td_host_pool *pool_create(td_context *ctx, uint32_t threads)
     }
     pool->ctx = ctx;
     pool->threads = threads;
-    if (td_mutex_init(&pool->lock) != 0 || td_cond_init(&pool->work) != 0 || td_cond_init(&pool->left) != 0 ||
-        td_mutex_init(&pool->turn_lock) != 0 || td_cond_init(&pool->turn_given) != 0) {
+    if (td_mutex_init(&pool->lock) != 0 || td_cond_init(&pool->work) != 0 || td_cond_init(&pool->left) != 0) {
         td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "host thread pool: could not set up its lock and conditions");
         td_free(ctx, pool);
         return NULL;
@@ -289,46 +282,4 @@ void td_host_pool_run(td_host_pool *pool, int64_t count, td_host_task_fn fn, voi
             td_cond_wait(&pool->left, &pool->lock);
         td_mutex_unlock(&pool->lock);
     }
-}
-
-/* The pool whose turn this thread holds, if any: a device's worker keeps
- * its turn from its first segment until it blocks (td_host_pool_turn_leave
- * in the ring's waits and at the end of each job), so consecutive
- * segments of one device cost no hand-off. */
-static _Thread_local td_host_pool *turn_held;
-
-bool td_host_pool_turn_enter(td_host_pool *pool, uint32_t wait_ms)
-{
-    if (turn_held == pool)
-        return true;
-    /* Every device has a thread of its own: nothing to share. */
-    if (atomic_load_explicit(&pool->users, memory_order_relaxed) <= pool->threads)
-        return false;
-    const uint64_t deadline = td_platform_deadline_after_ms(wait_ms);
-    td_mutex_lock(&pool->turn_lock);
-    while (pool->turns_taken >= pool->threads) {
-        if (td_cond_wait_until(&pool->turn_given, &pool->turn_lock, deadline) != 0 &&
-            pool->turns_taken >= pool->threads) {
-            /* A turn held this long (a hung device, a huge kernel): run
-             * anyway, sharing the cores as the OS schedules them. */
-            td_mutex_unlock(&pool->turn_lock);
-            return false;
-        }
-    }
-    pool->turns_taken++;
-    td_mutex_unlock(&pool->turn_lock);
-    turn_held = pool;
-    return true;
-}
-
-void td_host_pool_turn_leave(void)
-{
-    td_host_pool *pool = turn_held;
-    if (!pool)
-        return;
-    turn_held = NULL;
-    td_mutex_lock(&pool->turn_lock);
-    pool->turns_taken--;
-    td_cond_signal(&pool->turn_given);
-    td_mutex_unlock(&pool->turn_lock);
 }

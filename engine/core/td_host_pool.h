@@ -51,24 +51,6 @@ uint32_t td_host_pool_team(const td_host_pool *pool);
  * too, so a run completes even if no helper is free. Allocates nothing. */
 void td_host_pool_run(td_host_pool *pool, int64_t count, td_host_task_fn fn, void *arg);
 
-/* Turns: with more devices than the pool has threads, a device computes
- * only while its worker holds one of `threads` turns. enter (before a
- * segment's kernels) takes one unless this thread holds one already;
- * leave gives it back and is called where a worker stops computing: when
- * it waits for a peer in a collective and when its job ends. So a device
- * keeps its turn across consecutive segments and gives it up exactly when
- * it would block. The others sleep until a turn is given -- woken by the
- * giver: no spinning, no sleeping past it -- and each device's working set
- * stays in its core's caches for its whole compute phase instead of being
- * time-sliced with the others. enter returns true when this thread holds a
- * turn, false when none is needed (every device has a thread) or none
- * came within wait_ms: the caller then runs anyway, as the OS schedules
- * it, so a hung device holding a turn slows the others by at most wait_ms
- * a segment and never stops them. leave is a no-op on a thread that holds
- * none. Thread-safe. */
-bool td_host_pool_turn_enter(td_host_pool *pool, uint32_t wait_ms);
-void td_host_pool_turn_leave(void);
-
 /* For tests: split every call that can be split, however small, so that
  * small kernel cases run in parts too. Off by default. */
 void td_host_pool_set_split_everything(td_host_pool *pool, bool on);

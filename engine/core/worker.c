@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "td_host_pool.h"
 #include "td_mesh_internal.h"
 #include "td_platform.h"
 
@@ -137,7 +136,6 @@ static void worker_main(void *p)
         td_mutex_unlock(&pool->lock);
 
         td_status s = fn(arg, w->position);
-        td_host_pool_turn_leave(); /* idle until the next job: a CPU device's turn goes to another */
 
         __atomic_sub_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
         td_mutex_lock(&pool->lock);

@@ -19,7 +19,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "td_host_pool.h"
 #include "td_platform.h"
 #include "td_ring_state.h"
 #include "td_trace.h"
@@ -680,13 +679,8 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
     return s;
 }
 
-/* Every collective starts here. A collective waits for peers, so a CPU
- * device's worker gives its turn back first (td_host_pool.h): the devices
- * still computing need it, and the direct all-reduce limits its streams
- * by itself. */
 static td_status check_rank(td_ring *ring, uint32_t rank)
 {
-    td_host_pool_turn_leave();
     if (rank >= ring->n)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank,
                             ring->n);
