@@ -10,6 +10,8 @@
 #ifndef TD_TRAINER_STATE_H
 #define TD_TRAINER_STATE_H
 
+#include <stdatomic.h>
+
 #include "td_balance.h"
 #include "td_optimizer.h"
 #include "td_procs.h"
@@ -30,7 +32,10 @@ typedef struct trainer_owner {
     float *state;      /* state_floats arrays of hi - lo floats */
     float *next_state; /* the step's new state; swapped in on success */
     float g_norm;      /* this step's global gradient norm, when clipping */
-    double update_seconds; /* this step's optimizer time on the chunk (td_step_timing.update) */
+    /* This step's optimizer time on the chunk (td_step_timing.update):
+     * atomic, since the direct all-reduce may update slices of one chunk
+     * on several threads at once. */
+    _Atomic double update_seconds;
 } trainer_owner;
 
 /* A device's gradient accumulator. */

@@ -153,6 +153,16 @@ static void update_part(void *arg, int64_t part)
     update_slice(u->t, u->rank, u->data + begin, u->offset + begin, end - begin);
 }
 
+/* The direct all-reduce may finalize slices of one chunk on several
+ * threads at once (td_ring.h). */
+static void add_seconds(_Atomic double *total, double seconds)
+{
+    double seen = atomic_load_explicit(total, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(total, &seen, seen + seconds, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
 /* Times the owner's update, so td_trainer_timing can tell it from the
  * ring's own work around it. */
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
@@ -171,7 +181,7 @@ static void update_finalize(void *user, uint32_t rank, float *data, size_t offse
     } else {
         update_slice(t, rank, data, offset, count);
     }
-    t->owners[rank].update_seconds += seconds_now() - start;
+    add_seconds(&t->owners[rank].update_seconds, seconds_now() - start);
     if (tr)
         td_trace_span(tr, td_trace_device_track(tr, &t->mesh->devices[rank]), "optimizer", "optimizer", NULL,
                       begin, td_trace_now(), count * sizeof(float));
