@@ -86,6 +86,38 @@ static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
     return s;
 }
 
+/* The step's segments as the bucketed schedule's pieces (pmap_buckets.c):
+ * after each piece, the buckets whose last call it ran go to the bucket
+ * function (their all-reduce and update), counted as collective time. */
+static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t track, double *collective_seconds)
+{
+    td_program_device *pd = &p->devs[pos];
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < pd->n_pieces && s == TD_OK; i++) {
+        if (td_mesh_device_lost(p->mesh, pos))
+            return TD_ERR_DEVICE_LOST; /* as run_device: the timeout named the device */
+        if (tr) {
+            const td_step piece = {.kind = TD_STEP_SEGMENT, .first_call = pd->piece_first[i], .n_calls = pd->piece_calls[i]};
+            s = run_segment_traced(p, pos, &piece, tr, track);
+        } else if (!(md->faults.slow > 1.0f)) {
+            s = md->ops->segment_run(md->dev, pd->piece_segments[i]);
+        } else {
+            const uint64_t begin = td_trace_now();
+            if ((s = md->ops->segment_run(md->dev, pd->piece_segments[i])) == TD_OK &&
+                (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+                s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+        }
+        if (s != TD_OK || pd->buckets_done == pd->piece_buckets[i])
+            continue;
+        const double begin = seconds_now();
+        for (; pd->buckets_done < pd->piece_buckets[i] && s == TD_OK; pd->buckets_done++)
+            s = p->bucket_fn(p->bucket_user, pos, pd->bucket_order[pd->buckets_done]);
+        *collective_seconds += seconds_now() - begin;
+    }
+    return s;
+}
+
 static td_status run_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
@@ -135,6 +167,16 @@ static td_status run_device(td_program *p, uint32_t pos)
         td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
+    pd->buckets_done = 0;
+    if (s == TD_OK && p->n_buckets && !pd->pieces_tried)
+        s = td_program_make_pieces(p, pos);
+    if (s == TD_OK && pd->n_pieces) {
+        s = run_pieces(p, pos, tr, track, &collective_seconds);
+        pd->collective_seconds = collective_seconds;
+        if (s == TD_OK)
+            s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
+        goto hook;
+    }
     for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
@@ -170,6 +212,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     pd->collective_seconds = collective_seconds;
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
+hook:
     if (s == TD_OK && p->hook)
         s = p->hook(p->hook_user, pos);
     if (s == TD_OK) {

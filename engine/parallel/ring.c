@@ -301,6 +301,14 @@ static void slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, siz
     size_t a = c_lo + k * SLICE_ELEMENTS, b = a + SLICE_ELEMENTS;
     *lo = a < c_hi ? a : c_hi;
     *hi = b < c_hi ? b : c_hi;
+    if (op->windowed) { /* the slice's part inside the window; empty ones are skipped */
+        if (*lo < op->win_lo)
+            *lo = op->win_lo;
+        if (*hi > op->win_hi)
+            *hi = op->win_hi;
+        if (*hi < *lo)
+            *hi = *lo;
+    }
 }
 
 void td_ring_slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, size_t *lo, size_t *hi)
@@ -735,6 +743,46 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_ring_allreduce_consume_total: partial or total is NULL");
     return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1);
+}
+
+int td_ring_can_window(const td_ring *ring)
+{
+    return td_ring_direct(ring) && ring->n_procs == 1;
+}
+
+td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                           td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    if (!td_ring_can_window(ring))
+        return td_error_set(ring->mesh->ctx, TD_ERR_UNSUPPORTED,
+                            "ring rank %u: a windowed all-reduce needs the direct all-reduce of one process's CPU "
+                            "devices",
+                            rank);
+    if (win_lo > win_hi || win_hi > count)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
+                            rank, win_lo, win_hi, count);
+    ring_op op = {
+        .kind = OP_ALLREDUCE,
+        .count = count,
+        .shift = 1,
+        .finalize = finalize,
+        .user = user,
+        .consume_input = 1,
+        .in = in,
+        .out = out,
+        .in_offset = in_offset,
+        .out_offset = out_offset,
+        .slices = slices_for((count + ring->n - 1) / ring->n),
+        .windowed = true,
+        .win_lo = win_lo,
+        .win_hi = win_hi,
+    };
+    return td_ring_allreduce_direct(ring, rank, &op);
 }
 
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,

@@ -82,6 +82,18 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
                                           td_ring_partial_fn partial, td_ring_total_fn total,
                                           td_ring_finalize_fn finalize, void *user);
 
+/* Part of td_ring_allreduce_consume: only elements [win_lo, win_hi) of the
+ * `count`-element array are reduced, finalized and written out, each with
+ * the order and owner it has in the whole array's all-reduce -- so the
+ * windows of a tiling, run one after another (as the trainer does bucket by
+ * bucket while backward goes on), give bitwise the whole all-reduce's
+ * result. Only where td_ring_can_window (the direct all-reduce of one
+ * process); elsewhere TD_ERR_UNSUPPORTED. */
+td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                           td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user);
+int td_ring_can_window(const td_ring *ring);
+
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
  * value rank `rank` owns and finalizes. The trainer keeps the optimizer
  * state of exactly this range on that rank. Across processes, the ranges

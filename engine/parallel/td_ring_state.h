@@ -86,6 +86,11 @@ typedef struct ring_op {
     float *in_ptr, *out_ptr; /* host views of the operands when zero-copy, else NULL */
     uint64_t in_offset, out_offset;
     size_t slices; /* per chunk */
+    /* A window (td_ring_allreduce_consume_window): only elements
+     * [win_lo, win_hi) of the whole array are reduced, each in its whole
+     * array's chunk, so with that chunk's order and owner. */
+    bool windowed;
+    size_t win_lo, win_hi;
 } ring_op;
 
 typedef struct unit_map {
