@@ -66,7 +66,7 @@ void td_program_free_pieces(td_program *p, uint32_t pos)
     td_free(p->ctx, pd->piece_segments);
     td_free(p->ctx, pd->piece_first);
     pd->piece_segments = NULL;
-    pd->piece_first = pd->piece_calls = pd->piece_buckets = pd->bucket_order = NULL;
+    pd->piece_first = pd->piece_calls = pd->piece_buckets = pd->piece_step = pd->bucket_order = NULL;
     pd->n_pieces = 0;
     pd->pieces_tried = false;
 }
@@ -93,7 +93,7 @@ static void last_touches(const td_program *p, uint32_t pos, uint32_t *last)
     const td_plan *plan = td_program_device_plan(p, pos);
     td_buffer *params = pd->buffers[TD_BUF_PARAMS], *grads = pd->buffers[TD_BUF_GRADS];
     memset(last, 0, sizeof *last * p->n_buckets);
-    for (uint32_t c = 0; c < plan->n_calls; c++) {
+    for (uint32_t c = 0; pd->calls && c < plan->n_calls; c++) {
         const td_kernel_call *k = &pd->calls[c];
         const td_arg args[] = {k->out, k->out2, k->a, k->b, k->c};
         const bool spans = k->kernel == TD_KERNEL_FILL || k->kernel == TD_KERNEL_COPY;
@@ -113,31 +113,38 @@ td_status td_program_make_pieces(td_program *p, uint32_t pos)
     td_mesh_device *md = &p->mesh->devices[pos];
     const td_plan *plan = td_program_device_plan(p, pos);
     pd->pieces_tried = true;
-    for (uint32_t i = 0; i < plan->n_steps; i++)
-        if (plan->steps[i].kind != TD_STEP_SEGMENT)
-            return TD_OK; /* in-graph collectives: their order is the plan's; no buckets */
     const uint32_t nb = p->n_buckets;
     uint32_t *scratch = td_alloc(p->ctx, sizeof *scratch * 3 * nb);
     if (!scratch)
         return TD_OOM(p->ctx, "the buckets' schedule", sizeof *scratch * 3 * nb);
     uint32_t *order = scratch, *last0 = scratch + nb, *mine = scratch + 2 * nb;
     last_touches(p, 0, last0);
-    last_touches(p, pos, mine);
     for (uint32_t b = 0; b < nb; b++) { /* by device 0's points, then index: insertion sort */
         uint32_t j = b;
         for (; j > 0 && last0[order[j - 1]] > last0[b]; j--)
             order[j] = order[j - 1];
         order[j] = b;
     }
-    /* Each bucket's point on this device, non-decreasing in that order. */
+    /* Each bucket's point: the latest over the devices (their plans emit
+     * the same calls, but a device may differ in what it touches), so
+     * every device runs the buckets at the same places among the plan's
+     * in-graph collectives -- collectives must come in one order -- and
+     * non-decreasing in the buckets' order. */
+    for (uint32_t d = 1; d < p->n_dev; d++) {
+        last_touches(p, d, mine);
+        for (uint32_t b = 0; b < nb; b++)
+            if (mine[b] > last0[b])
+                last0[b] = mine[b];
+    }
     uint32_t point = 0;
     for (uint32_t i = 0; i < nb; i++) {
-        if (mine[order[i]] > point)
-            point = mine[order[i]];
-        last0[i] = point; /* reused: the i-th bucket's point */
+        if (last0[order[i]] > point)
+            point = last0[order[i]];
+        mine[i] = point; /* the i-th bucket's point */
     }
+    memcpy(last0, mine, sizeof *mine * nb);
     const uint32_t most = plan->n_steps + nb + 1;
-    pd->piece_first = td_alloc_zeroed(p->ctx, sizeof(uint32_t) * (3 * most + nb));
+    pd->piece_first = td_alloc_zeroed(p->ctx, sizeof(uint32_t) * (4 * most + nb));
     pd->piece_segments = td_alloc_zeroed(p->ctx, sizeof *pd->piece_segments * most);
     if (!pd->piece_first || !pd->piece_segments) {
         td_free(p->ctx, scratch);
@@ -147,12 +154,19 @@ td_status td_program_make_pieces(td_program *p, uint32_t pos)
     }
     pd->piece_calls = pd->piece_first + most;
     pd->piece_buckets = pd->piece_first + 2 * most;
-    pd->bucket_order = pd->piece_first + 3 * most;
+    pd->piece_step = pd->piece_first + 3 * most;
+    pd->bucket_order = pd->piece_first + 4 * most;
     memcpy(pd->bucket_order, order, sizeof *order * nb);
     uint32_t n = 0, next = 0;
     td_status s = TD_OK;
     for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
+        if (st->kind != TD_STEP_SEGMENT) {
+            pd->piece_step[n] = i;
+            pd->piece_buckets[n] = next;
+            n++;
+            continue;
+        }
         uint32_t from = st->first_call;
         const uint32_t end = st->first_call + st->n_calls;
         while (from < end && s == TD_OK) {
@@ -165,6 +179,7 @@ td_status td_program_make_pieces(td_program *p, uint32_t pos)
                 }
             while (next < nb && last0[next] <= to)
                 next++;
+            pd->piece_step[n] = TD_NO_PIECE_STEP;
             pd->piece_first[n] = from;
             pd->piece_calls[n] = to - from;
             pd->piece_buckets[n] = next;

@@ -86,6 +86,33 @@ static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
     return s;
 }
 
+/* One in-graph collective step. Time in collectives is waiting for peers,
+ * not this device's work: kept apart for td_program_busy_seconds (with
+ * phase waits, the device's queued kernels finish before it starts). */
+static td_status run_collective(td_program *p, uint32_t pos, const td_step *st, double *collective_seconds)
+{
+    const td_plan *plan = td_program_device_plan(p, pos);
+    td_ring *ring = p->ring;
+    td_status s;
+    if (p->phase_waits &&
+        (s = td_mesh_device_submit_wait(&p->mesh->devices[pos], td_context_timeout_ms(p->ctx))) != TD_OK)
+        return s;
+    const double collective_begin = seconds_now();
+    td_node in = p->graph.nodes[st->node].in[0];
+    td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
+    size_t count = (size_t)td_shape_count(&plan->shapes[in]);
+    if (st->kind == TD_STEP_ALLREDUCE)
+        s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
+                              st->mean ? pmean_finalize : NULL, p);
+    else if (st->kind == TD_STEP_ALL_GATHER)
+        s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
+    else
+        s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset,
+                              dst.buffer, dst.offset, count);
+    *collective_seconds += seconds_now() - collective_begin;
+    return s;
+}
+
 /* The step's segments as the bucketed schedule's pieces (pmap_buckets.c):
  * after each piece, the buckets whose last call it ran go to the bucket
  * function (their all-reduce and update), counted as collective time. */
@@ -95,6 +122,10 @@ static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t 
     td_mesh_device *md = &p->mesh->devices[pos];
     td_status s = TD_OK;
     for (uint32_t i = 0; i < pd->n_pieces && s == TD_OK; i++) {
+        if (pd->piece_step[i] != TD_NO_PIECE_STEP) { /* an in-graph collective, in plan order */
+            s = run_collective(p, pos, &td_program_device_plan(p, pos)->steps[pd->piece_step[i]], collective_seconds);
+            continue;
+        }
         if (td_mesh_device_lost(p->mesh, pos))
             return TD_ERR_DEVICE_LOST; /* as run_device: the timeout named the device */
         if (tr) {
@@ -154,7 +185,6 @@ static td_status run_device(td_program *p, uint32_t pos)
                        (const char *)host + offset, input_bytes);
         bytes += input_bytes;
     }
-    td_ring *ring = p->ring;
     if (s == TD_OK && plan->n_step_nodes) {
         const size_t words = plan->size[TD_BUF_STEP];
         uint32_t *w = p->step_words + words * pos;
@@ -190,24 +220,7 @@ static td_status run_device(td_program *p, uint32_t pos)
                 s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
         }
-        /* Time in collectives is waiting for peers, not this device's
-         * work: kept apart for td_program_busy_seconds (with phase waits,
-         * the device's queued kernels finish before it starts). */
-        if (p->phase_waits && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) != TD_OK)
-            break;
-        const double collective_begin = seconds_now();
-        td_node in = p->graph.nodes[st->node].in[0];
-        td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
-        size_t count = (size_t)td_shape_count(&plan->shapes[in]);
-        if (st->kind == TD_STEP_ALLREDUCE)
-            s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
-                                  st->mean ? pmean_finalize : NULL, p);
-        else if (st->kind == TD_STEP_ALL_GATHER)
-            s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
-        else
-            s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
-                                  dst.offset, count);
-        collective_seconds += seconds_now() - collective_begin;
+        s = run_collective(p, pos, st, &collective_seconds);
     }
     pd->collective_seconds = collective_seconds;
     if (s == TD_OK)

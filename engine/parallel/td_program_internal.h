@@ -38,10 +38,9 @@ void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
  * bucket b of its parameter or gradient buffer -- after that no call of
  * the step touches those elements, so the bucket's gradients are complete
  * and its parameters may change. The buckets come in one order on every
- * device (that of device 0's calls), as collectives must. A plan with
- * in-graph collectives runs no bucket (the hook then sees
- * td_program_buckets_done 0). n_buckets 0 turns it off. bounds is copied;
- * call between runs. */
+ * device (that of device 0's calls), at the same places among the plan's
+ * in-graph collectives, as collectives must. n_buckets 0 turns it off.
+ * bounds is copied; call between runs. */
 typedef td_status (*td_program_bucket_fn)(void *user, uint32_t position, uint32_t bucket);
 td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn fn,
                                  void *user);

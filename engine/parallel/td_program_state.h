@@ -7,6 +7,8 @@
 
 #include "td_program_internal.h"
 
+#define TD_NO_PIECE_STEP UINT32_MAX
+
 /* What a program holds on one device. */
 typedef struct td_program_device {
     td_buffer *buffers[TD_BUF_COUNT];
@@ -24,6 +26,7 @@ typedef struct td_program_device {
      * bucket_order run. n_pieces 0 when not made (or not possible). */
     uint32_t n_pieces;
     uint32_t *piece_first, *piece_calls, *piece_buckets;
+    uint32_t *piece_step; /* a collective step's index, or TD_NO_PIECE_STEP for calls */
     uint32_t *bucket_order; /* the buckets in the order every device runs them */
     td_segment **piece_segments;
     bool pieces_tried;
