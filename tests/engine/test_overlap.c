@@ -18,7 +18,7 @@
 #define BATCH 12
 #define STEPS 5
 
-typedef enum { NET_MLP, NET_CNN } net_kind;
+typedef enum { NET_MLP, NET_CNN, NET_CNN_SYNC_BN } net_kind;
 
 typedef struct net {
     td_graph *g;
@@ -28,8 +28,11 @@ typedef struct net {
 } net;
 
 /* MLP: 16 -> 24 tanh -> 20 relu -> 3. CNN: 8x8x1, conv 3x3 4 relu,
- * max-pool, conv 3x3 6 tanh, dense 3. Several layers, so several buckets
- * complete at different points of backward. */
+ * max-pool, conv 3x3 6 tanh, dense 3; NET_CNN_SYNC_BN with a synchronized
+ * batch norm after the first conv, whose all-reduces (forward and
+ * backward) are in-graph collectives the buckets run among, and whose
+ * running statistics are updated states. Several layers, so several
+ * buckets complete at different points of backward. */
 static void build(td_context *ctx, net *n, net_kind kind)
 {
     memset(n, 0, sizeof *n);
@@ -46,7 +49,14 @@ static void build(td_context *ctx, net *n, net_kind kind)
     } else {
         const int64_t xd[4] = {BATCH, 8, 8, 1}, flat[2] = {-1, 96};
         TEST_OK(ctx, td_graph_input(n->g, "x", TD_F32, 4, xd, TD_SHARDED, &n->x));
-        TEST_OK(ctx, td_layer_conv2d(n->g, "c1", n->x, 4, 3, 3, NULL, true, 7, &h));
+        TEST_OK(ctx, td_layer_conv2d(n->g, "c1", n->x, 4, 3, 3, NULL, kind == NET_CNN, 7, &h));
+        if (kind == NET_CNN_SYNC_BN) {
+            td_batch_norm_options bo;
+            td_batch_norm_options_init(&bo);
+            bo.sync = true;
+            bo.momentum = 0.9f;
+            TEST_OK(ctx, td_layer_batch_norm(n->g, "bn", h, &bo, &h));
+        }
         TEST_OK(ctx, td_graph_relu(n->g, h, &h));
         TEST_OK(ctx, td_graph_max_pool2d(n->g, h, NULL, &h));
         TEST_OK(ctx, td_layer_conv2d(n->g, "c2", h, 6, 3, 3, NULL, true, 8, &h));
@@ -194,6 +204,9 @@ SAME(cnn_cpu1_same_bits, "cpu:1", NET_CNN)
 SAME(cnn_cpu2_same_bits, "cpu:2", NET_CNN)
 SAME(cnn_cpu3_same_bits, "cpu:3", NET_CNN)
 SAME(cnn_cpu4_same_bits, "cpu:4", NET_CNN)
+SAME(cnn_sync_batch_norm_cpu1_same_bits, "cpu:1", NET_CNN_SYNC_BN)
+SAME(cnn_sync_batch_norm_cpu2_same_bits, "cpu:2", NET_CNN_SYNC_BN)
+SAME(cnn_sync_batch_norm_cpu3_same_bits, "cpu:3", NET_CNN_SYNC_BN)
 
 Test(overlap, clipping_keeps_the_one_all_reduce_and_its_bits)
 {
