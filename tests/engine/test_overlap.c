@@ -77,6 +77,7 @@ typedef struct run_options {
     uint32_t accumulate;
     int fail_step;          /* this step fails once, then runs again (-1: none) */
     int fail_segment;       /* ...at device 1's fail_segment-th segment run of that step */
+    bool continue_on_loss;  /* on_device_loss = continue */
 } run_options;
 
 typedef struct run_result {
@@ -125,6 +126,8 @@ static run_result train(const run_options *ro)
     o.overlap_bucket_bytes = ro->bucket_bytes;
     o.max_norm = ro->max_norm;
     o.accumulate_steps = ro->accumulate ? ro->accumulate : 1;
+    if (ro->continue_on_loss)
+        o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     td_trainer *t = NULL;
     TEST_OK(ctx, td_trainer_create(n.g, mesh, n.loss, n.n_params, n.params, &o, &t));
     const int64_t xm[2] = {BATCH, 16}, xc[4] = {BATCH, 8, 8, 1}, yd[1] = {BATCH};
@@ -148,6 +151,11 @@ static run_result train(const run_options *ro)
         }
         TEST_OK(ctx, td_trainer_step(t, 2, b, &loss));
         cr_assert(isfinite(loss), "%s: step %d loss %g", ro->spec, step, (double)loss);
+    }
+    if (ro->continue_on_loss) {
+        td_train_progress progress = {.struct_size = sizeof progress};
+        TEST_OK(ctx, td_trainer_progress(t, &progress));
+        cr_assert_eq(progress.devices_lost, 1u, "%s: %u devices lost", ro->spec, progress.devices_lost);
     }
     bool identical = false;
     TEST_OK(ctx, td_trainer_replicas_identical(t, &identical));
@@ -237,4 +245,12 @@ Test(overlap, a_step_failing_between_buckets_leaves_nothing)
     free(probe.master);
     free(failed.master);
     free(clean.master);
+}
+
+/* A device lost in its third run; the step runs again on the survivors,
+ * re-planned -- the buckets with them. */
+Test(overlap, continuing_on_the_survivors_keeps_the_buckets_and_the_bits)
+{
+    check_same_bits((run_options){.spec = "cpu:2,cpu:1@fail=3", .kind = NET_CNN, .fail_step = -1, .continue_on_loss = true},
+                    true);
 }
