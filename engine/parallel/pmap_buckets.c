@@ -56,6 +56,11 @@ uint32_t td_program_buckets_done(const td_program *p, uint32_t position)
     return p->devs ? p->devs[position].buckets_done : 0;
 }
 
+double td_program_bucket_seconds(const td_program *p, uint32_t position)
+{
+    return p->devs ? p->devs[position].bucket_seconds : 0.0;
+}
+
 void td_program_free_pieces(td_program *p, uint32_t pos)
 {
     td_program_device *pd = &p->devs[pos];

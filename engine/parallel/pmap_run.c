@@ -144,6 +144,7 @@ static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t 
         const double begin = seconds_now();
         for (; pd->buckets_done < pd->piece_buckets[i] && s == TD_OK; pd->buckets_done++)
             s = p->bucket_fn(p->bucket_user, pos, pd->bucket_order[pd->buckets_done]);
+        pd->bucket_seconds += seconds_now() - begin;
         *collective_seconds += seconds_now() - begin;
     }
     return s;
@@ -198,6 +199,7 @@ static td_status run_device(td_program *p, uint32_t pos)
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
     pd->buckets_done = 0;
+    pd->bucket_seconds = 0.0;
     if (s == TD_OK && p->n_buckets && !pd->pieces_tried)
         s = td_program_make_pieces(p, pos);
     if (s == TD_OK && pd->n_pieces) {

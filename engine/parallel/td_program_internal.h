@@ -46,6 +46,9 @@ td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t
                                  void *user);
 /* The buckets the last run finished on device `position` before its hook. */
 uint32_t td_program_buckets_done(const td_program *p, uint32_t position);
+/* The last run's seconds in the bucket function on that device: inside its
+ * compute phase (td_program_phase_seconds), though not its work. */
+double td_program_bucket_seconds(const td_program *p, uint32_t position);
 /* Writes `params` (the whole parameter buffer, plan->size[TD_BUF_PARAMS]
  * floats) to every device. */
 td_status td_program_write_all_params(td_program *p, const float *params);

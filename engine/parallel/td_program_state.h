@@ -31,6 +31,7 @@ typedef struct td_program_device {
     td_segment **piece_segments;
     bool pieces_tried;
     uint32_t buckets_done; /* this run's, before the hook */
+    double bucket_seconds; /* this run's time in the bucket function (inside the compute phase) */
 } td_program_device;
 
 /* Work for every device's worker at once (td_program_on_devices). */
