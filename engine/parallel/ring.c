@@ -747,7 +747,7 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
 
 int td_ring_can_window(const td_ring *ring)
 {
-    return td_ring_direct(ring) && ring->n_procs == 1;
+    return td_ring_direct(ring);
 }
 
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
@@ -759,8 +759,8 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
         return s;
     if (!td_ring_can_window(ring))
         return td_error_set(ring->mesh->ctx, TD_ERR_UNSUPPORTED,
-                            "ring rank %u: a windowed all-reduce needs the direct all-reduce of one process's CPU "
-                            "devices",
+                            "ring rank %u: a windowed all-reduce needs the direct all-reduce (CPU devices only in "
+                            "this process)",
                             rank);
     if (win_lo > win_hi || win_hi > count)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,

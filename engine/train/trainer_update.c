@@ -293,9 +293,12 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
     td_status s;
     if (t->n_buckets && td_program_buckets_done(t->program, pos) == t->n_buckets) {
-        if (pos == 0) /* every bucket reduced and updated during backward */
+        /* Every bucket reduced and updated during backward; across
+         * processes the others' new values are in the parameter buffer. */
+        s = t->processes > 1 ? take_gathered(t, pos, params) : TD_OK;
+        if (s == TD_OK && pos == 0)
             t->allreduces++;
-        return TD_OK;
+        return s;
     }
     if (t->accum) {
         const bool last = t->micro + 1 == t->options.accumulate_steps;
