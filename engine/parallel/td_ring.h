@@ -87,8 +87,9 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
  * the order and owner it has in the whole array's all-reduce -- so the
  * windows of a tiling, run one after another (as the trainer does bucket by
  * bucket while backward goes on), give bitwise the whole all-reduce's
- * result. Only where td_ring_can_window (the direct all-reduce of one
- * process); elsewhere TD_ERR_UNSUPPORTED. */
+ * result. Only where td_ring_can_window (the direct all-reduce: every
+ * local rank a CPU device; across processes too, the blocks exchanged
+ * clipped likewise); elsewhere TD_ERR_UNSUPPORTED. */
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
                                            size_t win_hi, td_ring_finalize_fn finalize, void *user);

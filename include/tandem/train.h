@@ -141,9 +141,10 @@ typedef struct td_trainer_options {
      * parameters for the last time, between the rest of backward's
      * kernels; 0 (the default) = one all-reduce after backward. The
      * parameters and optimizer state are bitwise those of the one
-     * all-reduce. Taken where the all-reduce is direct (CPU devices of one
-     * process), without clipping (max_norm) and accumulation
-     * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce. */
+     * all-reduce. Taken where every device of the process is a CPU device
+     * (across processes too), without clipping (max_norm) and accumulation
+     * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce.
+     * Not faster on CPU devices (bench/RESULTS.md), hence off. */
     uint64_t overlap_bucket_bytes;
 } td_trainer_options;
 
