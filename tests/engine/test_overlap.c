@@ -78,6 +78,7 @@ typedef struct run_options {
     int fail_step;          /* this step fails once, then runs again (-1: none) */
     int fail_segment;       /* ...at device 1's fail_segment-th segment run of that step */
     bool continue_on_loss;  /* on_device_loss = continue */
+    bool uneven;            /* an explicit split 1:2:3: a plan per row count */
 } run_options;
 
 typedef struct run_result {
@@ -128,6 +129,13 @@ static run_result train(const run_options *ro)
     o.accumulate_steps = ro->accumulate ? ro->accumulate : 1;
     if (ro->continue_on_loss)
         o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
+    static const float weights[3] = {1.0f, 2.0f, 3.0f};
+    if (ro->uneven) {
+        o.balance = TD_BALANCE_EXPLICIT;
+        o.balance_weights = weights;
+        o.n_balance_weights = 3;
+        o.balance_granularity = 1;
+    }
     td_trainer *t = NULL;
     TEST_OK(ctx, td_trainer_create(n.g, mesh, n.loss, n.n_params, n.params, &o, &t));
     const int64_t xm[2] = {BATCH, 16}, xc[4] = {BATCH, 8, 8, 1}, yd[1] = {BATCH};
@@ -253,4 +261,11 @@ Test(overlap, continuing_on_the_survivors_keeps_the_buckets_and_the_bits)
 {
     check_same_bits((run_options){.spec = "cpu:2,cpu:1@fail=3", .kind = NET_CNN, .fail_step = -1, .continue_on_loss = true},
                     true);
+}
+
+/* Devices with different row counts run different plans: the buckets
+ * still meet at the same points on every device. */
+Test(overlap, an_uneven_split_keeps_the_bits)
+{
+    check_same_bits((run_options){.spec = "cpu:3", .kind = NET_CNN_SYNC_BN, .fail_step = -1, .uneven = true}, true);
 }
