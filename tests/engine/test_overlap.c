@@ -153,6 +153,10 @@ static run_result train(const run_options *ro)
             fail_in = ro->fail_segment;
             TEST_FAILS(ctx, TD_ERR_DEVICE_LOST, "injected device loss in segment_run", td_trainer_step(t, 2, b, &loss));
             cr_assert(memcmp(before, t->master, elems * sizeof *before) == 0, "the failed step changed the master");
+            /* Device 0 went on until a bucket the failed device never
+             * reached: at least one bucket wrote every replica first. */
+            cr_assert(td_program_buckets_done(t->program, 0) > 1, "only %u buckets ran before the failure",
+                      td_program_buckets_done(t->program, 0));
             const float *device = td_mesh_device_host_view(&mesh->devices[0], td_program_buffer(t->program, 0, TD_BUF_PARAMS));
             cr_assert(memcmp(before, device, elems * sizeof *before) == 0,
                       "device 0 kept values of the failed step (its buckets were updated before the failure)");
