@@ -202,14 +202,11 @@ static td_status run_device(td_program *p, uint32_t pos)
     pd->bucket_seconds = 0.0;
     if (s == TD_OK && p->n_buckets && !pd->pieces_tried)
         s = td_program_make_pieces(p, pos);
-    if (s == TD_OK && pd->n_pieces) {
+    /* The bucketed schedule's pieces, or the plan's steps as they are. */
+    const bool pieces = s == TD_OK && pd->n_pieces > 0;
+    if (pieces)
         s = run_pieces(p, pos, tr, track, &collective_seconds);
-        pd->collective_seconds = collective_seconds;
-        if (s == TD_OK)
-            s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
-        goto hook;
-    }
-    for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
+    for (uint32_t i = 0; !pieces && i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
             /* Fenced off while inside this run (worker.c): no more work is
@@ -227,7 +224,6 @@ static td_status run_device(td_program *p, uint32_t pos)
     pd->collective_seconds = collective_seconds;
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_COMPUTE, &mark);
-hook:
     if (s == TD_OK && p->hook)
         s = p->hook(p->hook_user, pos);
     if (s == TD_OK) {
