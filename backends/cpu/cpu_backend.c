@@ -546,22 +546,6 @@ static void run_task(void *arg, int64_t task)
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
 
-/* Whether each GEMM of the run [c, c + run) is big enough to split into
- * the whole team's parts by itself. Then the calls run one after another,
- * each in parts, instead of side by side: a convolution's kernel gradient
- * and input gradient (independent GEMMs on the same dY, 6 and 4 ms on one
- * core) side by side take the longer one's time, one core idle for the
- * rest. Decided on the real minimum work, never the conformance device's
- * split-everything setting, so that device still runs small runs side by
- * side. */
-static bool run_splits_each(const td_kernel_call *c, size_t run, td_cpu_gemm_engine engine, uint32_t team)
-{
-    for (size_t j = 0; j < run; j++)
-        if (td_cpu_gemm_split_parts(&c[j], engine, team, false) < (int64_t)team)
-            return false;
-    return true;
-}
-
 /* Stops between calls and parts, and inside a GEMM between tiles, once the
  * device is cancelled: a worker the engine gave up on leaves within one
  * tile or one other part (bounded by the memory it touches, not by m n k),
@@ -579,8 +563,6 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         const td_kernel_call *c = &seg->calls[i];
         size_t run = seg->run_end[i] - i;
         const bool any_size = td_host_pool_split_everything(dev->pool);
-        if (run > 1 && team > 1 && run_splits_each(c, run, seg->gemm_engine, team))
-            run = 1;
         if (seg->epilogue[i]) {
             /* A GEMM and its epilogue: its parts (or the whole) in blocks,
              * at multiples of the chain's granule. */
