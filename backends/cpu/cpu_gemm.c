@@ -112,9 +112,14 @@ const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine)
  * part (cpu_split.c's for GEMMs: about 20 us on one current core). */
 #define OWN_PART_ROWS 12
 #define OWN_PART_MIN_MACS 1048576.0
-/* Column parts: whole 16-column vectors (a part's micro-tiles then need no
- * narrower edge than the whole call's). */
-#define OWN_PART_COLUMNS 16
+/* Column parts: whole 32-column panels, the AVX-512 micro-tile's width.
+ * Narrower parts cost nearly as much as the whole call: the 12 x 16
+ * kernel broadcasts as many values of A per step of k for half the
+ * multiply-adds (measured, conv1's kernel gradient 9 x 32 x 100352: 600 us
+ * whole, 500 us for one 16-column half alone, 1000 us for both halves on
+ * two cores at once; 9 x 64 x 8192: 119 us whole, 67 us as two 32-column
+ * halves on two cores). */
+#define OWN_PART_COLUMNS 32
 
 /* Whether a call's bits depend on no split of C's columns: the own GEMMs'
  * and the bf16 kernels' rule computes each element as its own sum over k

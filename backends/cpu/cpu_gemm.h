@@ -48,7 +48,7 @@ int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g);
  * parts instead of one, or 192 + 64. Where the rows give fewer parts than
  * the team (a convolution's kernel gradient, 9 rows of C), the own GEMMs
  * and every bf16 call (its kernels' bits depend on no split either) cut
- * C's columns instead, in whole 16-column vectors. Same contract as
+ * C's columns instead, in whole 32-column panels. Same contract as
  * td_cpu_split_parts and td_cpu_split_part (cpu_split.h). */
 int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engine, uint32_t team, bool any_size);
 void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,

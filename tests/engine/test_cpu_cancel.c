@@ -226,7 +226,7 @@ Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_own_fma_gemm_call)
 
 /* Column parts: a GEMM whose rows give fewer parts than the team (a
  * convolution's kernel gradient: C is 9 x 32 or 288 x 64 against k = the
- * batch's pixels) is cut into runs of whole 16-column vectors on the own
+ * batch's pixels) is cut into runs of whole 32-column panels on the own
  * GEMMs and on every bf16 call, never on CBLAS's fp32 one. Each part, run
  * as its own call, must give the single call's bits. `bf16` runs the
  * fastest bf16 kernel (AVX512_BF16 where the CPU has it) instead of
@@ -235,6 +235,7 @@ static void check_column_parts_are_one_call(td_cpu_gemm_engine engine, bool bf16
 {
     static const gemm_case cases[] = {
         {9, 32, 100352 / 8, 1, 0, 0, 0, 1.0f, 0.0f}, {9, 64, 3000, 1, 0, 0, 0, 1.0f, 1.0f},
+        {9, 130, 2000, 1, 0, 0, 0, 1.0f, 0.0f},
         {1, 100, 500, 0, 0, 0, 0, 1.0f, 0.0f},       {20, 48, 301, 0, 1, 3, 5, 0.5f, 0.25f},
         {12, 17, 64, 1, 1, 0, 0, 1.0f, 0.0f},        {6, 1000, 77, 0, 0, 0, 2, -1.0f, 0.5f},
     };
@@ -261,7 +262,7 @@ static void check_column_parts_are_one_call(td_cpu_gemm_engine engine, bool bf16
             cr_assert(td_cpu_gemm_bf16(g, one, a, b, TD_CPU_BF16_FASTEST, NULL));
         else
             cr_assert(td_cpu_gemm(g, one, a, b, engine, NULL));
-        const int64_t row_parts = (gc->m + 11) / 12, vectors = (gc->n + 15) / 16;
+        const int64_t row_parts = (gc->m + 11) / 12, vectors = (gc->n + 31) / 32;
         for (uint32_t team = 2; team <= 4; team++) {
             const int64_t parts = td_cpu_gemm_split_parts(&call, engine, team, true);
             if (engine == TD_CPU_GEMM_CBLAS && !bf16) { /* CBLAS's columns stay whole */
@@ -282,7 +283,7 @@ static void check_column_parts_are_one_call(td_cpu_gemm_engine engine, bool bf16
                     cr_assert_eq(sub.p.gemm.m, gc->m);
                     cr_assert_eq(sub.out.offset, (uint64_t)columns, "case %zu: part %lld starts at column %llu", t,
                                  (long long)part, (unsigned long long)sub.out.offset);
-                    cr_assert_eq(sub.out.offset % 16, 0);
+                    cr_assert_eq(sub.out.offset % 32, 0);
                     columns += sub.p.gemm.n;
                 }
                 if (bf16)
