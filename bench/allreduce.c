@@ -5,8 +5,10 @@
  * The collective is the in-place pmean of one buffer (sum, then the chunk
  * owner scales by 1/N), as a training step uses it.
  *
- * usage: allreduce [--devices SPEC] [--max-bytes B] [--json]
- * Without --devices: cpu:2, cpu:4 and cpu:8. */
+ * usage: allreduce [--devices SPEC] [--max-bytes B] [--path auto|ring|direct] [--json]
+ * Without --devices: cpu:2, cpu:4 and cpu:8. --path ring runs the ring
+ * proper on a mesh whose all-reduce would be direct (td_ring_direct), to
+ * compare the two in one build. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +82,7 @@ static double memcpy_gbs(float *dst, const float *src, size_t bytes, int reps)
     return (double)bytes / td_bench_median(t, TRIALS) / 1e9;
 }
 
-static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int json)
+static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int ring_proper, int json)
 {
     bench b;
     memset(&b, 0, sizeof b);
@@ -93,6 +95,9 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int jso
         fprintf(stderr, "allreduce: ring on '%s': %s: %s\n", spec, td_status_name(s), td_last_error(ctx));
         return 1;
     }
+    if (ring_proper)
+        td_ring_set_direct(b.ring, 0);
+    const char *path = td_ring_direct(b.ring) ? "direct" : "ring";
     uint32_t n = b.mesh->count;
     b.max_count = max_bytes / sizeof(float);
     b.buffers = calloc(n, sizeof *b.buffers);
@@ -136,9 +141,9 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int jso
         double bus = alg * 2.0 * (n - 1) / n;
         double mem = memcpy_gbs(copy_dst, b.host, bytes, b.reps * (int)n > 1 ? b.reps : 1);
         if (json)
-            printf("{\"bench\":\"allreduce\",\"mesh\":\"%s\",\"n\":%u,\"bytes\":%zu,\"seconds\":%.9g,\"algbw_gbs\":%.4g,"
+            printf("{\"bench\":\"allreduce\",\"mesh\":\"%s\",\"path\":\"%s\",\"n\":%u,\"bytes\":%zu,\"seconds\":%.9g,\"algbw_gbs\":%.4g,"
                    "\"busbw_gbs\":%.4g,\"memcpy_gbs\":%.4g,\"busbw_over_memcpy\":%.3f}\n",
-                   spec, n, bytes, sec, alg, bus, mem, bus / mem);
+                   spec, path, n, bytes, sec, alg, bus, mem, bus / mem);
         else
             printf("%-28s %3u %10zu %12.6g %10.3f %10.3f %10.3f %8.2f\n", spec, n, bytes, sec, alg, bus, mem,
                    bus / mem);
@@ -156,16 +161,22 @@ int main(int argc, char **argv)
 {
     const char *spec = NULL;
     size_t max_bytes = (size_t)64 << 20;
-    int json = 0;
+    int json = 0, ring_proper = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
             spec = argv[++i];
         else if (strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
             max_bytes = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0)
+            i++;
+        else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc && strcmp(argv[i + 1], "direct") == 0)
+            i++; /* direct wherever the mesh allows: the default */
+        else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc && strcmp(argv[i + 1], "ring") == 0)
+            ring_proper = 1, i++;
         else if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else {
-            fprintf(stderr, "usage: allreduce [--devices SPEC] [--max-bytes B] [--json]\n");
+            fprintf(stderr, "usage: allreduce [--devices SPEC] [--max-bytes B] [--path auto|ring|direct] [--json]\n");
             return 2;
         }
     }
@@ -179,11 +190,11 @@ int main(int argc, char **argv)
         return 1;
     int rc = 0;
     if (spec) {
-        rc = run_mesh(ctx, spec, max_bytes, json);
+        rc = run_mesh(ctx, spec, max_bytes, ring_proper, json);
     } else {
         const char *specs[] = {"cpu:2", "cpu:4", "cpu:8"};
         for (int i = 0; i < 3 && rc == 0; i++)
-            rc = run_mesh(ctx, specs[i], max_bytes, json);
+            rc = run_mesh(ctx, specs[i], max_bytes, ring_proper, json);
     }
     td_context_destroy(ctx);
     return rc;

@@ -30,9 +30,16 @@
  * ratio reference / this is what the host pool's extra threads buy, and
  * the losses must agree to the bit (max_loss_difference 0).
  *
+ * --bucket-mib M sets td_trainer_options.overlap_bucket_bytes (M MiB, may
+ * be fractional; default 0: the one all-reduce after backward);
+ * --reference-bucket-mib M (one process) makes the reference the same mesh
+ * with buckets of M MiB, taking turns likewise: the ratio reference / this
+ * is the overlap's speed-up, measured in one run.
+ *
  * usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp]
  *        [--batch B] [--steps N] [--warmup W] [--rounds R] [--json]
  *        [--precision fp32|bf16] [--reference-precision fp32|bf16]
+ *        [--bucket-mib M] [--reference-bucket-mib M]
  *        [--cpu-threads N] [--reference-cpu-threads M] */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +59,8 @@ typedef struct options {
     td_precision precision;
     int compare_precision; /* --reference-precision given */
     td_precision reference_precision;
+    uint64_t bucket_bytes, reference_bucket_bytes;
+    int compare_buckets; /* --reference-bucket-mib given */
     int cpu_threads, reference_cpu_threads; /* the latter > 0: given */
 } options;
 
@@ -105,7 +114,8 @@ static void fill(run *r, int step)
     }
 }
 
-static void open_run(run *r, td_context *ctx, const char *spec, const options *o, td_precision precision)
+static void open_run(run *r, td_context *ctx, const char *spec, const options *o, td_precision precision,
+                     uint64_t bucket_bytes)
 {
     memset(r, 0, sizeof *r);
     r->ctx = ctx;
@@ -148,6 +158,7 @@ static void open_run(run *r, td_context *ctx, const char *spec, const options *o
     to.n_metrics = 1;
     to.metrics = &r->accuracy;
     to.precision = precision;
+    to.overlap_bucket_bytes = bucket_bytes;
     if ((s = td_trainer_create(r->g, r->mesh, r->loss, n_params, params, &to, &r->trainer)) != TD_OK)
         fail_with(ctx, "td_trainer_create", s);
     free(params);
@@ -280,7 +291,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp] [--batch B] [--steps N] "
                     "[--warmup W] [--rounds R] [--json] [--precision fp32|bf16] [--reference-precision fp32|bf16] "
-                    "[--cpu-threads N] [--reference-cpu-threads M]\n");
+                    "[--bucket-mib M] [--reference-bucket-mib M] [--cpu-threads N] [--reference-cpu-threads M]\n");
     exit(2);
 }
 
@@ -295,7 +306,7 @@ static td_precision precision_named(const char *name)
 
 static options parse(int argc, char **argv)
 {
-    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0};
+    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--devices") == 0 && more)
@@ -314,7 +325,12 @@ static options parse(int argc, char **argv)
             o.json = 1;
         else if (strcmp(argv[i], "--precision") == 0 && more)
             o.precision = precision_named(argv[++i]);
-        else if (strcmp(argv[i], "--reference-precision") == 0 && more) {
+        else if (strcmp(argv[i], "--bucket-mib") == 0 && more)
+            o.bucket_bytes = (uint64_t)(atof(argv[++i]) * 1048576.0);
+        else if (strcmp(argv[i], "--reference-bucket-mib") == 0 && more) {
+            o.reference_bucket_bytes = (uint64_t)(atof(argv[++i]) * 1048576.0);
+            o.compare_buckets = 1;
+        } else if (strcmp(argv[i], "--reference-precision") == 0 && more) {
             o.reference_precision = precision_named(argv[++i]);
             o.compare_precision = 1;
         } else if (strcmp(argv[i], "--cpu-threads") == 0 && more)
@@ -326,7 +342,7 @@ static options parse(int argc, char **argv)
     }
     if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > MAX_ROUNDS ||
         (long)o.steps * o.rounds > MAX_STEPS || o.cpu_threads < 0 || o.reference_cpu_threads < 0 ||
-        (o.reference_cpu_threads > 0 && o.compare_precision))
+        (o.reference_cpu_threads > 0 && (o.compare_precision || o.compare_buckets)))
         usage();
     return o;
 }
@@ -350,7 +366,8 @@ int main(int argc, char **argv)
     td_processes_rank(ctx, &rank, &processes);
 
     run job;
-    open_run(&job, ctx, o.devices, &o, o.precision);
+    open_run(&job, ctx, o.devices, &o, o.precision, o.bucket_bytes);
+    const bool same_mesh = o.compare_precision || o.compare_buckets;
     /* The reference, on process 0 only, when there are processes to compare;
      * or the same mesh in the reference precision. */
     td_context *solo_ctx = NULL;
@@ -358,20 +375,22 @@ int main(int argc, char **argv)
     char solo_spec[32];
     snprintf(solo_spec, sizeof solo_spec, "%s", o.devices);
     const bool compare_threads = o.reference_cpu_threads > 0;
-    if (!o.compare_precision && !compare_threads)
+    if (!same_mesh && !compare_threads)
         snprintf(solo_spec, sizeof solo_spec, "cpu:%u", job.global);
-    if ((o.compare_precision || compare_threads) && processes > 1) {
-        fprintf(stderr, "step: --reference-precision and --reference-cpu-threads are for one process\n");
+    if ((same_mesh || compare_threads) && processes > 1) {
+        fprintf(stderr, "step: --reference-precision, --reference-bucket-mib and --reference-cpu-threads are for one "
+                        "process\n");
         return 2;
     }
-    const bool reference = (processes > 1 && rank == 0) || o.compare_precision || compare_threads;
+    const bool reference = (processes > 1 && rank == 0) || same_mesh || compare_threads;
     if (reference) {
         td_context_options solo_co = co;
         if (compare_threads)
             solo_co.cpu_threads = (uint32_t)o.reference_cpu_threads;
         if ((s = td_context_create(&solo_co, &solo_ctx)) != TD_OK)
             return 1;
-        open_run(&solo, solo_ctx, solo_spec, &o, o.compare_precision ? o.reference_precision : o.precision);
+        open_run(&solo, solo_ctx, solo_spec, &o, o.compare_precision ? o.reference_precision : o.precision,
+                 o.compare_buckets ? o.reference_bucket_bytes : o.bucket_bytes);
     }
     double one = 1.0;
     train(&job, o.warmup, 0);
@@ -397,12 +416,16 @@ int main(int argc, char **argv)
         fail_with(solo_ctx, "td_trainer_replicas_identical", s);
     if (rank == 0) {
         const double reference_step = reference ? median_of(solo.seconds, solo.timed) : 0.0;
-        const char *label = processes > 1 ? "processes" : o.precision == TD_PRECISION_BF16 ? "bf16" : "one";
+        const char *label = processes > 1                      ? "processes"
+                            : o.precision == TD_PRECISION_BF16 ? "bf16"
+                            : o.compare_buckets                ? "buckets"
+                                                               : "one";
         report(&job, label, processes, o.devices, &o, reference_step, identical);
         if (reference) {
             report(&solo, o.compare_precision ? (o.reference_precision == TD_PRECISION_BF16 ? "ref-bf16" : "ref-fp32")
-                          : compare_threads ? "ref-threads"
-                                            : "reference",
+                          : o.compare_buckets ? "ref-buckets"
+                          : compare_threads   ? "ref-threads"
+                                              : "reference",
                    1, solo_spec, &o, 0.0, solo_identical);
             double most = 0.0;
             for (int k = 0; k < job.next_step; k++)

@@ -213,6 +213,7 @@ static td_status fit_options(td_cli_session *s, td_fit_options *o)
     if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     o->precision = td_cli_precision(c->precision);
+    o->overlap_bucket_bytes = (uint64_t)((double)c->bucket_mib * 1048576.0);
     /* Only a metrics file reads the split; on CPU devices the waits are free. */
     o->timing_waits = c->metrics != NULL;
     o->eval_every = (uint32_t)c->eval_every;

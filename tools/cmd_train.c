@@ -358,6 +358,10 @@ int td_cli_train(int argc, char **argv)
         {"--precision", TD_CLI_CHOICE, &c.precision, 0, 0, 0, td_cli_precisions, 0, "P",
          "fp32 (default) or bf16: every matrix product and convolution with bfloat16 inputs and float sums "
          "(AVX512_BF16 where the CPU has it); weights, optimizer state, loss and gradients stay fp32"},
+        {"--bucket-mib", TD_CLI_FLOAT, &c.bucket_mib, 0, 1024, 0, NULL, 0, "M",
+         "reduce and update the gradients in buckets of about M MiB between backward's kernels, each as soon as "
+         "backward is done with it (the same bits; CPU devices, no clipping or accumulation); "
+         "0 (default): one all-reduce after backward"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];
     unsigned set = 0;

@@ -148,6 +148,7 @@ static td_status release_device(td_program *p, uint32_t pos)
     if (td_mesh_device_drain(p->mesh, pos) == TD_ERR_TIMEOUT)
         return TD_OK;
     const td_plan *plan = p->plans && p->plan_of ? td_program_device_plan(p, pos) : NULL;
+    td_program_free_pieces(p, pos);
     destroy_segments(p->ctx, md, &pd->segments, plan ? plan->n_steps : 0);
     destroy_segments(p->ctx, md, &pd->call_segments, plan ? plan->n_calls : 0);
     td_free(p->ctx, pd->calls);
@@ -469,6 +470,7 @@ static void program_release(td_owned *self)
     td_free(ctx, p->outputs);
     td_free(ctx, p->output_offset);
     td_free(ctx, p->bound);
+    td_free(ctx, p->bucket_bounds);
     td_free(ctx, p->grad_params);
     td_free(ctx, p->grad_nodes);
     p->devs = NULL;

@@ -86,6 +86,70 @@ static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
     return s;
 }
 
+/* One in-graph collective step. Time in collectives is waiting for peers,
+ * not this device's work: kept apart for td_program_busy_seconds (with
+ * phase waits, the device's queued kernels finish before it starts). */
+static td_status run_collective(td_program *p, uint32_t pos, const td_step *st, double *collective_seconds)
+{
+    const td_plan *plan = td_program_device_plan(p, pos);
+    td_ring *ring = p->ring;
+    td_status s;
+    if (p->phase_waits &&
+        (s = td_mesh_device_submit_wait(&p->mesh->devices[pos], td_context_timeout_ms(p->ctx))) != TD_OK)
+        return s;
+    const double collective_begin = seconds_now();
+    td_node in = p->graph.nodes[st->node].in[0];
+    td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
+    size_t count = (size_t)td_shape_count(&plan->shapes[in]);
+    if (st->kind == TD_STEP_ALLREDUCE)
+        s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
+                              st->mean ? pmean_finalize : NULL, p);
+    else if (st->kind == TD_STEP_ALL_GATHER)
+        s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
+    else
+        s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset,
+                              dst.buffer, dst.offset, count);
+    *collective_seconds += seconds_now() - collective_begin;
+    return s;
+}
+
+/* The step's segments as the bucketed schedule's pieces (pmap_buckets.c):
+ * after each piece, the buckets whose last call it ran go to the bucket
+ * function (their all-reduce and update), counted as collective time. */
+static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t track, double *collective_seconds)
+{
+    td_program_device *pd = &p->devs[pos];
+    td_mesh_device *md = &p->mesh->devices[pos];
+    td_status s = TD_OK;
+    for (uint32_t i = 0; i < pd->n_pieces && s == TD_OK; i++) {
+        if (pd->piece_step[i] != TD_NO_PIECE_STEP) { /* an in-graph collective, in plan order */
+            s = run_collective(p, pos, &td_program_device_plan(p, pos)->steps[pd->piece_step[i]], collective_seconds);
+            continue;
+        }
+        if (td_mesh_device_lost(p->mesh, pos))
+            return TD_ERR_DEVICE_LOST; /* as run_device: the timeout named the device */
+        if (tr) {
+            const td_step piece = {.kind = TD_STEP_SEGMENT, .first_call = pd->piece_first[i], .n_calls = pd->piece_calls[i]};
+            s = run_segment_traced(p, pos, &piece, tr, track);
+        } else if (!(md->faults.slow > 1.0f)) {
+            s = md->ops->segment_run(md->dev, pd->piece_segments[i]);
+        } else {
+            const uint64_t begin = td_trace_now();
+            if ((s = md->ops->segment_run(md->dev, pd->piece_segments[i])) == TD_OK &&
+                (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) == TD_OK)
+                s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+        }
+        if (s != TD_OK || pd->buckets_done == pd->piece_buckets[i])
+            continue;
+        const double begin = seconds_now();
+        for (; pd->buckets_done < pd->piece_buckets[i] && s == TD_OK; pd->buckets_done++)
+            s = p->bucket_fn(p->bucket_user, pos, pd->bucket_order[pd->buckets_done]);
+        pd->bucket_seconds += seconds_now() - begin;
+        *collective_seconds += seconds_now() - begin;
+    }
+    return s;
+}
+
 static td_status run_device(td_program *p, uint32_t pos)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
@@ -122,7 +186,6 @@ static td_status run_device(td_program *p, uint32_t pos)
                        (const char *)host + offset, input_bytes);
         bytes += input_bytes;
     }
-    td_ring *ring = p->ring;
     if (s == TD_OK && plan->n_step_nodes) {
         const size_t words = plan->size[TD_BUF_STEP];
         uint32_t *w = p->step_words + words * pos;
@@ -135,7 +198,15 @@ static td_status run_device(td_program *p, uint32_t pos)
         td_trace_span(tr, track, "copy", "upload host->device", NULL, run_begin, td_trace_now(), bytes);
     if (s == TD_OK)
         s = end_phase(p, pos, TD_PHASE_UPLOAD, &mark);
-    for (uint32_t i = 0; i < plan->n_steps && s == TD_OK; i++) {
+    pd->buckets_done = 0;
+    pd->bucket_seconds = 0.0;
+    if (s == TD_OK && p->n_buckets && !pd->pieces_tried)
+        s = td_program_make_pieces(p, pos);
+    /* The bucketed schedule's pieces, or the plan's steps as they are. */
+    const bool pieces = s == TD_OK && pd->n_pieces > 0;
+    if (pieces)
+        s = run_pieces(p, pos, tr, track, &collective_seconds);
+    for (uint32_t i = 0; !pieces && i < plan->n_steps && s == TD_OK; i++) {
         const td_step *st = &plan->steps[i];
         if (st->kind == TD_STEP_SEGMENT) {
             /* Fenced off while inside this run (worker.c): no more work is
@@ -148,24 +219,7 @@ static td_status run_device(td_program *p, uint32_t pos)
                 s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
             continue;
         }
-        /* Time in collectives is waiting for peers, not this device's
-         * work: kept apart for td_program_busy_seconds (with phase waits,
-         * the device's queued kernels finish before it starts). */
-        if (p->phase_waits && (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) != TD_OK)
-            break;
-        const double collective_begin = seconds_now();
-        td_node in = p->graph.nodes[st->node].in[0];
-        td_arg src = slot_arg(p, pos, in), dst = slot_arg(p, pos, st->node);
-        size_t count = (size_t)td_shape_count(&plan->shapes[in]);
-        if (st->kind == TD_STEP_ALLREDUCE)
-            s = td_ring_allreduce(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count,
-                                  st->mean ? pmean_finalize : NULL, p);
-        else if (st->kind == TD_STEP_ALL_GATHER)
-            s = td_ring_all_gather(ring, pos, src.buffer, src.offset, dst.buffer, dst.offset, count);
-        else
-            s = td_ring_broadcast(ring, pos, p->graph.nodes[st->node].attr.broadcast.root, src.buffer, src.offset, dst.buffer,
-                                  dst.offset, count);
-        collective_seconds += seconds_now() - collective_begin;
+        s = run_collective(p, pos, st, &collective_seconds);
     }
     pd->collective_seconds = collective_seconds;
     if (s == TD_OK)

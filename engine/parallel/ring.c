@@ -72,7 +72,13 @@ static td_status ring_create(td_mesh *mesh, td_ring **out)
     ring->n_procs = 1;
     td_mutex_init(&ring->host_lock);
     *out = ring;
-    td_status s = td_ring_join_processes(ring);
+    td_status s = td_ring_direct_init(ring);
+    if (s != TD_OK) {
+        ring_destroy(ring);
+        *out = NULL;
+        return s;
+    }
+    s = td_ring_join_processes(ring);
     if (s != TD_OK) {
         ring_destroy(ring);
         *out = NULL;
@@ -96,6 +102,7 @@ static void ring_destroy(void *collectives)
         td_cond_destroy(&rr->cond);
     }
     td_ring_leave_processes(ring);
+    td_ring_direct_destroy(ring);
     td_mutex_destroy(&ring->host_lock);
     td_free(ctx, ring->ranks);
     td_free(ctx, ring);
@@ -146,6 +153,9 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
         if (s != TD_OK)
             return s;
     }
+    td_status ds = td_ring_direct_reserve(ring, bytes);
+    if (ds != TD_OK)
+        return ds;
     if (md->ops->caps & TD_BACKEND_HOST_BUFFERS)
         return TD_OK; /* works on device memory directly */
     if (bytes <= rr->staging_bytes)
@@ -174,6 +184,7 @@ void td_ring_abort(td_ring *ring, td_status status)
         td_cond_broadcast(&ring->ranks[i].cond);
         td_mutex_unlock(&ring->ranks[i].lock);
     }
+    td_ring_direct_wake(ring);
 }
 
 int td_ring_failed(td_ring *ring)
@@ -187,8 +198,10 @@ void td_ring_reset(td_ring *ring)
         td_mutex_lock(&ring->ranks[i].lock);
         ring->ranks[i].progress = 0;
         ring->ranks[i].op = 0;
+        ring->ranks[i].direct_tasks = 0;
         td_mutex_unlock(&ring->ranks[i].lock);
     }
+    td_ring_direct_reset(ring);
     atomic_store(&ring->abort_status, TD_OK);
 }
 
@@ -288,6 +301,19 @@ static void slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, siz
     size_t a = c_lo + k * SLICE_ELEMENTS, b = a + SLICE_ELEMENTS;
     *lo = a < c_hi ? a : c_hi;
     *hi = b < c_hi ? b : c_hi;
+    if (op->windowed) { /* the slice's part inside the window; empty ones are skipped */
+        if (*lo < op->win_lo)
+            *lo = op->win_lo;
+        if (*hi > op->win_hi)
+            *hi = op->win_hi;
+        if (*hi < *lo)
+            *hi = *lo;
+    }
+}
+
+void td_ring_slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, size_t *lo, size_t *hi)
+{
+    slice_range(op, n, c, k, lo, hi);
 }
 
 static uint32_t wrap(int64_t v, uint32_t n)
@@ -300,8 +326,7 @@ static uint32_t wrap(int64_t v, uint32_t n)
  * destination will not be read again soon, so streaming stores skip the
  * read-for-ownership of every destination line: a third less memory traffic
  * on a machine whose cores share one memory pipe. */
-#define STREAM_THRESHOLD_BYTES ((size_t)16 << 20)
-static void copy_slice(float *restrict dst, const float *restrict src, size_t n, int stream)
+void td_ring_copy_slice(float *restrict dst, const float *restrict src, size_t n, int stream)
 {
 #if defined(__SSE2__)
     if (stream && ((uintptr_t)dst & 15) == 0) {
@@ -588,7 +613,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             size_t lo, hi;
             slice_range(op, n, c, k, &lo, &hi);
             if (hi > lo) {
-                copy_slice(gather + lo, pr->gather + lo, hi - lo, op->count * sizeof(float) >= STREAM_THRESHOLD_BYTES);
+                td_ring_copy_slice(gather + lo, pr->gather + lo, hi - lo, op->count * sizeof(float) >= STREAM_THRESHOLD_BYTES);
                 if (!direct && (s = ops->write(dev, op->out, (op->out_offset + lo) * sizeof(float), gather + lo,
                                                (hi - lo) * sizeof(float))) != TD_OK)
                     return fail(ring, r, s);
@@ -692,6 +717,8 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
         .out_offset = out_offset,
         .slices = slices_for((count + ring->n - 1) / ring->n), /* the largest chunk */
     };
+    if (td_ring_direct(ring))
+        return td_ring_allreduce_direct(ring, rank, &op);
     return run_mapped(ring, rank, &op);
 }
 
@@ -716,6 +743,46 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_ring_allreduce_consume_total: partial or total is NULL");
     return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1);
+}
+
+int td_ring_can_window(const td_ring *ring)
+{
+    return td_ring_direct(ring);
+}
+
+td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                           td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    if (!td_ring_can_window(ring))
+        return td_error_set(ring->mesh->ctx, TD_ERR_UNSUPPORTED,
+                            "ring rank %u: a windowed all-reduce needs the direct all-reduce (CPU devices only in "
+                            "this process)",
+                            rank);
+    if (win_lo > win_hi || win_hi > count)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
+                            rank, win_lo, win_hi, count);
+    ring_op op = {
+        .kind = OP_ALLREDUCE,
+        .count = count,
+        .shift = 1,
+        .finalize = finalize,
+        .user = user,
+        .consume_input = 1,
+        .in = in,
+        .out = out,
+        .in_offset = in_offset,
+        .out_offset = out_offset,
+        .slices = slices_for((count + ring->n - 1) / ring->n),
+        .windowed = true,
+        .win_lo = win_lo,
+        .win_hi = win_hi,
+    };
+    return td_ring_allreduce_direct(ring, rank, &op);
 }
 
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,

@@ -82,6 +82,17 @@ static size_t part_lo(size_t count, uint32_t parts, uint32_t i)
     return (size_t)(((unsigned __int128)count * i) / parts);
 }
 
+/* An element bound of the whole op clipped to its window
+ * (td_ring_allreduce_consume_window): the blocks and parts of a window are
+ * the whole op's, restricted to it, so each element keeps its process, its
+ * owner and its order of sums. */
+static size_t window_clip(const ring_op *op, size_t at)
+{
+    if (!op->windowed)
+        return at;
+    return at < op->win_lo ? op->win_lo : at > op->win_hi ? op->win_hi : at;
+}
+
 /* This process's block of a `count`-element all-reduce, and local rank r's
  * part of it: the elements that rank finalizes. */
 static void owned_part(const td_ring *ring, uint32_t r, size_t count, size_t *lo, size_t *hi)
@@ -268,7 +279,7 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
         if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
             return s;
         for (uint32_t q = 0; q <= P; q++)
-            ring->blocks[q] = part_lo(count, P, q);
+            ring->blocks[q] = window_clip(op, part_lo(count, P, q));
         if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
                                           ring)) != TD_OK)
             return leader_failed(ring, s);
@@ -280,6 +291,8 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     /* My part of the block: the processes' copies summed in process order. */
     size_t lo, hi;
     owned_part(ring, r, count, &lo, &hi);
+    lo = window_clip(op, lo);
+    hi = window_clip(op, hi);
     const size_t b_lo = ring->blocks[ring->proc], b_len = ring->blocks[ring->proc + 1] - b_lo;
     for (size_t at = lo; at < hi; at += SLICE_ELEMENTS) {
         const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
@@ -334,7 +347,10 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_GATHERED))) != TD_OK) {
         return s;
     }
-    if ((s = place_result(ring, r, ring->host, direct ? gather : NULL, op->out, op->out_offset, count)) != TD_OK)
+    /* A window's blocks hold its elements only: those are placed. */
+    const size_t first = op->windowed ? op->win_lo : 0, placed = op->windowed ? op->win_hi - op->win_lo : count;
+    if ((s = place_result(ring, r, ring->host + first, direct ? gather + first : NULL, op->out,
+                          op->out_offset + first, placed)) != TD_OK)
         return s;
     return finish(ring, r, base, !direct);
 }

@@ -30,6 +30,25 @@ td_status td_program_read_param_for(td_program *p, td_node param, uint32_t devic
 /* Makes the program owned by its caller (the trainer) rather than the context. */
 void td_program_disown(td_program *p);
 void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
+
+/* Buckets of the parameter (and gradient) buffer whose all-reduce may run
+ * while backward goes on: bucket b is elements [bounds[b], bounds[b+1]).
+ * A run calls fn(user, pos, b) for every bucket, on each device's worker,
+ * as soon as the device has run the last kernel call that reads or writes
+ * bucket b of its parameter or gradient buffer -- after that no call of
+ * the step touches those elements, so the bucket's gradients are complete
+ * and its parameters may change. The buckets come in one order on every
+ * device (that of device 0's calls), at the same places among the plan's
+ * in-graph collectives, as collectives must. n_buckets 0 turns it off.
+ * bounds is copied; call between runs. */
+typedef td_status (*td_program_bucket_fn)(void *user, uint32_t position, uint32_t bucket);
+td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn fn,
+                                 void *user);
+/* The buckets the last run finished on device `position` before its hook. */
+uint32_t td_program_buckets_done(const td_program *p, uint32_t position);
+/* The last run's seconds in the bucket function on that device: inside its
+ * compute phase (td_program_phase_seconds), though not its work. */
+double td_program_bucket_seconds(const td_program *p, uint32_t position);
 /* Writes `params` (the whole parameter buffer, plan->size[TD_BUF_PARAMS]
  * floats) to every device. */
 td_status td_program_write_all_params(td_program *p, const float *params);

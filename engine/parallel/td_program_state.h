@@ -7,6 +7,8 @@
 
 #include "td_program_internal.h"
 
+#define TD_NO_PIECE_STEP UINT32_MAX
+
 /* What a program holds on one device. */
 typedef struct td_program_device {
     td_buffer *buffers[TD_BUF_COUNT];
@@ -18,6 +20,18 @@ typedef struct td_program_device {
     const char **call_names; /* the graph op behind each of its plan's calls */
     double phase_seconds[TD_PHASE_COUNT]; /* the last run's, host clock (td_program_phase) */
     double collective_seconds;            /* the last run's time inside in-graph collectives */
+    /* The bucketed schedule (td_program_set_buckets), made on the first run
+     * after a compile: the steps' calls cut after each bucket's last call;
+     * after piece i, buckets piece_buckets[i-1] .. piece_buckets[i]-1 of
+     * bucket_order run. n_pieces 0 when not made (or not possible). */
+    uint32_t n_pieces;
+    uint32_t *piece_first, *piece_calls, *piece_buckets;
+    uint32_t *piece_step; /* a collective step's index, or TD_NO_PIECE_STEP for calls */
+    uint32_t *bucket_order; /* the buckets in the order every device runs them */
+    td_segment **piece_segments;
+    bool pieces_tried;
+    uint32_t buckets_done; /* this run's, before the hook */
+    double bucket_seconds; /* this run's time in the bucket function (inside the compute phase) */
 } td_program_device;
 
 /* Work for every device's worker at once (td_program_on_devices). */
@@ -69,6 +83,10 @@ struct td_program {
     const td_tensor **bound; /* per node, during a run */
     td_program_hook hook;
     void *hook_user;
+    uint32_t n_buckets; /* td_program_set_buckets */
+    size_t *bucket_bounds;
+    td_program_bucket_fn bucket_fn;
+    void *bucket_user;
     bool phase_waits; /* wait for the device at the phase boundaries (td_program_set_phase_waits) */
     size_t ring_bytes;
     /* the job running on the devices, and its arguments */
@@ -85,6 +103,13 @@ struct td_program {
  * waiting; a ring failed by an earlier job is reset first (no worker is
  * inside a collective between jobs). */
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn);
+
+/* Frees device pos's bucketed schedule (pmap_buckets.c); it is made again
+ * on the next run. */
+void td_program_free_pieces(td_program *p, uint32_t pos);
+/* Makes device pos's bucketed schedule (once per compile; on failure, or
+ * for a plan with in-graph collectives, n_pieces stays 0). */
+td_status td_program_make_pieces(td_program *p, uint32_t pos);
 
 /* Device pos's plan. */
 static inline const td_plan *td_program_device_plan(const td_program *p, uint32_t pos)

@@ -41,10 +41,15 @@ td_status td_mesh_ring(td_mesh *mesh, td_ring **out);
  * plan time, never in a steady-state step. */
 td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes);
 
-/* Called by the owner of each fully reduced chunk before it is gathered:
+/* Called for each slice of each fully reduced chunk before it is gathered,
+ * once per element, with `rank` the chunk's owner (td_ring_owned_range):
  * `data` holds the sum over all ranks of elements [offset, offset+count) and
  * may be rewritten in place (scaled for pmean, replaced by updated parameters
- * for the trainer's fused update). Runs on rank `rank`'s thread. */
+ * for the trainer's fused update). It runs on the owner's thread in the
+ * ring proper; in the direct all-reduce (td_ring_direct) on whichever thread
+ * summed the slice -- a rank's worker or a host-pool helper --, and for
+ * different slices of one chunk possibly at the same time, so it must keep
+ * per-rank state of its own thread-safe. */
 typedef void (*td_ring_finalize_fn)(void *user, uint32_t rank, float *data, size_t offset, size_t count);
 
 /* Sums `count` floats at (in, in_offset) over all ranks, lets the chunk owner
@@ -76,6 +81,19 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
                                           td_buffer *out, uint64_t out_offset, size_t count,
                                           td_ring_partial_fn partial, td_ring_total_fn total,
                                           td_ring_finalize_fn finalize, void *user);
+
+/* Part of td_ring_allreduce_consume: only elements [win_lo, win_hi) of the
+ * `count`-element array are reduced, finalized and written out, each with
+ * the order and owner it has in the whole array's all-reduce -- so the
+ * windows of a tiling, run one after another (as the trainer does bucket by
+ * bucket while backward goes on), give bitwise the whole all-reduce's
+ * result. Only where td_ring_can_window (the direct all-reduce: every
+ * local rank a CPU device; across processes too, the blocks exchanged
+ * clipped likewise); elsewhere TD_ERR_UNSUPPORTED. */
+td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
+                                           td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user);
+int td_ring_can_window(const td_ring *ring);
 
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
  * value rank `rank` owns and finalizes. The trainer keeps the optimizer
@@ -119,6 +137,21 @@ int td_ring_failed(td_ring *ring);
  * multiply streams far faster than a divide. The mean of pmean and of the
  * trainer's gradients goes through here. */
 void td_ring_divide(float *data, size_t count, uint32_t divisor);
+
+/* Nonzero when this ring's all-reduces are direct: every local rank is a
+ * CPU device of this process (their memory is this address space's), so each
+ * chunk is summed reading every rank's buffer in place, in exactly the
+ * ring's order for that chunk -- bitwise the ring's result --, by as many
+ * threads as the host pool has (not one per device), and the result is
+ * written to every rank's output. Fewer passes over memory, and devices
+ * that share a core do not all stream at once. Across processes the
+ * direct sums are the hierarchical all-reduce's local part. */
+int td_ring_direct(const td_ring *ring);
+
+/* For tests and benches: off makes a direct-capable ring run the ring
+ * proper (the same bits); on has no effect on a ring that cannot be
+ * direct. Call between jobs. */
+void td_ring_set_direct(td_ring *ring, int on);
 
 /* Slice size in floats (the unit of pipelining); for tests and benches. */
 size_t td_ring_slice_elements(void);

@@ -4,6 +4,7 @@
 #define TD_RING_STATE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "td_platform.h"
 #include "td_procs.h"
@@ -26,7 +27,28 @@ typedef struct ring_rank {
     size_t staging_bytes;
     uint64_t *tickets;
     size_t ticket_capacity;
+    uint64_t direct_tasks; /* tasks of the direct all-reduce's phases this rank has run through */
 } ring_rank;
+
+/* The direct all-reduce (ring_direct.c): when every rank is a CPU device
+ * of this process, all their memory is this address space's, and each
+ * chunk is summed by reading every rank's buffer in the ring's order. The
+ * counters are shared by the ranks of one op; claims carry the op's stamp
+ * in their upper half, so a counter left by an earlier op reads as zero
+ * and nothing has to be reset between ops (ranks may still be leaving
+ * the previous op while the next one starts). */
+typedef struct ring_direct {
+    bool capable;             /* every rank a CPU device of this process */
+    bool on;                  /* capable, and not switched off (td_ring_set_direct) */
+    _Atomic uint64_t *next;   /* n: per chunk, (stamp << 32) | the next slice to claim */
+    _Atomic uint64_t active;  /* (stamp << 32) | ranks that took a stream */
+    _Atomic uint64_t finished; /* tasks finished since the last reset */
+    td_mutex lock;
+    td_cond cond;
+    _Atomic uint64_t released; /* tasks finished whose phase is closed; stored under lock */
+    double *shares;           /* for a total: each task's partial, chunk-major */
+    size_t share_capacity;
+} ring_direct;
 
 struct td_ring {
     td_mesh *mesh;
@@ -46,6 +68,7 @@ struct td_ring {
     size_t host_elems, received_elems;
     size_t *blocks;          /* n_procs + 1: the current op's blocks per process */
     double process_total;    /* the current op's total over every device, for `total` */
+    ring_direct direct;
 };
 
 typedef enum { OP_ALLREDUCE, OP_ALL_GATHER } op_kind;
@@ -63,6 +86,11 @@ typedef struct ring_op {
     float *in_ptr, *out_ptr; /* host views of the operands when zero-copy, else NULL */
     uint64_t in_offset, out_offset;
     size_t slices; /* per chunk */
+    /* A window (td_ring_allreduce_consume_window): only elements
+     * [win_lo, win_hi) of the whole array are reduced, each in its whole
+     * array's chunk, so with that chunk's order and owner. */
+    bool windowed;
+    size_t win_lo, win_hi;
 } ring_op;
 
 typedef struct unit_map {
@@ -83,6 +111,25 @@ static inline uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
 void td_ring_publish(ring_rank *rr, uint64_t value);
 td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms);
 td_status td_ring_fail(td_ring *ring, uint32_t rank, td_status status);
+
+/* Copies n floats; with `stream`, past the caches (for ops far larger
+ * than them: skips the read-for-ownership of every destination line). */
+void td_ring_copy_slice(float *restrict dst, const float *restrict src, size_t n, int stream);
+/* Slice k of chunk c of an op over n ranks, as [lo, hi) of the whole array. */
+void td_ring_slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, size_t *lo, size_t *hi);
+/* Ops of at least this many bytes stream their copies (td_ring_copy_slice). */
+#define STREAM_THRESHOLD_BYTES ((size_t)16 << 20)
+
+/* The direct all-reduce (ring_direct.c). init decides whether the ring
+ * can take it (after the processes are known); the rest are the ring's
+ * reserve, abort and reset, for the direct path's own state. */
+td_status td_ring_direct_init(td_ring *ring);
+void td_ring_direct_destroy(td_ring *ring);
+td_status td_ring_direct_reserve(td_ring *ring, size_t bytes);
+void td_ring_direct_wake(td_ring *ring);
+void td_ring_direct_reset(td_ring *ring);
+/* The all-reduce of `op` on rank r, every rank's memory read in place. */
+td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op);
 
 /* Joins the ring to the context's processes: learns every process's
  * device count (collective; from td_mesh_ring, on the driving thread). */

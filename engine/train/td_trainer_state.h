@@ -10,6 +10,8 @@
 #ifndef TD_TRAINER_STATE_H
 #define TD_TRAINER_STATE_H
 
+#include <stdatomic.h>
+
 #include "td_balance.h"
 #include "td_optimizer.h"
 #include "td_procs.h"
@@ -30,7 +32,10 @@ typedef struct trainer_owner {
     float *state;      /* state_floats arrays of hi - lo floats */
     float *next_state; /* the step's new state; swapped in on success */
     float g_norm;      /* this step's global gradient norm, when clipping */
-    double update_seconds; /* this step's optimizer time on the chunk (td_step_timing.update) */
+    /* This step's optimizer time on the chunk (td_step_timing.update):
+     * atomic, since the direct all-reduce may update slices of one chunk
+     * on several threads at once. */
+    _Atomic double update_seconds;
 } trainer_owner;
 
 /* A device's gradient accumulator. */
@@ -57,6 +62,8 @@ struct td_trainer {
     float *master;  /* parameters, laid out as the device parameter buffer */
     float *pending; /* the step's new parameters; swapped in on success */
     size_t param_elems;
+    size_t *bucket_bounds; /* n_buckets + 1: the overlapped all-reduce's buckets (trainer_update.c) */
+    uint32_t n_buckets;    /* 0: one all-reduce after backward */
     float step_lr;      /* the schedule at this step */
     uint64_t count_inc; /* steps + 1 during a step */
     double seconds;
@@ -149,6 +156,10 @@ const td_optimizer *td_trainer_optimizer_for(td_optimizer_kind kind);
  * the fused all-reduce + update that leaves the new parameters on the
  * device and in the staged host copies. */
 td_status td_trainer_update_hook(void *user, uint32_t pos);
+/* Cuts the parameter buffer into the overlapped all-reduce's buckets and
+ * hands them to the program, or turns them off where they cannot run
+ * (td_trainer_options.overlap_bucket_bytes). At create and every re-plan. */
+td_status td_trainer_plan_buckets(td_trainer *t);
 
 /* trainer_plan.c. The trainable ranges of `listed` (the parameters, then
  * the updated states), sorted, and each ring rank's chunk with zeroed

@@ -42,6 +42,7 @@ static void trainer_release(td_owned *self)
     td_balancer_free(&t->balance);
     td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
+    td_free(t->ctx, t->bucket_bounds);
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
     td_free(t->ctx, t->pending);
@@ -197,6 +198,12 @@ td_status td_trainer_create(td_graph *g, td_mesh *mesh, td_node loss, uint32_t n
     td_free(ctx, grads);
     if (s == TD_OK && opts.accumulate_steps > 1)
         s = td_trainer_plan_accumulators(t);
+    if (s != TD_OK) {
+        td_trainer_destroy(t);
+        return s;
+    }
+    if (s == TD_OK)
+        s = td_trainer_plan_buckets(t);
     if (s != TD_OK) {
         td_trainer_destroy(t);
         return s;

@@ -169,6 +169,8 @@ td_status td_trainer_refresh(td_trainer *t)
     if ((s = split_owners(t, t->flat_state)) == TD_OK && t->options.accumulate_steps > 1)
         s = td_trainer_plan_accumulators(t);
     if (s == TD_OK)
+        s = td_trainer_plan_buckets(t); /* the ring may have changed */
+    if (s == TD_OK)
         s = td_program_write_all_params(t->program, t->master);
     if (s != TD_OK) {
         td_trainer_free_owners(t);

@@ -43,10 +43,15 @@ void td_trainer_fill_timing(const td_trainer *t, uint32_t device, td_step_timing
     double phase[TD_PHASE_COUNT];
     td_program_phase_seconds(t->program, device, phase);
     const double update = t->owners[device].update_seconds;
+    /* Buckets reduced during backward (td_trainer_options.
+     * overlap_bucket_bytes) ran inside the compute phase: theirs is
+     * all-reduce and update time, as the hook's is. */
+    const double buckets = td_program_bucket_seconds(t->program, device);
+    const double compute = phase[TD_PHASE_COMPUTE] - buckets, reduce = phase[TD_PHASE_HOOK] + buckets;
     timing->upload = phase[TD_PHASE_UPLOAD];
-    timing->compute = phase[TD_PHASE_COMPUTE];
+    timing->compute = compute > 0.0 ? compute : 0.0;
     timing->update = update;
-    timing->allreduce = phase[TD_PHASE_HOOK] > update ? phase[TD_PHASE_HOOK] - update : 0.0;
+    timing->allreduce = reduce > update ? reduce - update : 0.0;
     timing->download = phase[TD_PHASE_DOWNLOAD];
 }
 

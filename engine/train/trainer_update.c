@@ -153,6 +153,16 @@ static void update_part(void *arg, int64_t part)
     update_slice(u->t, u->rank, u->data + begin, u->offset + begin, end - begin);
 }
 
+/* The direct all-reduce may finalize slices of one chunk on several
+ * threads at once (td_ring.h). */
+static void add_seconds(_Atomic double *total, double seconds)
+{
+    double seen = atomic_load_explicit(total, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(total, &seen, seen + seconds, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
 /* Times the owner's update, so td_trainer_timing can tell it from the
  * ring's own work around it. */
 static void update_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
@@ -171,7 +181,7 @@ static void update_finalize(void *user, uint32_t rank, float *data, size_t offse
     } else {
         update_slice(t, rank, data, offset, count);
     }
-    t->owners[rank].update_seconds += seconds_now() - start;
+    add_seconds(&t->owners[rank].update_seconds, seconds_now() - start);
     if (tr)
         td_trace_span(tr, td_trace_device_track(tr, &t->mesh->devices[rank]), "optimizer", "optimizer", NULL,
                       begin, td_trace_now(), count * sizeof(float));
@@ -231,6 +241,49 @@ static td_status take_gathered(td_trainer *t, uint32_t pos, td_buffer *params)
                                     td_context_timeout_ms(t->ctx));
 }
 
+/* The overlapped all-reduce: bucket b's part of the one fused all-reduce
+ * + update, run by the program as soon as backward is done with it
+ * (td_program_set_buckets). The window keeps each element's chunk, order
+ * and owner, so the buckets together give the one all-reduce's bits. */
+static td_status update_bucket(void *user, uint32_t pos, uint32_t bucket)
+{
+    td_trainer *t = user;
+    td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
+    td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
+    return td_ring_allreduce_consume_window(t->ring, pos, grads, 0, params, 0, t->param_elems,
+                                            t->bucket_bounds[bucket], t->bucket_bounds[bucket + 1], update_finalize,
+                                            t);
+}
+
+td_status td_trainer_plan_buckets(td_trainer *t)
+{
+    td_free(t->ctx, t->bucket_bounds);
+    t->bucket_bounds = NULL;
+    t->n_buckets = 0;
+    /* Clipping needs the whole gradient's norm before any update, and an
+     * accumulation round's gradients are summed on the host after the
+     * step's kernels: both keep the one all-reduce after backward. */
+    const uint64_t bytes = t->options.overlap_bucket_bytes;
+    if (bytes == 0 || t->n_ranges == 0 || t->options.max_norm > 0.0f || t->options.accumulate_steps > 1 ||
+        !td_ring_can_window(t->ring))
+        return td_program_set_buckets(t->program, 0, NULL, NULL, NULL);
+    const size_t want = bytes / sizeof(float) > 0 ? (size_t)(bytes / sizeof(float)) : 1;
+    t->bucket_bounds = td_alloc(t->ctx, sizeof *t->bucket_bounds * (t->n_ranges + 2));
+    if (!t->bucket_bounds)
+        return TD_OOM(t->ctx, "the all-reduce's buckets", sizeof *t->bucket_bounds * (t->n_ranges + 2));
+    /* Whole ranges each (the gaps between them go with the range after),
+     * the first from 0 and the last to the end: the buckets tile the
+     * buffer, as the one all-reduce covers it. */
+    uint32_t n = 0;
+    t->bucket_bounds[0] = 0;
+    for (uint32_t i = 1; i < t->n_ranges; i++)
+        if (t->ranges[i].lo - t->bucket_bounds[n] >= want)
+            t->bucket_bounds[++n] = t->ranges[i].lo;
+    t->bucket_bounds[++n] = t->param_elems;
+    t->n_buckets = n;
+    return td_program_set_buckets(t->program, n, t->bucket_bounds, update_bucket, t);
+}
+
 td_status td_trainer_update_hook(void *user, uint32_t pos)
 {
     td_trainer *t = user;
@@ -239,6 +292,14 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
     td_status s;
+    if (t->n_buckets && td_program_buckets_done(t->program, pos) == t->n_buckets) {
+        /* Every bucket reduced and updated during backward; across
+         * processes the others' new values are in the parameter buffer. */
+        s = t->processes > 1 ? take_gathered(t, pos, params) : TD_OK;
+        if (s == TD_OK && pos == 0)
+            t->allreduces++;
+        return s;
+    }
     if (t->accum) {
         const bool last = t->micro + 1 == t->options.accumulate_steps;
         if ((s = accumulate(t, pos, grads, last)) != TD_OK || !last)

@@ -134,6 +134,9 @@ typedef struct td_fit_options {
      * evaluation in FP32 (the default) or BF16 (td_precision,
      * td_trainer_options.precision). */
     td_precision precision;
+    /* Since 0.2. td_trainer_options.overlap_bucket_bytes: the gradient
+     * all-reduce in buckets during backward; 0 (the default) = after it. */
+    uint64_t overlap_bucket_bytes;
 } td_fit_options;
 
 /* The defaults above.

@@ -135,6 +135,17 @@ typedef struct td_trainer_options {
      * every CPU, at about fp32's speed) instead of AVX512_BF16's dot
      * products, whose order and subnormal handling are the hardware's. */
     td_precision precision;
+    /* Since 0.2. The gradient all-reduce in buckets of about this many
+     * bytes (whole parameters each), each bucket's reduction and update
+     * starting as soon as backward has written its gradients and read its
+     * parameters for the last time, between the rest of backward's
+     * kernels; 0 (the default) = one all-reduce after backward. The
+     * parameters and optimizer state are bitwise those of the one
+     * all-reduce. Taken where every device of the process is a CPU device
+     * (across processes too), without clipping (max_norm) and accumulation
+     * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce.
+     * Not faster on CPU devices (bench/RESULTS.md), hence off. */
+    uint64_t overlap_bucket_bytes;
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer

@@ -2,9 +2,10 @@
  * ThreadSanitizer (Criterion's runner does not start under TSan here):
  * four callers at once on a pool of three threads, then a GPT's steps on
  * cpu:1 with three pool threads (calls in parts, batched products as
- * side-by-side GEMMs) and on cpu:2 sharing four. Exit 0 when every task
- * ran once and every step succeeded; a race is TSan's report. Also run in
- * the unit suite, where it checks the counts.
+ * side-by-side GEMMs), on cpu:2 sharing four, and on cpu:5 on two (the
+ * direct all-reduce's two streams for five devices).
+ * Exit 0 when every task ran once and every step succeeded; a race is
+ * TSan's report. Also run in the unit suite, where it checks the counts.
  *
  *   build-tsan/tests/engine/pool_race_check   (meson -Db_sanitize=thread) */
 #include <pthread.h>
@@ -150,6 +151,8 @@ int main(void)
     int bad = callers_at_once();
     bad |= gpt_steps(path, "cpu:1", 8, 3);
     bad |= gpt_steps(path, "cpu:2", 16, 4);
+    /* More devices than threads: the direct all-reduce runs two streams. */
+    bad |= gpt_steps(path, "cpu:5", 20, 2);
     unlink(path);
     printf("%s\n", bad ? "pool race check: FAILED" : "pool race check: ok");
     return bad;

@@ -232,3 +232,11 @@ Test(host_pool, two_devices_sharing_four_threads_train_to_their_bits_alone, .tim
 {
     check_same_bits("cpu:2", 16, 2, 4);
 }
+
+/* More devices than threads: at one thread the direct all-reduce of
+ * three devices runs as one stream, at three as three. The same bits, and
+ * no allocation per step either way. */
+Test(host_pool, three_devices_on_one_thread_train_to_their_bits_on_three, .timeout = 120)
+{
+    check_same_bits("cpu:3", 24, 1, 3);
+}

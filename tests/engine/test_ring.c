@@ -22,14 +22,20 @@
 #define IN_OFFSET 3  /* elements: collectives must honour offsets */
 #define OUT_OFFSET 5
 
-typedef enum { KIND_ALLREDUCE, KIND_ALL_GATHER, KIND_BROADCAST } collective_kind;
+typedef enum { KIND_ALLREDUCE, KIND_ALLREDUCE_TOTAL, KIND_ALL_GATHER, KIND_BROADCAST } collective_kind;
 typedef enum { RANK_NORMAL, RANK_ABORTS, RANK_NEVER_ARRIVES } rank_behaviour;
 
 typedef struct scale_finalize {
+    td_ring *ring;
     float factor;
     size_t count;
     _Atomic unsigned *covered; /* times each element was finalized */
-    atomic_int wrong_rank;     /* finalize ran on a thread other than `rank`'s */
+    atomic_int wrong_rank;     /* finalize was given a rank that does not own the range */
+    /* KIND_ALLREDUCE_TOTAL: the sum of squares of the reduced values. */
+    double totals[MAX_RANKS];  /* per rank; NaN until `total` gave it */
+    atomic_int total_calls;
+    bool want_total;
+    atomic_int early;          /* a finalize ran before its rank had the total */
 } scale_finalize;
 
 typedef struct ring_job {
@@ -78,11 +84,40 @@ static double now_seconds(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The finalize and the partial get the owner of their range: the rank
+ * whose chunk td_ring_owned_range says it is (the trainer keeps that
+ * rank's optimizer state for it), whichever thread runs them. */
+static void check_owner(scale_finalize *f, uint32_t rank, size_t offset, size_t count)
+{
+    size_t lo, hi;
+    td_ring_owned_range(f->ring, rank, f->count, &lo, &hi);
+    if (offset < lo || offset + count > hi)
+        atomic_store(&f->wrong_rank, 1);
+}
+
+static double square_partial(void *user, uint32_t rank, float *data, size_t offset, size_t count)
+{
+    scale_finalize *f = user;
+    check_owner(f, rank, offset, count);
+    double sum = 0.0;
+    for (size_t i = 0; i < count; i++)
+        sum += (double)data[i] * data[i];
+    return sum;
+}
+
+static void record_total(void *user, uint32_t rank, double total)
+{
+    scale_finalize *f = user;
+    f->totals[rank] = total;
+    atomic_fetch_add(&f->total_calls, 1);
+}
+
 static void scale_chunk(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
     scale_finalize *f = user;
-    if (td_worker_current_position() != (int)rank)
-        atomic_store(&f->wrong_rank, 1);
+    check_owner(f, rank, offset, count);
+    if (f->want_total && isnan(f->totals[rank]))
+        atomic_store(&f->early, 1);
     for (size_t i = 0; i < count; i++) {
         data[i] *= f->factor;
         if (offset + i < f->count)
@@ -143,6 +178,10 @@ static td_status rank_job(void *arg, uint32_t r)
         case KIND_ALLREDUCE:
             s = td_ring_allreduce(ring, r, in, IN_OFFSET, out, out_offset, job->count,
                                   job->finalize ? scale_chunk : NULL, job->finalize);
+            break;
+        case KIND_ALLREDUCE_TOTAL:
+            s = td_ring_allreduce_consume_total(ring, r, in, IN_OFFSET, out, out_offset, job->count, square_partial,
+                                                record_total, scale_chunk, job->finalize);
             break;
         case KIND_ALL_GATHER:
             s = td_ring_all_gather(ring, r, in, IN_OFFSET, out, out_offset, job->count);
@@ -221,7 +260,7 @@ static void check_allreduce(td_context *ctx, td_mesh *mesh, size_t count, bool i
     ring_job job;
     job_init(&job, mesh, KIND_ALLREDUCE, count, 0xA11 + count);
     job.in_place = in_place;
-    scale_finalize fin = {.factor = factor, .count = count};
+    scale_finalize fin = {.ring = job.ring, .factor = factor, .count = count};
     if (factor != 1.0f) {
         fin.covered = calloc(count + 1, sizeof *fin.covered);
         job.finalize = &fin;
@@ -247,7 +286,8 @@ static void check_allreduce(td_context *ctx, td_mesh *mesh, size_t count, bool i
             cr_assert_fail("%s: element %zu was finalized %u times", what, i, fin.covered[i]);
     }
     if (job.finalize)
-        cr_assert_eq(atomic_load(&fin.wrong_rank), 0, "%s: finalize ran on another rank's thread", what);
+        cr_assert_eq(atomic_load(&fin.wrong_rank), 0, "%s: finalize was given a rank that does not own its range",
+                     what);
 
     /* The same inputs again: bitwise the same result (the order of every sum is fixed). */
     float *first = malloc(count * sizeof(float) + 1);
@@ -354,6 +394,132 @@ Test(ring, allreduce_finalize_scales_each_element_once)
     td_context_destroy(ctx);
 }
 
+/* ---- the direct all-reduce against the ring proper ---- */
+
+static td_context *threads_context(uint32_t threads)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.timeout_ms = 20000;
+    options.cpu_threads = threads;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    return ctx;
+}
+
+/* One all-reduce (with a scaling finalize; for KIND_ALLREDUCE_TOTAL also
+ * the sum of squares as a total first) on the direct path or the ring
+ * proper. Checks what does not depend on the path -- every rank bitwise
+ * alike, every element finalized once by its owner, after the total --
+ * and returns rank 0's result (malloc'd) and the total. */
+static float *reduced_bits(td_context *ctx, td_mesh *mesh, collective_kind kind, size_t count, bool in_place,
+                           bool direct, bool check_naive, double *total, const char *what)
+{
+    ring_job job;
+    job_init(&job, mesh, kind, count, 0xD1 + count);
+    job.in_place = in_place;
+    td_ring_set_direct(job.ring, direct);
+    cr_assert_eq(td_ring_direct(job.ring) != 0, direct, "%s: a ring of CPU devices can take either path", what);
+    scale_finalize fin = {.ring = job.ring, .factor = 0.375f, .count = count, .want_total = kind == KIND_ALLREDUCE_TOTAL};
+    fin.covered = calloc(count + 1, sizeof *fin.covered);
+    for (uint32_t r = 0; r < MAX_RANKS; r++)
+        fin.totals[r] = NAN;
+    job.finalize = &fin;
+    run_ok(ctx, &job);
+    check_ranks_identical(&job, what);
+    for (size_t i = 0; i < count; i++)
+        if (fin.covered[i] != 1)
+            cr_assert_fail("%s: element %zu was finalized %u times", what, i, fin.covered[i]);
+    cr_assert_eq(atomic_load(&fin.wrong_rank), 0, "%s: a finalize or partial was given a rank that does not own its range",
+                 what);
+    cr_assert_eq(atomic_load(&fin.early), 0, "%s: a finalize ran before its rank had the total", what);
+    *total = 0.0;
+    if (kind == KIND_ALLREDUCE_TOTAL) {
+        cr_assert_eq(atomic_load(&fin.total_calls), (int)job.n, "%s: %d totals for %u ranks", what,
+                     atomic_load(&fin.total_calls), job.n);
+        for (uint32_t r = 1; r < job.n; r++)
+            cr_assert(memcmp(&fin.totals[r], &fin.totals[0], sizeof(double)) == 0,
+                      "%s: rank %u's total %.17g is not bitwise rank 0's %.17g", what, r, fin.totals[r], fin.totals[0]);
+        /* The total is the squares of the sums (before the finalize's scaling). */
+        double want = 0.0;
+        for (size_t i = 0; check_naive && i < count; i++) {
+            double sum = 0.0;
+            for (uint32_t r = 0; r < job.n; r++)
+                sum += input_value(job.salt, r, i);
+            want += sum * sum;
+        }
+        cr_assert(!check_naive || fabs(fin.totals[0] - want) <= 1e-5 * want + 1e-12, "%s: total %.17g, naive %.17g",
+                  what, fin.totals[0], want);
+        *total = fin.totals[0];
+    }
+    float *bits = malloc(count * sizeof(float) + 1);
+    memcpy(bits, job.results[0], count * sizeof(float));
+    free(fin.covered);
+    job_free(&job);
+    td_ring_set_direct(mesh_ring(mesh), true);
+    return bits;
+}
+
+/* The direct path's bits are the ring's at 1, 2, 3 and 5 host-pool
+ * threads: an all-reduce's result depends on the device count only.
+ * Sizes not multiples of anything, one slice and several per chunk, in
+ * place and not, with and without a total. */
+static void check_direct_matches_ring(uint32_t n)
+{
+    /* 5 threads: cpu:2's streams get a team of two (pool helpers run them). */
+    const uint32_t threads[] = {1, 2, 3, 5};
+    td_context *ctx[4];
+    td_mesh *mesh[4];
+    for (int t = 0; t < 4; t++) {
+        ctx[t] = threads_context(threads[t]);
+        mesh[t] = cpu_mesh(ctx[t], n);
+        cr_assert(td_ring_direct(mesh_ring(mesh[t])), "cpu:%u: the ring of CPU devices of one process is direct", n);
+    }
+    const size_t slice = td_ring_slice_elements();
+    const size_t counts[] = {1, (size_t)n + 1, 1009, slice + 3, (size_t)n * 2 * slice + 12345};
+    const size_t n_counts = sizeof counts / sizeof counts[0];
+    for (size_t ci = 0; ci < n_counts; ci++)
+        for (int variant = 0; variant < 4; variant++) {
+            const collective_kind kind = variant < 2 ? KIND_ALLREDUCE : KIND_ALLREDUCE_TOTAL;
+            const bool in_place = variant % 2 == 1;
+            /* Several slices per chunk: two of the variants suffice, and
+             * under ThreadSanitizer (slowed down 20 times) up to cpu:3. */
+            if (ci + 1 == n_counts && (variant == 1 || variant == 2 || (test_slowdown() > 1 && n > 3)))
+                continue;
+            char what[160];
+            snprintf(what, sizeof what, "cpu:%u count=%zu%s%s, ring proper at 1 thread", n, counts[ci],
+                     in_place ? " in place" : "", kind == KIND_ALLREDUCE_TOTAL ? " with a total" : "");
+            double want_total;
+            float *want = reduced_bits(ctx[0], mesh[0], kind, counts[ci], in_place, false, true, &want_total, what);
+            for (int t = 0; t < 4; t++)
+                for (int direct = 1; direct >= (t == 0 ? 0 : 1); direct--) {
+                    snprintf(what, sizeof what, "cpu:%u count=%zu%s%s, %s at %u threads", n, counts[ci],
+                             in_place ? " in place" : "", kind == KIND_ALLREDUCE_TOTAL ? " with a total" : "",
+                             direct ? "direct" : "ring proper", threads[t]);
+                    double total;
+                    float *got =
+                        reduced_bits(ctx[t], mesh[t], kind, counts[ci], in_place, direct, false, &total, what);
+                    for (size_t i = 0; i < counts[ci]; i++)
+                        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                            cr_assert_fail("%s: element %zu is %.9g, the ring proper at 1 thread gave %.9g", what, i,
+                                           (double)got[i], (double)want[i]);
+                    cr_assert(memcmp(&total, &want_total, sizeof total) == 0,
+                              "%s: total %.17g, the ring proper at 1 thread gave %.17g", what, total, want_total);
+                    free(got);
+                }
+            free(want);
+        }
+    for (int t = 0; t < 4; t++)
+        td_context_destroy(ctx[t]);
+}
+
+Test(ring_direct, matches_ring_bitwise_n1) { check_direct_matches_ring(1); }
+Test(ring_direct, matches_ring_bitwise_n2) { check_direct_matches_ring(2); }
+Test(ring_direct, matches_ring_bitwise_n3) { check_direct_matches_ring(3); }
+Test(ring_direct, matches_ring_bitwise_n4) { check_direct_matches_ring(4); }
+Test(ring_direct, matches_ring_bitwise_n5) { check_direct_matches_ring(5); }
+Test(ring_direct, matches_ring_bitwise_n8) { check_direct_matches_ring(8); }
+
 /* 16 MiB of floats: the size of a real gradient bucket. */
 static void check_allreduce_16mib(uint32_t n)
 {
@@ -426,11 +592,12 @@ Test(ring, rank_and_root_out_of_range_are_invalid_arguments)
 
 /* ---- failures ---- */
 
-Test(ring, an_aborting_rank_stops_every_peer_quickly)
+static void check_aborting_rank(bool direct)
 {
     const uint32_t timeout_ms = 2000;
     td_context *ctx = test_context(timeout_ms);
     td_mesh *mesh = cpu_mesh(ctx, 4);
+    td_ring_set_direct(mesh_ring(mesh), direct);
     ring_job job;
     job_init(&job, mesh, KIND_ALLREDUCE, 100000, 1);
     job.odd_rank = 1;
@@ -460,15 +627,22 @@ Test(ring, an_aborting_rank_stops_every_peer_quickly)
     td_context_destroy(ctx);
 }
 
-static void check_never_arrives(uint32_t n, uint32_t missing, collective_kind kind, bool check_message)
+Test(ring, an_aborting_rank_stops_every_peer_quickly) { check_aborting_rank(true); }
+Test(ring, an_aborting_rank_stops_every_peer_quickly_ring_proper) { check_aborting_rank(false); }
+
+static void check_never_arrives(uint32_t n, uint32_t missing, collective_kind kind, bool check_message, bool direct)
 {
     const uint32_t timeout_ms = 300;
     td_context *ctx = test_context(timeout_ms);
     td_mesh *mesh = cpu_mesh(ctx, n);
+    td_ring_set_direct(mesh_ring(mesh), direct);
     ring_job job;
     job_init(&job, mesh, kind, 5000, 3);
     job.odd_rank = missing;
     job.behaviour = RANK_NEVER_ARRIVES;
+    scale_finalize fin = {.ring = job.ring, .factor = 1.0f}; /* count 0: no coverage kept */
+    if (kind == KIND_ALLREDUCE_TOTAL)
+        job.finalize = &fin;
     double start = now_seconds();
     td_status s = td_mesh_run(mesh, rank_job, &job);
     double elapsed = now_seconds() - start;
@@ -517,14 +691,22 @@ static void check_never_arrives(uint32_t n, uint32_t missing, collective_kind ki
     }
 }
 
-Test(ring, a_rank_that_never_arrives_times_out_allreduce) { check_never_arrives(4, 1, KIND_ALLREDUCE, false); }
-Test(ring, a_rank_that_never_arrives_times_out_two_ranks) { check_never_arrives(2, 0, KIND_ALLREDUCE, false); }
-Test(ring, a_rank_that_never_arrives_times_out_all_gather) { check_never_arrives(3, 2, KIND_ALL_GATHER, false); }
-Test(ring, a_rank_that_never_arrives_times_out_broadcast) { check_never_arrives(4, 2, KIND_BROADCAST, false); }
+Test(ring, a_rank_that_never_arrives_times_out_allreduce) { check_never_arrives(4, 1, KIND_ALLREDUCE, false, true); }
+Test(ring, a_rank_that_never_arrives_times_out_allreduce_total)
+{
+    check_never_arrives(5, 3, KIND_ALLREDUCE_TOTAL, false, true);
+}
+Test(ring, a_rank_that_never_arrives_times_out_ring_proper)
+{
+    check_never_arrives(4, 1, KIND_ALLREDUCE, true, false);
+}
+Test(ring, a_rank_that_never_arrives_times_out_two_ranks) { check_never_arrives(2, 0, KIND_ALLREDUCE, false, true); }
+Test(ring, a_rank_that_never_arrives_times_out_all_gather) { check_never_arrives(3, 2, KIND_ALL_GATHER, false, true); }
+Test(ring, a_rank_that_never_arrives_times_out_broadcast) { check_never_arrives(4, 2, KIND_BROADCAST, false, true); }
 
 /* td_mesh_run must pass on the ring's message, not replace it with its own
  * "0 of N workers did not finish" (which is also false: all finished). */
-Test(ring, timeout_message_is_the_rings_own) { check_never_arrives(4, 1, KIND_ALLREDUCE, true); }
+Test(ring, timeout_message_is_the_rings_own) { check_never_arrives(4, 1, KIND_ALLREDUCE, true, true); }
 
 /* ---- on the devices of TD_TEST_DEVICES ---- */
 

@@ -20,14 +20,21 @@
  * step, the job goes on with one device fewer, and the run must match one
  * process on SPEC (the same devices, the same failure) within rounding.
  *
- * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC], MESHES as
- * mt_mesh takes them. */
+ * With "overlap", the trainer runs without clipping, once with the
+ * all-reduce in buckets during backward (td_trainer_options.
+ * overlap_bucket_bytes, the windowed all-reduce across processes) and once
+ * without: the two must agree bitwise, losses and parameters, and the
+ * buckets must have run.
+ *
+ * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC | overlap],
+ * MESHES as mt_mesh takes them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpi_test_util.h"
+#include "td_trainer_state.h"
 
 enum { BATCH = 24, IN = 5, HIDDEN = 7, OUT = 3, STEPS = 6 };
 
@@ -76,6 +83,8 @@ static int32_t y_at(uint64_t step, uint64_t row)
 static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const float *weights, uint32_t n_weights,
                          float *losses, float *params, size_t *n_params);
 static bool continue_on_loss; /* the "loss" mode's trainers continue on the survivors */
+static bool overlap_mode;     /* "overlap": no clipping, buckets of overlap_bytes */
+static uint64_t overlap_bytes;
 static td_context *joined_ctx; /* the job's context, whose allocations are counted */
 
 /* Auto balance across processes: the slowed device ends with the fewest
@@ -165,7 +174,8 @@ static td_trainer *train(mt_run *run, td_context *ctx, td_mesh *mesh, const floa
     td_trainer_options_init(&o);
     o.optimizer = TD_OPTIMIZER_ADAM;
     o.learning_rate = 0.05f;
-    o.max_norm = 1.0f;
+    o.max_norm = overlap_mode ? 0.0f : 1.0f;
+    o.overlap_bucket_bytes = overlap_bytes;
     if (continue_on_loss)
         o.on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     if (weights) {
@@ -249,6 +259,8 @@ int main(int argc, char **argv)
         return mt_finish(&run, ctx);
     }
     continue_on_loss = argc > 3 && strcmp(argv[2], "loss") == 0;
+    overlap_mode = argc > 2 && strcmp(argv[2], "overlap") == 0;
+    overlap_bytes = overlap_mode ? 16 : 0; /* a bucket per parameter */
     uint32_t global = 0, first = 0;
     MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
     /* Uneven weights: device g weighs g + 1. */
@@ -262,6 +274,21 @@ int main(int argc, char **argv)
     bool identical = false;
     MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
     mt_check(&run, identical, "replicas differ across the processes' devices");
+    if (overlap_mode) {
+        mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
+                 "process %u: %u of %u buckets ran during backward", run.rank, td_program_buckets_done(t->program, 0),
+                 t->n_buckets);
+        float plain_losses[STEPS], plain_params[256];
+        size_t plain_n = 0;
+        overlap_bytes = 0;
+        train(&run, ctx, mesh, NULL, global, plain_losses, plain_params, &plain_n);
+        overlap_bytes = 16;
+        mt_check(&run, plain_n == n && memcmp(plain_losses, losses, sizeof losses) == 0 &&
+                           memcmp(plain_params, params, n * sizeof *params) == 0,
+                 "process %u: buckets during backward changed the training (loss %.9g vs %.9g, w1[0] %.9g vs %.9g)",
+                 run.rank, (double)losses[STEPS - 1], (double)plain_losses[STEPS - 1], (double)params[0],
+                 (double)plain_params[0]);
+    }
     if (continue_on_loss) {
         td_train_progress p = {.struct_size = sizeof(td_train_progress)};
         uint32_t now = 0, first_now = 0;

@@ -364,7 +364,8 @@ for e in trace["traceEvents"]:
 assert len(names) == 3, sorted(names)  # the host and two devices
 assert {"step", "epoch", "checkpoint", "batch", "evaluate"} <= names[0], names[0]
 for tid in (1, 2):
-    assert {"step", "evaluate", "upload host->device", "matmul", "all-reduce", "reduce-scatter", "all-gather",
+    # cpu:2: the direct all-reduce (one "direct reduce" phase, not the ring's two)
+    assert {"step", "evaluate", "upload host->device", "matmul", "all-reduce", "direct reduce",
             "optimizer"} <= names[tid], names[tid]
 PY
   trained=$(json_field train.out test_loss)
