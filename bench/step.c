@@ -24,6 +24,11 @@
  * fp32); --reference-precision P (one process) makes the reference the same
  * mesh in precision P instead, taking turns the same way, so the ratio
  * reference / this is bf16's speed-up over fp32 measured in one run.
+ * --cpu-threads N sets td_context_options.cpu_threads (default 0: the
+ * machine's cores); --reference-cpu-threads M (one process) makes the
+ * reference the same mesh and precision on a context of M threads, so the
+ * ratio reference / this is what the host pool's extra threads buy, and
+ * the losses must agree to the bit (max_loss_difference 0).
  *
  * --bucket-mib M sets td_trainer_options.overlap_bucket_bytes (M MiB, may
  * be fractional; default 0: the one all-reduce after backward);
@@ -34,7 +39,8 @@
  * usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp]
  *        [--batch B] [--steps N] [--warmup W] [--rounds R] [--json]
  *        [--precision fp32|bf16] [--reference-precision fp32|bf16]
- *        [--bucket-mib M] [--reference-bucket-mib M] */
+ *        [--bucket-mib M] [--reference-bucket-mib M]
+ *        [--cpu-threads N] [--reference-cpu-threads M] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +61,7 @@ typedef struct options {
     td_precision reference_precision;
     uint64_t bucket_bytes, reference_bucket_bytes;
     int compare_buckets; /* --reference-bucket-mib given */
+    int cpu_threads, reference_cpu_threads; /* the latter > 0: given */
 } options;
 
 /* One trainer on one mesh, with the batch rows it binds. */
@@ -284,7 +291,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp] [--batch B] [--steps N] "
                     "[--warmup W] [--rounds R] [--json] [--precision fp32|bf16] [--reference-precision fp32|bf16] "
-                    "[--bucket-mib M] [--reference-bucket-mib M]\n");
+                    "[--bucket-mib M] [--reference-bucket-mib M] [--cpu-threads N] [--reference-cpu-threads M]\n");
     exit(2);
 }
 
@@ -299,7 +306,7 @@ static td_precision precision_named(const char *name)
 
 static options parse(int argc, char **argv)
 {
-    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0, 0};
+    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--devices") == 0 && more)
@@ -326,11 +333,16 @@ static options parse(int argc, char **argv)
         } else if (strcmp(argv[i], "--reference-precision") == 0 && more) {
             o.reference_precision = precision_named(argv[++i]);
             o.compare_precision = 1;
-        } else
+        } else if (strcmp(argv[i], "--cpu-threads") == 0 && more)
+            o.cpu_threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reference-cpu-threads") == 0 && more)
+            o.reference_cpu_threads = atoi(argv[++i]);
+        else
             usage();
     }
     if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > MAX_ROUNDS ||
-        (long)o.steps * o.rounds > MAX_STEPS)
+        (long)o.steps * o.rounds > MAX_STEPS || o.cpu_threads < 0 || o.reference_cpu_threads < 0 ||
+        (o.reference_cpu_threads > 0 && (o.compare_precision || o.compare_buckets)))
         usage();
     return o;
 }
@@ -341,6 +353,7 @@ int main(int argc, char **argv)
     td_context_options co;
     td_context_options_init(&co);
     co.timeout_ms = 120000;
+    co.cpu_threads = (uint32_t)o.cpu_threads;
     td_context *ctx = NULL;
     td_status s = td_context_create(&co, &ctx);
     if (s != TD_OK)
@@ -361,15 +374,20 @@ int main(int argc, char **argv)
     run solo;
     char solo_spec[32];
     snprintf(solo_spec, sizeof solo_spec, "%s", o.devices);
-    if (!same_mesh)
+    const bool compare_threads = o.reference_cpu_threads > 0;
+    if (!same_mesh && !compare_threads)
         snprintf(solo_spec, sizeof solo_spec, "cpu:%u", job.global);
-    if (same_mesh && processes > 1) {
-        fprintf(stderr, "step: --reference-precision and --reference-bucket-mib are for one process\n");
+    if ((same_mesh || compare_threads) && processes > 1) {
+        fprintf(stderr, "step: --reference-precision, --reference-bucket-mib and --reference-cpu-threads are for one "
+                        "process\n");
         return 2;
     }
-    const bool reference = (processes > 1 && rank == 0) || same_mesh;
+    const bool reference = (processes > 1 && rank == 0) || same_mesh || compare_threads;
     if (reference) {
-        if ((s = td_context_create(&co, &solo_ctx)) != TD_OK)
+        td_context_options solo_co = co;
+        if (compare_threads)
+            solo_co.cpu_threads = (uint32_t)o.reference_cpu_threads;
+        if ((s = td_context_create(&solo_co, &solo_ctx)) != TD_OK)
             return 1;
         open_run(&solo, solo_ctx, solo_spec, &o, o.compare_precision ? o.reference_precision : o.precision,
                  o.compare_buckets ? o.reference_bucket_bytes : o.bucket_bytes);
@@ -406,6 +424,7 @@ int main(int argc, char **argv)
         if (reference) {
             report(&solo, o.compare_precision ? (o.reference_precision == TD_PRECISION_BF16 ? "ref-bf16" : "ref-fp32")
                           : o.compare_buckets ? "ref-buckets"
+                          : compare_threads   ? "ref-threads"
                                               : "reference",
                    1, solo_spec, &o, 0.0, solo_identical);
             double most = 0.0;

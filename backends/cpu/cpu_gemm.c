@@ -112,15 +112,45 @@ const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine)
  * part (cpu_split.c's for GEMMs: about 20 us on one current core). */
 #define OWN_PART_ROWS 12
 #define OWN_PART_MIN_MACS 1048576.0
+/* Column parts: whole 32-column panels, the AVX-512 micro-tile's width.
+ * Narrower parts cost nearly as much as the whole call: the 12 x 16
+ * kernel broadcasts as many values of A per step of k for half the
+ * multiply-adds (measured, conv1's kernel gradient 9 x 32 x 100352: 600 us
+ * whole, 500 us for one 16-column half alone, 1000 us for both halves on
+ * two cores at once; 9 x 64 x 8192: 119 us whole, 67 us as two 32-column
+ * halves on two cores). */
+#define OWN_PART_COLUMNS 32
+
+/* Whether a call's bits depend on no split of C's columns: the own GEMMs'
+ * and the bf16 kernels' rule computes each element as its own sum over k
+ * in order, whatever its place in a block (cpu_gemm_own.c,
+ * cpu_gemm_own_fma.c, cpu_gemm_bf16.c); CBLAS's last columns take another
+ * path (see the top of this file). */
+static bool columns_split(const td_gemm_params *g, td_cpu_gemm_engine engine)
+{
+    return g->precision == TD_GEMM_BF16 || engine != TD_CPU_GEMM_CBLAS;
+}
+
+/* Whether `parts` parts of c cut its columns: only where its rows give
+ * fewer parts than that (a convolution's kernel gradient: 9 or 288 rows of
+ * C against k = the batch's pixels), so the rule is a function of the call
+ * and the part count alone, as td_cpu_gemm_split_part needs. */
+static bool parts_cut_columns(const td_gemm_params *g, td_cpu_gemm_engine engine, int64_t parts)
+{
+    return columns_split(g, engine) && (g->m + OWN_PART_ROWS - 1) / OWN_PART_ROWS < parts;
+}
 
 int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engine, uint32_t team, bool any_size)
 {
-    if (engine == TD_CPU_GEMM_CBLAS)
-        return td_cpu_split_parts(c, team, any_size);
     const td_gemm_params *g = &c->p.gemm;
+    if (!columns_split(g, engine))
+        return td_cpu_split_parts(c, team, any_size);
     if (team <= 1 || g->k <= 0 || g->m <= 0 || g->n <= 0)
         return 1;
     int64_t parts = (g->m + OWN_PART_ROWS - 1) / OWN_PART_ROWS;
+    const int64_t by_columns = (g->n + OWN_PART_COLUMNS - 1) / OWN_PART_COLUMNS;
+    if (parts < (int64_t)team && by_columns > parts)
+        parts = by_columns;
     if (parts > (int64_t)team)
         parts = team;
     const double work = (double)g->m * (double)g->n * (double)g->k;
@@ -132,12 +162,23 @@ int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engi
 void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
                             td_kernel_call *sub)
 {
-    if (engine == TD_CPU_GEMM_CBLAS) {
+    const td_gemm_params *g = &c->p.gemm;
+    if (!columns_split(g, engine)) {
         td_cpu_split_part(c, parts, part, sub);
         return;
     }
     *sub = *c;
-    const td_gemm_params *g = &c->p.gemm;
+    if (parts_cut_columns(g, engine, parts)) {
+        /* Columns j of C and of op(B): B's columns, or its rows when
+         * stored transposed. */
+        const int64_t vectors = (g->n + OWN_PART_COLUMNS - 1) / OWN_PART_COLUMNS;
+        const int64_t begin = OWN_PART_COLUMNS * (part * vectors / parts);
+        const int64_t end = part + 1 == parts ? g->n : OWN_PART_COLUMNS * ((part + 1) * vectors / parts);
+        sub->out.offset += (uint64_t)begin;
+        sub->b.offset += (uint64_t)(g->trans_b ? begin * g->ldb : begin);
+        sub->p.gemm.n = end - begin;
+        return;
+    }
     const int64_t panels = (g->m + OWN_PART_ROWS - 1) / OWN_PART_ROWS;
     const int64_t begin = OWN_PART_ROWS * (part * panels / parts);
     const int64_t end = part + 1 == parts ? g->m : OWN_PART_ROWS * ((part + 1) * panels / parts);

@@ -45,8 +45,11 @@ int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g);
  * bitwise the single call. The own GEMMs' bits depend on no split of the
  * rows, so their parts are balanced runs of whole 12-row micro-panels
  * (a multiple of every MR): a 128- or 256-row MLP layer gets two even
- * parts instead of one, or 192 + 64. Same contract as td_cpu_split_parts
- * and td_cpu_split_part (cpu_split.h). */
+ * parts instead of one, or 192 + 64. Where the rows give fewer parts than
+ * the team (a convolution's kernel gradient, 9 rows of C), the own GEMMs
+ * and every bf16 call (its kernels' bits depend on no split either) cut
+ * C's columns instead, in whole 32-column panels. Same contract as
+ * td_cpu_split_parts and td_cpu_split_part (cpu_split.h). */
 int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engine, uint32_t team, bool any_size);
 void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
                             td_kernel_call *sub);

@@ -341,8 +341,12 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
      * the time where k is long (a conv's kernel gradient, 9 x 32 x 100352,
      * 1.4x faster in place). Only then: read in place with a stride of a
      * power of two (n = 64), B's rows fall in half of L1's sets, and conv2's
-     * forward GEMM ran 0.7x. */
-    const bool b_in_place = !g->trans_b && g->n == nr && g->ldb == nr;
+     * forward GEMM ran 0.7x. With one micro-tile of rows (m <= MR) each
+     * value of B is read once, so that concern is gone and B is read in
+     * place at any row stride: the host pool's column parts of a GEMM with
+     * few rows (9 x 32 of 64 columns) then copy nothing; copying a part's
+     * columns of a long B cost more than its multiply-adds. */
+    const bool b_in_place = !g->trans_b && g->n == nr && (g->ldb == nr || g->m <= mr);
     for (int64_t j0 = 0; j0 < g->n; j0 += NC) {
         const int64_t nc = g->n - j0 < NC ? g->n - j0 : NC;
         for (int64_t i0 = 0; i0 < g->m; i0 += MC) {

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_bf16.h"
 #include "cpu_gemm_own.h"
 #include "cpu_gemm_own_fma.h"
 #include "cpu_split.h"
@@ -222,6 +223,113 @@ Test(cpu_cancel, host_pool_gemm_parts_are_bitwise_one_own_fma_gemm_call)
 {
     check_parts_are_one_call(TD_CPU_GEMM_OWN_FMA);
 }
+
+/* Column parts: a GEMM whose rows give fewer parts than the team (a
+ * convolution's kernel gradient: C is 9 x 32 or 288 x 64 against k = the
+ * batch's pixels) is cut into runs of whole 32-column panels on the own
+ * GEMMs and on every bf16 call, never on CBLAS's fp32 one. Each part, run
+ * as its own call, must give the single call's bits. `bf16` runs the
+ * fastest bf16 kernel (AVX512_BF16 where the CPU has it) instead of
+ * `engine`'s fp32 one. */
+static void check_column_parts_are_one_call(td_cpu_gemm_engine engine, bool bf16)
+{
+    static const gemm_case cases[] = {
+        {9, 32, 100352 / 8, 1, 0, 0, 0, 1.0f, 0.0f}, {9, 64, 3000, 1, 0, 0, 0, 1.0f, 1.0f},
+        {9, 130, 2000, 1, 0, 0, 0, 1.0f, 0.0f},
+        {1, 100, 500, 0, 0, 0, 0, 1.0f, 0.0f},       {20, 48, 301, 0, 1, 3, 5, 0.5f, 0.25f},
+        {12, 17, 64, 1, 1, 0, 0, 1.0f, 0.0f},        {6, 1000, 77, 0, 0, 0, 2, -1.0f, 0.5f},
+    };
+    test_rng rng = {0xC011ull};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const gemm_case *gc = &cases[t];
+        td_kernel_call call = {.kernel = TD_KERNEL_GEMM};
+        td_gemm_params *g = &call.p.gemm;
+        *g = (td_gemm_params){.trans_a = gc->trans_a, .trans_b = gc->trans_b, .m = gc->m, .n = gc->n, .k = gc->k,
+                              .alpha = gc->alpha, .beta = gc->beta, .precision = bf16 ? TD_GEMM_BF16 : TD_GEMM_FP32};
+        g->lda = (gc->trans_a ? gc->m : gc->k) + gc->lda_pad;
+        g->ldb = gc->trans_b ? gc->k : gc->n;
+        g->ldc = gc->n + gc->ldc_pad;
+        const int64_t a_rows = gc->trans_a ? gc->k : gc->m, b_rows = gc->trans_b ? gc->n : gc->k;
+        const size_t a_n = (size_t)(a_rows * g->lda), b_n = (size_t)(b_rows * g->ldb), c_n = (size_t)(gc->m * g->ldc);
+        float *a = malloc(a_n * sizeof *a), *b = malloc(b_n * sizeof *b), *c0 = malloc(c_n * sizeof *c0);
+        float *one = malloc(c_n * sizeof *one), *parted = malloc(c_n * sizeof *parted);
+        cr_assert(a && b && c0 && one && parted);
+        test_fill_uniform(&rng, a, a_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, b, b_n, -1.0f, 1.0f);
+        test_fill_uniform(&rng, c0, c_n, -1.0f, 1.0f);
+        memcpy(one, c0, c_n * sizeof *one);
+        if (bf16)
+            cr_assert(td_cpu_gemm_bf16(g, one, a, b, TD_CPU_BF16_FASTEST, NULL));
+        else
+            cr_assert(td_cpu_gemm(g, one, a, b, engine, NULL));
+        const int64_t row_parts = (gc->m + 11) / 12, vectors = (gc->n + 31) / 32;
+        for (uint32_t team = 2; team <= 4; team++) {
+            const int64_t parts = td_cpu_gemm_split_parts(&call, engine, team, true);
+            if (engine == TD_CPU_GEMM_CBLAS && !bf16) { /* CBLAS's columns stay whole */
+                cr_assert_eq(parts, 1, "case %zu: CBLAS in %lld parts", t, (long long)parts);
+                continue;
+            }
+            const int64_t want = row_parts >= (int64_t)team || vectors <= row_parts ? (row_parts < team ? row_parts : team)
+                                 : vectors < (int64_t)team                          ? vectors
+                                                                                    : (int64_t)team;
+            cr_assert_eq(parts, want, "case %zu, team %u: %lld parts, not %lld", t, team, (long long)parts,
+                         (long long)want);
+            memcpy(parted, c0, c_n * sizeof *parted);
+            int64_t columns = 0;
+            for (int64_t part = 0; part < parts; part++) {
+                td_kernel_call sub;
+                td_cpu_gemm_split_part(&call, engine, parts, part, &sub);
+                if (parts > row_parts) {
+                    cr_assert_eq(sub.p.gemm.m, gc->m);
+                    cr_assert_eq(sub.out.offset, (uint64_t)columns, "case %zu: part %lld starts at column %llu", t,
+                                 (long long)part, (unsigned long long)sub.out.offset);
+                    cr_assert_eq(sub.out.offset % 32, 0);
+                    columns += sub.p.gemm.n;
+                }
+                if (bf16)
+                    cr_assert(td_cpu_gemm_bf16(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset,
+                                               b + sub.b.offset, TD_CPU_BF16_FASTEST, NULL));
+                else
+                    cr_assert(td_cpu_gemm(&sub.p.gemm, parted + sub.out.offset, a + sub.a.offset, b + sub.b.offset,
+                                          engine, NULL));
+            }
+            if (parts > row_parts)
+                cr_assert_eq(columns, gc->n, "case %zu: %lld parts cover %lld of %lld columns", t, (long long)parts,
+                             (long long)columns, (long long)gc->n);
+            cr_assert(memcmp(one, parted, c_n * sizeof *one) == 0,
+                      "case %zu (%lld x %lld x %lld%s) in %lld parts differs from one call", t, (long long)g->m,
+                      (long long)g->n, (long long)g->k, bf16 ? ", bf16" : "", (long long)parts);
+        }
+        free(a);
+        free(b);
+        free(c0);
+        free(one);
+        free(parted);
+    }
+}
+
+Test(cpu_cancel, host_pool_gemm_column_parts_are_bitwise_one_own_gemm_call)
+{
+    check_column_parts_are_one_call(TD_CPU_GEMM_OWN, false);
+}
+
+Test(cpu_cancel, host_pool_gemm_column_parts_are_bitwise_one_own_fma_gemm_call)
+{
+    check_column_parts_are_one_call(TD_CPU_GEMM_OWN_FMA, false);
+}
+
+Test(cpu_cancel, host_pool_gemm_column_parts_are_bitwise_one_bf16_call)
+{
+    check_column_parts_are_one_call(TD_CPU_GEMM_OWN_FMA, true);
+    check_column_parts_are_one_call(TD_CPU_GEMM_CBLAS, true);
+}
+
+#ifdef TD_HAVE_CBLAS
+Test(cpu_cancel, host_pool_gemm_columns_stay_whole_on_cblas)
+{
+    check_column_parts_are_one_call(TD_CPU_GEMM_CBLAS, false);
+}
+#endif
 
 typedef struct canceller {
     td_device *dev;

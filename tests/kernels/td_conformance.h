@@ -150,6 +150,9 @@ typedef struct td_conformance_device {
     td_context *ctx;
     td_device *dev;
     char label[160];
+    /* Its results must also be bit for bit those of devices[0] (the same
+     * backend run another way: the CPU's every-call-in-parts device). */
+    bool bitwise_as_first;
 } td_conformance_device;
 
 /* Runs every case (whose name contains TD_CONFORMANCE_FILTER, when that is

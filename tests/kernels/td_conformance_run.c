@@ -24,6 +24,8 @@ enum { TD_CASE_WAIT_MS = 60000 };
  * and shared by every device, and one device's results at a time. */
 typedef struct case_memory {
     float *inputs[TD_CASE_MAX_BUFFERS], *want[TD_CASE_MAX_BUFFERS], *got[TD_CASE_MAX_BUFFERS];
+    float *first[TD_CASE_MAX_BUFFERS]; /* devices[0]'s results, when it matched */
+    bool have_first;
 } case_memory;
 
 static float *host_floats(size_t elems)
@@ -37,6 +39,7 @@ static void release_host(const td_conformance_case *c, case_memory *m)
         free(m->inputs[b]);
         free(m->want[b]);
         free(m->got[b]);
+        free(m->first[b]);
     }
 }
 
@@ -46,7 +49,8 @@ static bool expected_results(const td_conformance_case *c, case_memory *m, char 
         m->inputs[b] = host_floats(c->buffer_elems[b]);
         m->want[b] = host_floats(c->buffer_elems[b]);
         m->got[b] = host_floats(c->buffer_elems[b]);
-        if (!m->inputs[b] || !m->want[b] || !m->got[b]) {
+        m->first[b] = host_floats(c->buffer_elems[b]);
+        if (!m->inputs[b] || !m->want[b] || !m->got[b] || !m->first[b]) {
             snprintf(why, why_size, "out of host memory");
             return false;
         }
@@ -121,6 +125,15 @@ static bool device_matches(const td_conformance_device *d, const td_conformance_
     td_buffer *device[TD_CASE_MAX_BUFFERS] = {0};
     bool ok = device_results(d, c, m, device, why, why_size) &&
               td_case_results_match(c, m->got, m->want, why, why_size);
+    for (size_t b = 0; ok && d->bitwise_as_first && m->have_first && b < c->buffer_count; b++)
+        if (memcmp(m->got[b], m->first[b], c->buffer_elems[b] * sizeof(float)) != 0) {
+            size_t e = 0;
+            while (memcmp(&m->got[b][e], &m->first[b][e], sizeof(float)) == 0)
+                e++;
+            snprintf(why, why_size, "buffer %zu element %zu is %.9g, not the first device's %.9g (the same bits expected)",
+                     b, e, (double)m->got[b][e], (double)m->first[b][e]);
+            ok = false;
+        }
     for (size_t b = 0; b < c->buffer_count; b++)
         if (device[b])
             d->ops->buffer_destroy(d->dev, device[b]);
@@ -157,6 +170,11 @@ size_t td_conformance_run(const td_conformance_device *devices, size_t device_co
                 fprintf(stderr, "%s: %s\n", devices[d].label, c->name);
             if (!ready || !device_matches(&devices[d], c, &m, why, sizeof why))
                 log_failure(&devices[d], ++failures[d], c->name, why);
+            else if (d == 0) {
+                for (size_t b = 0; b < c->buffer_count; b++)
+                    memcpy(m.first[b], m.got[b], c->buffer_elems[b] * sizeof(float));
+                m.have_first = true;
+            }
         }
         release_host(c, &m);
     }

@@ -40,7 +40,9 @@ static backend_devices open_all(const td_backend_ops *ops)
     }
     /* A backend whose devices run on the host pool also runs every case
      * with each call cut into as many parts as it allows (up to three, on
-     * pool threads): the parts must give the whole call's bits. */
+     * pool threads): the parts must give the whole call's bits, those of
+     * its first device (whose calls run whole or in the parts its own team
+     * picks), compared bit for bit. */
     bool pooled = ops->caps & TD_BACKEND_SIMULATED;
     all.devices = calloc(info.device_count + pooled, sizeof *all.devices);
     cr_assert_not_null(all.devices);
@@ -64,7 +66,7 @@ static backend_devices open_all(const td_backend_ops *ops)
         cr_assert_not_null(pool, "%s", td_last_error(all.split_ctx));
         td_host_pool_set_split_everything(pool, true);
         td_conformance_device *d = &all.devices[all.count];
-        *d = (td_conformance_device){.ops = ops, .ctx = all.split_ctx};
+        *d = (td_conformance_device){.ops = ops, .ctx = all.split_ctx, .bitwise_as_first = true};
         snprintf(d->label, sizeof d->label, "%s:0 (every call in parts on 3 pool threads)", ops->name);
         cr_assert_eq(ops->open(all.split_ctx, 0, 0, &d->dev), TD_OK, "open %s: %s", d->label,
                      td_last_error(all.split_ctx));
