@@ -118,7 +118,10 @@ static td_status grad_conv(td_grad_ctx *c, td_node id, td_node gy)
 {
     td_graph *g = td_grad_graph(c);
     const td_node_def n = g->nodes[id];
-    const td_shape *x = &g->nodes[n.in[0]].shape, *k = &g->nodes[n.in[1]].shape;
+    /* Copies, not pointers into g->nodes: every append below may move the
+     * node array (a pointer kept across it read freed memory). */
+    const td_shape x_shape = g->nodes[n.in[0]].shape, k_shape = g->nodes[n.in[1]].shape;
+    const td_shape *x = &x_shape, *k = &k_shape;
     td_node t;
     td_status s = TD_OK;
     if (td_grad_needs(c, n.in[1])) {
