@@ -42,6 +42,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_gemm_own_fma.h"
 #include "td_platform.h"
@@ -96,6 +97,34 @@ static fma_scratch *thread_scratch(void)
     return block ? (fma_scratch *)(((uintptr_t)block + 63) & ~(uintptr_t)63) : NULL;
 }
 
+#ifdef _WIN32
+/* a*b + c rounded once, without the C library: mingw-w64's fmaf is not a
+ * fused multiply-add (under wine it disagreed with the FMA instruction on
+ * a quarter of random operands, where glibc's never does). The product of
+ * two floats is exact in a double (48 bits); their sum with c is rounded to
+ * odd in double (a round-to-nearest sum, its exact error by TwoSum, and
+ * the last bit set when that error is nonzero), and a double rounded to
+ * odd with 53 >= 24 + 2 bits rounds to the correctly rounded float. */
+static float fused_multiply_add(float a, float b, float c)
+{
+    const double p = (double)a * (double)b, q = (double)c;
+    const double s = p + q;
+    const double bb = s - p;
+    const double err = (p - (s - bb)) + (q - bb);
+    if (err == 0.0 || s != s || s - s != 0.0)
+        return (float)s;
+    uint64_t bits;
+    memcpy(&bits, &s, sizeof bits);
+    if ((bits & 1u) == 0)
+        bits += ((err > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
+    double odd;
+    memcpy(&odd, &bits, sizeof odd);
+    return (float)odd;
+}
+#else
+#define fused_multiply_add fmaf
+#endif
+
 static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
 {
     return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
@@ -119,7 +148,7 @@ static void gemm_portable(const td_gemm_params *g, float *c, const float *a, con
         for (int64_t j = 0; j < g->n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < g->k; p++)
-                acc = fmaf(op_a(g, a, i, p), op_b(g, b, p, j), acc);
+                acc = fused_multiply_add(op_a(g, a, i, p), op_b(g, b, p, j), acc);
             float *cij = &c[i * g->ldc + j];
             *cij = finish(g, acc, cij);
         }

@@ -2,7 +2,8 @@
 # tools_gemm_own_has_no_fma: scan_fma.sh OBJDUMP LIBRARY...
 # Disassembles each library (or object) and fails on any fused
 # multiply-add (vfmadd / vfmsub / vfnmadd / vfnmsub) outside
-# backends/cpu/cpu_gemm_own_fma.c, the FMA engine, and also fails when that
+# backends/cpu/cpu_gemm_own_fma.c, the FMA engine (its object is .c.o, or
+# .c.obj in a mingw-w64 build), and also fails when that
 # file, if present, has none (the engine would then not be fused).
 set -u
 objdump=$1
@@ -11,7 +12,7 @@ fused=0
 for lib in "$@"; do
     listing=$("$objdump" -d "$lib") || { echo "cannot disassemble $lib"; exit 1; }
     # awk exits 1 on an FMA outside the engine's file, 2 when only that file has them.
-    awk '/file format/ { in_engine = $1 ~ /cpu_gemm_own_fma[.]c[.]o:$/ }
+    awk '/file format/ { in_engine = $1 ~ /cpu_gemm_own_fma[.]c[.]o(bj)?:$/ }
          /vfn?m(add|sub)/ { if (in_engine) fused = 1; else { print; bad = 1 } }
          END { exit bad ? 1 : fused ? 2 : 0 }' <<<"$listing"
     case $? in

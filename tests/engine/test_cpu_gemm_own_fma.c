@@ -11,6 +11,7 @@
  * backend's default GEMM on CPUs with FMA. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,34 @@ static float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
     return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
 }
 
+#ifdef _WIN32
+/* a*b + c rounded once, without the C library: mingw-w64's fmaf is not a
+ * fused multiply-add (under wine it disagreed with the FMA instruction on
+ * a quarter of random operands, where glibc's never does). The product of
+ * two floats is exact in a double (48 bits); their sum with c is rounded to
+ * odd in double (a round-to-nearest sum, its exact error by TwoSum, and
+ * the last bit set when that error is nonzero), and a double rounded to
+ * odd with 53 >= 24 + 2 bits rounds to the correctly rounded float. */
+static float fused_multiply_add(float a, float b, float c)
+{
+    const double p = (double)a * (double)b, q = (double)c;
+    const double s = p + q;
+    const double bb = s - p;
+    const double err = (p - (s - bb)) + (q - bb);
+    if (err == 0.0 || s != s || s - s != 0.0)
+        return (float)s;
+    uint64_t bits;
+    memcpy(&bits, &s, sizeof bits);
+    if ((bits & 1u) == 0)
+        bits += ((err > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
+    double odd;
+    memcpy(&odd, &bits, sizeof odd);
+    return (float)odd;
+}
+#else
+#define fused_multiply_add fmaf
+#endif
+
 /* The rule, written out again here rather than taken from the file under test. */
 static void rule(const td_gemm_params *g, float *c, const float *a, const float *b)
 {
@@ -41,7 +70,7 @@ static void rule(const td_gemm_params *g, float *c, const float *a, const float 
         for (int64_t j = 0; j < g->n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < g->k; p++)
-                acc = fmaf(op_a(g, a, i, p), op_b(g, b, p, j), acc);
+                acc = fused_multiply_add(op_a(g, a, i, p), op_b(g, b, p, j), acc);
             float *cij = &c[i * g->ldc + j];
             const float scaled = g->alpha * acc;
             *cij = g->beta == 0.0f ? scaled : scaled + g->beta * *cij;
