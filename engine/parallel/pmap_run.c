@@ -71,12 +71,12 @@ static td_status run_segment_traced(td_program *p, uint32_t pos, const td_step *
     return s;
 }
 
-/* Segment step i as one enqueue -- waited for and stretched only on a
- * device with an injected slowdown. */
-static td_status run_segment(td_program *p, uint32_t pos, uint32_t i)
+/* A segment (a plan step's, or a piece of the bucketed schedule) as one
+ * enqueue -- waited for and stretched only on a device with an injected
+ * slowdown. */
+static td_status run_segment(td_program *p, uint32_t pos, td_segment *segment)
 {
     td_mesh_device *md = &p->mesh->devices[pos];
-    td_segment *segment = p->devs[pos].segments[i];
     if (!(md->faults.slow > 1.0f))
         return md->ops->segment_run(md->dev, segment);
     const uint64_t begin = td_trace_now();
@@ -119,7 +119,6 @@ static td_status run_collective(td_program *p, uint32_t pos, const td_step *st, 
 static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t track, double *collective_seconds)
 {
     td_program_device *pd = &p->devs[pos];
-    td_mesh_device *md = &p->mesh->devices[pos];
     td_status s = TD_OK;
     for (uint32_t i = 0; i < pd->n_pieces && s == TD_OK; i++) {
         if (pd->piece_step[i] != TD_NO_PIECE_STEP) { /* an in-graph collective, in plan order */
@@ -131,13 +130,8 @@ static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t 
         if (tr) {
             const td_step piece = {.kind = TD_STEP_SEGMENT, .first_call = pd->piece_first[i], .n_calls = pd->piece_calls[i]};
             s = run_segment_traced(p, pos, &piece, tr, track);
-        } else if (!(md->faults.slow > 1.0f)) {
-            s = md->ops->segment_run(md->dev, pd->piece_segments[i]);
         } else {
-            const uint64_t begin = td_trace_now();
-            if ((s = md->ops->segment_run(md->dev, pd->piece_segments[i])) == TD_OK &&
-                (s = td_mesh_device_submit_wait(md, td_context_timeout_ms(p->ctx))) == TD_OK)
-                s = td_mesh_device_slow_down(p->mesh, pos, td_trace_now() - begin);
+            s = run_segment(p, pos, pd->piece_segments[i]);
         }
         if (s != TD_OK || pd->buckets_done == pd->piece_buckets[i])
             continue;
@@ -216,7 +210,7 @@ static td_status run_device(td_program *p, uint32_t pos)
             if (td_mesh_device_lost(p->mesh, pos))
                 s = TD_ERR_DEVICE_LOST;
             else
-                s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, i);
+                s = tr ? run_segment_traced(p, pos, st, tr, track) : run_segment(p, pos, p->devs[pos].segments[i]);
             continue;
         }
         s = run_collective(p, pos, st, &collective_seconds);
