@@ -60,15 +60,17 @@ static int blas_needs_lock(void)
     return openblas_get_parallel && openblas_get_parallel() == 0;
 }
 
-/* One tile through CBLAS. Plain int arguments: every CBLAS header's
- * prototypes take int (OpenBLAS's blasint, BLIS's f77_int), and the
- * conversion is implicit for the 64-bit-integer builds. */
-static void cblas_tile(const td_gemm_params *g, int64_t rows, float *c, const float *a, const float *b, int lock)
+/* One tile through CBLAS (a td_cpu_gemm_tile_fn; *user: whether to take
+ * the lock). Plain int arguments: every CBLAS header's prototypes take int
+ * (OpenBLAS's blasint, BLIS's f77_int), and the conversion is implicit for
+ * the 64-bit-integer builds. */
+static void cblas_tile(const void *user, const td_gemm_params *g, float *c, const float *a, const float *b)
 {
+    const bool lock = *(const bool *)user;
     if (lock)
         td_mutex_lock(&serial_blas_lock);
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-                (int)rows, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
+                (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
     if (lock)
         td_mutex_unlock(&serial_blas_lock);
 }
@@ -86,7 +88,7 @@ td_cpu_gemm_engine td_cpu_gemm_engine_chosen(void)
         return TD_CPU_GEMM_CBLAS;
 #endif
     /* The FMA paths only where the CPU has the instructions: the portable
-     * path's fmaf is a slow library call on an x86-64 without FMA. */
+     * path's single-rounding a*b+c is a slow software sequence. */
     if (td_cpu_gemm_own_fma_best_isa() != TD_GEMM_FMA_PORTABLE)
         return TD_CPU_GEMM_OWN_FMA;
 #ifdef TD_HAVE_CBLAS
@@ -197,31 +199,19 @@ int64_t td_cpu_gemm_tile_rows(const td_gemm_params *g)
                                               : (int64_t)(rows / TD_CPU_GEMM_TILE_ROWS) * TD_CPU_GEMM_TILE_ROWS;
 }
 
-bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, td_cpu_gemm_engine engine,
-                 const bool *cancel)
+bool td_cpu_gemm_in_tiles(const td_gemm_params *g, float *c, const float *a, const float *b,
+                          td_cpu_gemm_tile_fn tile_fn, const void *user, const bool *cancel)
 {
-#ifndef TD_HAVE_CBLAS
-    if (engine == TD_CPU_GEMM_CBLAS)
-        engine = TD_CPU_GEMM_OWN;
-#endif
-    if (g->m == 0 || g->n == 0)
+    if (g->m <= 0 || g->n <= 0)
         return true;
-    if (g->k == 0) {
-        /* CBLAS with k = 0 only scales C; beta == 0 must not read C. */
-        for (int64_t m = 0; m < g->m; m++)
-            for (int64_t n = 0; n < g->n; n++)
-                c[m * g->ldc + n] = g->beta == 0.0f ? 0.0f : g->beta * c[m * g->ldc + n];
+    if (g->k <= 0) {
+        /* No products: C = beta C, and beta == 0 does not read C. */
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++)
+                c[i * g->ldc + j] = g->beta == 0.0f ? 0.0f : g->beta * c[i * g->ldc + j];
         return true;
-    }
-    if (g->beta == 0.0f && engine == TD_CPU_GEMM_CBLAS) {
-        /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
-        for (int64_t m = 0; m < g->m; m++)
-            memset(c + m * g->ldc, 0, (size_t)g->n * sizeof(float));
     }
     const int64_t tile = td_cpu_gemm_tile_rows(g);
-#ifdef TD_HAVE_CBLAS
-    const int lock = engine == TD_CPU_GEMM_CBLAS && blas_needs_lock();
-#endif
     int64_t rows;
     for (int64_t i = 0; i < g->m; i += rows) {
         /* The last tile takes the remainder: no tile is smaller than one,
@@ -230,20 +220,38 @@ bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float 
         if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
             return false;
         /* Row i of op(A): row i of A, or column i of A stored transposed. */
-        const float *ai = g->trans_a ? a + i : a + i * g->lda;
-        float *ci = c + i * g->ldc;
         td_gemm_params tile_g = *g;
         tile_g.m = rows;
-#ifdef TD_HAVE_CBLAS
-        if (engine == TD_CPU_GEMM_CBLAS) {
-            cblas_tile(g, rows, ci, ai, b, lock);
-            continue;
-        }
-#endif
-        if (engine == TD_CPU_GEMM_OWN_FMA)
-            td_cpu_gemm_own_fma(&tile_g, ci, ai, b);
-        else
-            td_cpu_gemm_own(&tile_g, ci, ai, b);
+        tile_fn(user, &tile_g, c + i * g->ldc, g->trans_a ? a + i : a + i * g->lda, b);
     }
     return true;
+}
+
+static void own_tile(const void *user, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    (void)user;
+    td_cpu_gemm_own(g, c, a, b);
+}
+
+static void own_fma_tile(const void *user, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    (void)user;
+    td_cpu_gemm_own_fma(g, c, a, b);
+}
+
+bool td_cpu_gemm(const td_gemm_params *g, float *c, const float *a, const float *b, td_cpu_gemm_engine engine,
+                 const bool *cancel)
+{
+#ifdef TD_HAVE_CBLAS
+    if (engine == TD_CPU_GEMM_CBLAS) {
+        if (g->beta == 0.0f && g->k > 0 && g->n > 0)
+            /* CBLAS may compute 0 * C, which turns a NaN left in C into NaN. */
+            for (int64_t m = 0; m < g->m; m++)
+                memset(c + m * g->ldc, 0, (size_t)g->n * sizeof(float));
+        const bool lock = blas_needs_lock();
+        return td_cpu_gemm_in_tiles(g, c, a, b, cblas_tile, &lock, cancel);
+    }
+#endif
+    /* Built without CBLAS, a call asked to run it runs the own GEMM. */
+    return td_cpu_gemm_in_tiles(g, c, a, b, engine == TD_CPU_GEMM_OWN_FMA ? own_fma_tile : own_tile, NULL, cancel);
 }

@@ -54,6 +54,19 @@ int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engi
 void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
                             td_kernel_call *sub);
 
+/* One tile of rows of a GEMM: C = alpha op(A) op(B) + beta C for the
+ * tile's g->m rows, a and c already at the tile's first row. */
+typedef void (*td_cpu_gemm_tile_fn)(const void *user, const td_gemm_params *g, float *c, const float *a,
+                                    const float *b);
+
+/* The frame every CPU GEMM runs in (CBLAS, the own ones, bf16): an empty C
+ * returns at once, k = 0 gives C = beta C (beta == 0 does not read C), and
+ * otherwise tile_fn runs on tiles of rows of C (td_cpu_gemm_tile_rows),
+ * after reading *cancel (atomically; NULL: never cancelled) before each;
+ * false, C partly written, once it is set. */
+bool td_cpu_gemm_in_tiles(const td_gemm_params *g, float *c, const float *a, const float *b,
+                          td_cpu_gemm_tile_fn tile_fn, const void *user, const bool *cancel);
+
 /* C = alpha op(A) op(B) + beta C (td_kernel.h) on `engine`, tile by tile.
  * Before each tile it reads *cancel (atomically; NULL: never cancelled)
  * and returns false, C partly written, once it is set; true when all of C

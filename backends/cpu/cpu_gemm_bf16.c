@@ -47,6 +47,8 @@
 #include "cpu_gemm.h"
 #include "cpu_gemm_bf16.h"
 #include "cpu_gemm_own.h"
+#include "cpu_gemm_rule.h"
+#include "cpu_thread_scratch.h"
 #include "td_platform.h"
 
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
@@ -57,42 +59,16 @@
 #define TD_BF16_NATIVE 0
 #endif
 
-static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
-{
-    return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
-}
-
-static inline float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
-{
-    return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
-}
-
-static inline float finish(const td_gemm_params *g, float acc, const float *c)
-{
-    return g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
-}
-
 void td_cpu_gemm_bf16_unpacked(const td_gemm_params *g, float *c, const float *a, const float *b)
 {
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < g->k; p++)
-                acc = acc + td_bf16_round(op_a(g, a, i, p)) * td_bf16_round(op_b(g, b, p, j));
+                acc = acc + td_bf16_round(td_gemm_op_a(g, a, i, p)) * td_bf16_round(td_gemm_op_b(g, b, p, j));
             float *cij = &c[i * g->ldc + j];
-            *cij = finish(g, acc, cij);
+            *cij = td_gemm_finish(g, acc, cij);
         }
-}
-
-/* ---- per-thread scratch ---- */
-
-static td_thread_slot native_slot, portable_slot;
-static td_once slots_once = TD_ONCE_INITIALIZER;
-static bool slots_ok;
-
-static void make_slots(void)
-{
-    slots_ok = td_thread_slot_create(&native_slot) == 0 && td_thread_slot_create(&portable_slot) == 0;
 }
 
 /* ---- the portable kernel ---- */
@@ -104,28 +80,11 @@ static void make_slots(void)
  * slivers of 2 rows and 10 columns. */
 enum { PORT_B = 1 << 21, PORT_A = 1 << 19 };
 
-typedef struct portable_scratch {
-    size_t floats;
-    float data[];
-} portable_scratch;
-
-/* This thread's copy space of at least `floats`; NULL when it cannot grow. */
+/* This thread's copy space of at least `floats` (cpu_thread_scratch.h);
+ * NULL when it cannot grow. */
 static float *portable_space(size_t floats)
 {
-    td_once_run(&slots_once, make_slots);
-    if (!slots_ok)
-        return NULL;
-    portable_scratch *s = td_thread_slot_get(&portable_slot);
-    if (s && s->floats >= floats)
-        return s->data;
-    portable_scratch *grown = malloc(sizeof *grown + floats * sizeof(float));
-    if (!grown || td_thread_slot_set(&portable_slot, grown) != 0) {
-        free(grown);
-        return NULL;
-    }
-    free(s); /* the slot holds the new block now */
-    grown->floats = floats;
-    return grown->data;
+    return td_cpu_thread_scratch(TD_SCRATCH_BF16_PORTABLE, floats * sizeof(float));
 }
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
@@ -146,12 +105,12 @@ static void gemm_portable(const td_gemm_params *g, float *c, const float *a, con
         const int64_t nc = g->n - j0 < nc_max ? g->n - j0 : nc_max;
         for (int64_t p = 0; p < g->k; p++)
             for (int64_t j = 0; j < nc; j++)
-                bcopy[p * nc + j] = td_bf16_round(op_b(g, b, p, j0 + j));
+                bcopy[p * nc + j] = td_bf16_round(td_gemm_op_b(g, b, p, j0 + j));
         for (int64_t i0 = 0; i0 < g->m; i0 += mc_max) {
             const int64_t mc = g->m - i0 < mc_max ? g->m - i0 : mc_max;
             for (int64_t i = 0; i < mc; i++)
                 for (int64_t p = 0; p < g->k; p++)
-                    acopy[i * g->k + p] = td_bf16_round(op_a(g, a, i0 + i, p));
+                    acopy[i * g->k + p] = td_bf16_round(td_gemm_op_a(g, a, i0 + i, p));
             /* The own GEMM's sums do not depend on the split of m or n. */
             const td_gemm_params h = {.m = mc, .n = nc, .k = g->k, .lda = g->k, .ldb = nc, .ldc = g->ldc,
                                       .alpha = g->alpha, .beta = g->beta};
@@ -423,7 +382,7 @@ static void gemm_native(const td_gemm_params *g, float *c, const float *a, const
                             continue;
                         for (int64_t r = 0; r < rows; r++)
                             for (int64_t q = 0; q < cols; q++)
-                                ct[r * g->ldc + q] = finish(g, sums[r * BF_NR + q], &ct[r * g->ldc + q]);
+                                ct[r * g->ldc + q] = td_gemm_finish(g, sums[r * BF_NR + q], &ct[r * g->ldc + q]);
                     }
             }
         }
@@ -432,18 +391,7 @@ static void gemm_native(const td_gemm_params *g, float *c, const float *a, const
 
 static native_scratch *native_space(void)
 {
-    td_once_run(&slots_once, make_slots);
-    if (!slots_ok)
-        return NULL;
-    native_scratch *s = td_thread_slot_get(&native_slot);
-    if (!s) {
-        s = malloc(sizeof *s);
-        if (s && td_thread_slot_set(&native_slot, s) != 0) {
-            free(s);
-            s = NULL;
-        }
-    }
-    return s;
+    return td_cpu_thread_scratch(TD_SCRATCH_BF16_NATIVE, sizeof(native_scratch));
 }
 
 /* One tile of rows on the thread's panels, or on one micro-tile's worth on
@@ -491,38 +439,30 @@ bool td_cpu_gemm_bf16_native(void)
 
 #endif
 
+static void portable_tile(const void *user, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    (void)user;
+    gemm_portable(g, c, a, b);
+}
+
+#if TD_BF16_NATIVE
+static void native_tile(const void *user, const td_gemm_params *g, float *c, const float *a, const float *b)
+{
+    (void)user;
+    run_native(g, c, a, b);
+}
+#endif
+
 bool td_cpu_gemm_bf16(const td_gemm_params *g, float *c, const float *a, const float *b, td_cpu_bf16_kernel kernel,
                       const bool *cancel)
 {
-    if (g->m <= 0 || g->n <= 0)
-        return true;
-    if (g->k <= 0) {
-        /* No products: C = beta C, and beta == 0 does not read C. */
-        for (int64_t i = 0; i < g->m; i++)
-            for (int64_t j = 0; j < g->n; j++)
-                c[i * g->ldc + j] = g->beta == 0.0f ? 0.0f : g->beta * c[i * g->ldc + j];
-        return true;
-    }
-    const bool native = kernel == TD_CPU_BF16_FASTEST && td_cpu_gemm_bf16_native();
-    /* Tiles of rows as the fp32 GEMM's, so a cancel stops within one. */
-    const int64_t tile = td_cpu_gemm_tile_rows(g);
-    int64_t rows;
-    for (int64_t i = 0; i < g->m; i += rows) {
-        rows = g->m - i < 2 * tile ? g->m - i : tile;
-        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE))
-            return false;
-        const float *ai = g->trans_a ? a + i : a + i * g->lda;
-        td_gemm_params tile_g = *g;
-        tile_g.m = rows;
+    /* Tiles of rows as the fp32 GEMM's (the same frame), so a cancel stops
+     * within one. */
 #if TD_BF16_NATIVE
-        if (native) {
-            run_native(&tile_g, c + i * g->ldc, ai, b);
-            continue;
-        }
+    if (kernel == TD_CPU_BF16_FASTEST && td_cpu_gemm_bf16_native())
+        return td_cpu_gemm_in_tiles(g, c, a, b, native_tile, NULL, cancel);
 #else
-        (void)native;
+    (void)kernel;
 #endif
-        gemm_portable(&tile_g, c + i * g->ldc, ai, b);
-    }
-    return true;
+    return td_cpu_gemm_in_tiles(g, c, a, b, portable_tile, NULL, cancel);
 }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 
 #include "cpu_gemm_own.h"
+#include "cpu_gemm_rule.h"
 #include "td_platform.h"
 
 /* MR x NR accumulators: 6 x 16 floats are 12 AVX registers, leaving room
@@ -84,21 +85,6 @@ static own_scratch *thread_scratch(void)
     return s;
 }
 
-static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
-{
-    return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
-}
-
-static inline float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
-{
-    return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
-}
-
-static inline float finish(const td_gemm_params *g, float acc, const float *c)
-{
-    return g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
-}
-
 /* The rule above, one element at a time: the fallback, and the reference
  * the blocked path must match bitwise. */
 static void gemm_unpacked(const td_gemm_params *g, float *c, const float *a, const float *b)
@@ -107,9 +93,9 @@ static void gemm_unpacked(const td_gemm_params *g, float *c, const float *a, con
         for (int64_t j = 0; j < g->n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < g->k; p++)
-                acc = acc + op_a(g, a, i, p) * op_b(g, b, p, j);
+                acc = acc + td_gemm_op_a(g, a, i, p) * td_gemm_op_b(g, b, p, j);
             float *cij = &c[i * g->ldc + j];
-            *cij = finish(g, acc, cij);
+            *cij = td_gemm_finish(g, acc, cij);
         }
 }
 
@@ -122,7 +108,7 @@ static void pack_a(const td_gemm_params *g, const float *a, int64_t i0, int64_t 
         const int64_t rows = mc - ir < OWN_MR ? mc - ir : OWN_MR;
         for (int64_t p = 0; p < kc; p++) {
             for (int64_t r = 0; r < rows; r++)
-                dst[r] = op_a(g, a, i0 + ir + r, p0 + p);
+                dst[r] = td_gemm_op_a(g, a, i0 + ir + r, p0 + p);
             for (int64_t r = rows; r < OWN_MR; r++)
                 dst[r] = 0.0f;
             dst += OWN_MR;
@@ -144,7 +130,7 @@ static void pack_b(const td_gemm_params *g, const float *b, int64_t j0, int64_t 
                     dst[q] = src[q];
             } else {
                 for (int64_t q = 0; q < cols; q++)
-                    dst[q] = op_b(g, b, p0 + p, j0 + jr + q);
+                    dst[q] = td_gemm_op_b(g, b, p0 + p, j0 + jr + q);
                 for (int64_t q = cols; q < OWN_NR; q++)
                     dst[q] = 0.0f;
             }
@@ -258,7 +244,7 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
                         }
                         for (int64_t r = 0; r < rows; r++)
                             for (int64_t q = 0; q < cols; q++)
-                                ct[r * g->ldc + q] = finish(g, sums[r * OWN_NR + q], &ct[r * g->ldc + q]);
+                                ct[r * g->ldc + q] = td_gemm_finish(g, sums[r * OWN_NR + q], &ct[r * g->ldc + q]);
                     }
             }
         }

@@ -17,7 +17,7 @@
  * instructions per product; with one fused instruction the same loop does
  * twice the work per cycle where the FMA units are the bottleneck
  * (bench/RESULTS.md, "GEMM engines"). The fused operations are written
- * as intrinsics (or C's fmaf), so the project-wide -ffp-contract=off
+ * as intrinsics (or fused_multiply_add below), so the project-wide -ffp-contract=off
  * stays in force here too: nothing is fused that the source does not say,
  * and the alpha / beta scaling stays two roundings as in the rule.
  *
@@ -39,12 +39,13 @@
  * sums; about 0.75 MB), allocated on the thread's first call and freed at
  * its exit, as cpu_gemm_own.c does; if it cannot be allocated the portable
  * path runs (same bits, slower). */
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_gemm_own_fma.h"
+#include "cpu_gemm_rule.h"
+#include "cpu_thread_scratch.h"
 #include "td_platform.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -68,43 +69,22 @@ typedef struct fma_scratch {
     float acc[MC * NC];
 } fma_scratch;
 
-static td_thread_slot scratch_slot;
-static td_once scratch_once = TD_ONCE_INITIALIZER;
-static bool scratch_slot_ok;
-
-static void make_scratch_slot(void)
-{
-    scratch_slot_ok = td_thread_slot_create(&scratch_slot) == 0;
-}
-
-/* This thread's scratch, allocated on its first call; NULL if that failed.
- * Aligned to a cache line by hand (the slot frees what malloc gave, on
- * every system): a 64-byte load of a packed panel then never straddles
- * two lines. */
+/* This thread's scratch (cpu_thread_scratch.h: allocated on its first call,
+ * aligned to a cache line); NULL if that failed. */
 static fma_scratch *thread_scratch(void)
 {
-    td_once_run(&scratch_once, make_scratch_slot);
-    if (!scratch_slot_ok)
-        return NULL;
-    void *block = td_thread_slot_get(&scratch_slot);
-    if (!block) {
-        block = malloc(sizeof(fma_scratch) + 64);
-        if (block && td_thread_slot_set(&scratch_slot, block) != 0) {
-            free(block);
-            block = NULL;
-        }
-    }
-    return block ? (fma_scratch *)(((uintptr_t)block + 63) & ~(uintptr_t)63) : NULL;
+    return td_cpu_thread_scratch(TD_SCRATCH_OWN_FMA, sizeof(fma_scratch));
 }
 
-#ifdef _WIN32
-/* a*b + c rounded once, without the C library: mingw-w64's fmaf is not a
- * fused multiply-add (under wine it disagreed with the FMA instruction on
- * a quarter of random operands, where glibc's never does). The product of
- * two floats is exact in a double (48 bits); their sum with c is rounded to
- * odd in double (a round-to-nearest sum, its exact error by TwoSum, and
- * the last bit set when that error is nonzero), and a double rounded to
- * odd with 53 >= 24 + 2 bits rounds to the correctly rounded float. */
+/* a*b + c rounded once, for the portable path, without the C library's
+ * fmaf: mingw-w64's is not a fused multiply-add (under wine it disagreed
+ * with the FMA instruction on a quarter of random operands, where glibc's
+ * never does), and one definition on every system trusts no library. The
+ * product of two floats is exact in a double (48 bits); its sum with c is
+ * rounded to odd in double (the round-to-nearest sum, its exact error by
+ * TwoSum, and the last bit set when that error is nonzero), and a double
+ * rounded to odd, with 53 >= 24 + 2 bits, rounds to the correctly rounded
+ * float. */
 static float fused_multiply_add(float a, float b, float c)
 {
     const double p = (double)a * (double)b, q = (double)c;
@@ -121,24 +101,6 @@ static float fused_multiply_add(float a, float b, float c)
     memcpy(&odd, &bits, sizeof odd);
     return (float)odd;
 }
-#else
-#define fused_multiply_add fmaf
-#endif
-
-static inline float op_a(const td_gemm_params *g, const float *a, int64_t i, int64_t p)
-{
-    return g->trans_a ? a[p * g->lda + i] : a[i * g->lda + p];
-}
-
-static inline float op_b(const td_gemm_params *g, const float *b, int64_t p, int64_t j)
-{
-    return g->trans_b ? b[j * g->ldb + p] : b[p * g->ldb + j];
-}
-
-static inline float finish(const td_gemm_params *g, float acc, const float *c)
-{
-    return g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
-}
 
 /* The rule, one element at a time: the portable path, and the reference
  * every other path must match bitwise. */
@@ -148,9 +110,9 @@ static void gemm_portable(const td_gemm_params *g, float *c, const float *a, con
         for (int64_t j = 0; j < g->n; j++) {
             float acc = 0.0f;
             for (int64_t p = 0; p < g->k; p++)
-                acc = fused_multiply_add(op_a(g, a, i, p), op_b(g, b, p, j), acc);
+                acc = fused_multiply_add(td_gemm_op_a(g, a, i, p), td_gemm_op_b(g, b, p, j), acc);
             float *cij = &c[i * g->ldc + j];
-            *cij = finish(g, acc, cij);
+            *cij = td_gemm_finish(g, acc, cij);
         }
 }
 
@@ -352,7 +314,7 @@ static void pack_a_edge(const td_gemm_params *g, const float *a, int64_t i0, int
     }
     for (int64_t p = 0; p < kc; p++, dst += mr) {
         for (int64_t r = 0; r < rows; r++)
-            dst[r] = op_a(g, a, i0 + r, p0 + p);
+            dst[r] = td_gemm_op_a(g, a, i0 + r, p0 + p);
         for (int64_t r = rows; r < mr; r++)
             dst[r] = 0.0f;
     }
@@ -414,7 +376,7 @@ static void gemm_blocked(const td_gemm_params *g, float *c, const float *a, cons
                             const int64_t rows = mc - ir < mr ? mc - ir : mr;
                             for (int64_t r = 0; r < rows; r++)
                                 for (int64_t q = 0; q < cols; q++)
-                                    ct[r * g->ldc + q] = finish(g, sums[r * nr + q], &ct[r * g->ldc + q]);
+                                    ct[r * g->ldc + q] = td_gemm_finish(g, sums[r * nr + q], &ct[r * g->ldc + q]);
                         }
                     }
                 }
