@@ -293,3 +293,33 @@ void test_truncate_file(const char *path, size_t size)
     cr_assert_eq(fclose(f), 0);
     free(head);
 }
+
+float *test_read_trained(td_context *ctx, td_graph *g, td_trainer *t, uint32_t n, const td_node *params,
+                         uint32_t device, size_t *count)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t rank;
+        int64_t dims[TD_MAX_RANK];
+        TEST_OK(ctx, td_graph_shape(g, params[i], &rank, dims));
+        int64_t elements = 1;
+        for (uint32_t d = 0; d < rank; d++)
+            elements *= dims[d];
+        total += (size_t)elements;
+    }
+    float *values = malloc((total ? total : 1) * sizeof *values);
+    cr_assert(values);
+    size_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t rank;
+        int64_t dims[TD_MAX_RANK];
+        TEST_OK(ctx, td_graph_shape(g, params[i], &rank, dims));
+        td_tensor *v = test_tensor(ctx, TD_F32, rank, dims);
+        TEST_OK(ctx, td_trainer_read_param(t, params[i], device, v));
+        memcpy(values + at, test_f32(v), test_count(v) * sizeof(float));
+        at += test_count(v);
+        td_tensor_destroy(v);
+    }
+    *count = total;
+    return values;
+}

@@ -124,4 +124,10 @@ td_program *test_compile(td_context *ctx, td_graph *g, td_mesh *mesh, uint32_t n
 /* Reads output `index` of `device` into a new tensor of its per-device shape. */
 td_tensor *test_read_output(td_context *ctx, td_program *p, uint32_t index, uint32_t device);
 
+/* The n parameters as `device` holds them in trainer t, one after another
+ * in one malloc'd array (the caller frees it); *count: its floats. For the
+ * tests that compare whole trained models bitwise. */
+float *test_read_trained(td_context *ctx, td_graph *g, td_trainer *t, uint32_t n, const td_node *params,
+                         uint32_t device, size_t *count);
+
 #endif

@@ -343,24 +343,7 @@ static void train_mlp(const char *spec, int64_t B, bool deterministic, uint32_t 
         test_i32(lb)[i] = (int32_t)(test_rng_next(&rng) % 10);
     for (int step = 0; step < MLP_STEPS; step++)
         TEST_OK(ctx, td_trainer_step(t, 3, b, &out->losses[step]));
-    out->n_values = 0;
-    td_tensor *values[16];
-    for (uint32_t i = 0; i < n_params; i++) {
-        uint32_t rank;
-        int64_t dims[TD_MAX_RANK];
-        TEST_OK(ctx, td_graph_shape(g, params[i], &rank, dims));
-        values[i] = test_tensor(ctx, TD_F32, rank, dims);
-        TEST_OK(ctx, td_trainer_read_param(t, params[i], 0, values[i]));
-        out->n_values += test_count(values[i]);
-    }
-    out->params = malloc(out->n_values * sizeof(float));
-    cr_assert(out->params);
-    size_t at = 0;
-    for (uint32_t i = 0; i < n_params; i++) {
-        memcpy(out->params + at, test_f32(values[i]), test_count(values[i]) * sizeof(float));
-        at += test_count(values[i]);
-        td_tensor_destroy(values[i]);
-    }
+    out->params = test_read_trained(ctx, g, t, n_params, params, 0, &out->n_values);
     td_tensor_destroy(im);
     td_tensor_destroy(lb);
     td_tensor_destroy(mk);
