@@ -470,9 +470,11 @@ typedef struct shared_run {
 
 /* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
  * by the epilogue calls calls[1..epilogue] over the same rows while the
- * block is in cache. Blocks start at multiples of TD_CPU_GEMM_TILE_ROWS
- * from C's first row (parts do) and the last takes the remainder: the
- * GEMM's bits are the whole call's (cpu_gemm.c). */
+ * block is in cache. Blocks start at multiples of the chain's granule
+ * (td_cpu_epilogue_granule: the engine's part rows, and whole bands of
+ * windows for a final pooling) from C's first row, as parts do, and the
+ * last takes the remainder: the GEMM's bits are the whole call's
+ * (cpu_gemm.c). */
 static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *part,
                                    const td_kernel_call *calls, size_t epilogue, int64_t granule)
 {
@@ -495,31 +497,6 @@ static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engin
         }
     }
     return true;
-}
-
-/* The rows a GEMM chain's parts and blocks start at multiples of. On
- * CBLAS, td_cpu_epilogue_granule's (whole 192-row tiles, and whole bands
- * of windows for a final pooling). The own GEMMs' bits depend on no split
- * of the rows, so there the tile is 12 rows (every MR divides it), with
- * the same bands: a 128-row layer with its bias and activation then runs
- * on two cores, not one. */
-static int64_t epilogue_granule(td_cpu_gemm_engine engine, const td_kernel_call *chain, size_t length)
-{
-    if (engine == TD_CPU_GEMM_CBLAS)
-        return td_cpu_epilogue_granule(chain, length);
-    int64_t granule = 12;
-    if (chain[length].kernel == TD_KERNEL_POOL) {
-        const td_conv_params *g = &chain[length].p.pool.geo;
-        const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */
-        int64_t a = granule, b = band;
-        while (b) {
-            const int64_t t = a % b;
-            a = b;
-            b = t;
-        }
-        granule = granule / a * band;
-    }
-    return granule;
 }
 
 static void run_task(void *arg, int64_t task)
@@ -566,7 +543,8 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         if (seg->epilogue[i]) {
             /* A GEMM and its epilogue: its parts (or the whole) in blocks,
              * at multiples of the chain's granule. */
-            const int64_t granule = epilogue_granule(seg->gemm_engine, c, seg->epilogue[i]);
+            const int64_t granule =
+                td_cpu_epilogue_granule(c, seg->epilogue[i], td_cpu_gemm_part_rows(seg->gemm_engine));
             int64_t parts = team > 1 ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size) : 1;
             if (parts > (c->p.gemm.m + granule - 1) / granule)
                 parts = (c->p.gemm.m + granule - 1) / granule;

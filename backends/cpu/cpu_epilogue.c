@@ -226,9 +226,9 @@ static int64_t gcd(int64_t a, int64_t b)
     return a;
 }
 
-int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length)
+int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length, int64_t gemm_rows)
 {
-    int64_t granule = TD_CPU_GEMM_TILE_ROWS;
+    int64_t granule = gemm_rows;
     if (length && chain[length].kernel == TD_KERNEL_POOL) {
         const td_conv_params *g = &chain[length].p.pool.geo;
         const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */

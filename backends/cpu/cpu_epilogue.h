@@ -30,9 +30,10 @@
 size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t i);
 
 /* The rows of C that parts and blocks of GEMM chain[0] with its `length`
- * epilogue calls start at multiples of: TD_CPU_GEMM_TILE_ROWS, times what
- * a final pooling needs to find whole bands of windows in a block. */
-int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length);
+ * epilogue calls start at multiples of: the GEMM engine's part rows
+ * (td_cpu_gemm_part_rows), times what a final pooling needs to find whole
+ * bands of windows in a block. */
+int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length, int64_t gemm_rows);
 
 /* *sub = part `part` of `parts` of GEMM chain[0]: rows [granule *
  * floor(part * whole / parts), the next part's start), whole = ceil(m /

@@ -114,6 +114,11 @@ const char *td_cpu_gemm_engine_name(td_cpu_gemm_engine engine)
  * part (cpu_split.c's for GEMMs: about 20 us on one current core). */
 #define OWN_PART_ROWS 12
 #define OWN_PART_MIN_MACS 1048576.0
+int64_t td_cpu_gemm_part_rows(td_cpu_gemm_engine engine)
+{
+    return engine == TD_CPU_GEMM_CBLAS ? TD_CPU_GEMM_TILE_ROWS : OWN_PART_ROWS;
+}
+
 /* Column parts: whole 32-column panels, the AVX-512 micro-tile's width.
  * Narrower parts cost nearly as much as the whole call: the 12 x 16
  * kernel broadcasts as many values of A per step of k for half the

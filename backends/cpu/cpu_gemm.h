@@ -54,6 +54,12 @@ int64_t td_cpu_gemm_split_parts(const td_kernel_call *c, td_cpu_gemm_engine engi
 void td_cpu_gemm_split_part(const td_kernel_call *c, td_cpu_gemm_engine engine, int64_t parts, int64_t part,
                             td_kernel_call *sub);
 
+/* The rows of C that the host pool's parts of a GEMM on `engine` start at
+ * multiples of: whole 192-row tiles on CBLAS (the rule under which a part
+ * is bitwise the single call), 12-row micro-panels on the own GEMMs (every
+ * MR divides 12; their bits depend on no split of the rows). */
+int64_t td_cpu_gemm_part_rows(td_cpu_gemm_engine engine);
+
 /* One tile of rows of a GEMM: C = alpha op(A) op(B) + beta C for the
  * tile's g->m rows, a and c already at the tile's first row. */
 typedef void (*td_cpu_gemm_tile_fn)(const void *user, const td_gemm_params *g, float *c, const float *a,

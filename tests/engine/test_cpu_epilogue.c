@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu_epilogue.h"
+#include "cpu_gemm.h"
 #include "engine_test_util.h"
 #include "td_backend.h"
 #include "td_host_pool.h"
@@ -310,8 +311,8 @@ Test(cpu_epilogue, chain_rules)
     calls[2] = p2;
     calls[3] = ew_call(TD_EW_RELU, c, c, none, img.m, 8, false);
     cr_assert_eq(td_cpu_epilogue_length(calls, 4, 0), 2, "ReLU, then a 2x2 / 2 pool ends the chain");
-    cr_assert_eq(td_cpu_epilogue_granule(calls, 2), 960, "granule: 192 rows and bands of 20 pixels");
-    cr_assert_eq(td_cpu_epilogue_granule(calls, 1), 192, "granule without a pool");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 2, TD_CPU_GEMM_TILE_ROWS), 960, "granule: 192 rows and bands of 20 pixels");
+    cr_assert_eq(td_cpu_epilogue_granule(calls, 1, TD_CPU_GEMM_TILE_ROWS), 192, "granule without a pool");
     td_kernel_call p_bad = p2;
     p_bad.p.pool.geo.stride_w = 1; /* overlapping windows */
     p_bad.p.pool.geo.ow = 9;
