@@ -695,20 +695,15 @@ static td_status check_rank(td_ring *ring, uint32_t rank)
     return TD_OK;
 }
 
-static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                           uint64_t out_offset, size_t count, td_ring_partial_fn partial, td_ring_total_fn total,
-                           td_ring_finalize_fn finalize, void *user, int consume)
+/* The all-reduce op over `count` elements, whole or (windowed) later. */
+static ring_op allreduce_op(const td_ring *ring, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                            uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user, int consume)
 {
-    td_status s = check_rank(ring, rank);
-    if (s != TD_OK)
-        return s;
-    ring_op op = {
+    return (ring_op){
         .kind = OP_ALLREDUCE,
         .count = count,
         .shift = 1,
         .finalize = finalize,
-        .partial = partial,
-        .total = total,
         .user = user,
         .consume_input = consume,
         .in = in,
@@ -717,6 +712,18 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
         .out_offset = out_offset,
         .slices = slices_for((count + ring->n - 1) / ring->n), /* the largest chunk */
     };
+}
+
+static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
+                           uint64_t out_offset, size_t count, td_ring_partial_fn partial, td_ring_total_fn total,
+                           td_ring_finalize_fn finalize, void *user, int consume)
+{
+    td_status s = check_rank(ring, rank);
+    if (s != TD_OK)
+        return s;
+    ring_op op = allreduce_op(ring, in, in_offset, out, out_offset, count, finalize, user, consume);
+    op.partial = partial;
+    op.total = total;
     if (td_ring_direct(ring))
         return td_ring_allreduce_direct(ring, rank, &op);
     return run_mapped(ring, rank, &op);
@@ -766,22 +773,10 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
                             "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
                             rank, win_lo, win_hi, count);
-    ring_op op = {
-        .kind = OP_ALLREDUCE,
-        .count = count,
-        .shift = 1,
-        .finalize = finalize,
-        .user = user,
-        .consume_input = 1,
-        .in = in,
-        .out = out,
-        .in_offset = in_offset,
-        .out_offset = out_offset,
-        .slices = slices_for((count + ring->n - 1) / ring->n),
-        .windowed = true,
-        .win_lo = win_lo,
-        .win_hi = win_hi,
-    };
+    ring_op op = allreduce_op(ring, in, in_offset, out, out_offset, count, finalize, user, 1);
+    op.windowed = true;
+    op.win_lo = win_lo;
+    op.win_hi = win_hi;
     return td_ring_allreduce_direct(ring, rank, &op);
 }
 
