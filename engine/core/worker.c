@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "td_context_state.h"
+#include "td_host_pool.h"
 #include "td_mesh_internal.h"
 #include "td_platform.h"
 
@@ -23,6 +25,7 @@ struct td_worker {
     bool started;
     bool busy; /* inside the current job (under the pool's lock) */
     uint32_t position;
+    uint64_t last_gap_ns; /* from its last job's end to the next post (the worker's own) */
     td_worker_pool *pool;
 };
 
@@ -32,8 +35,10 @@ struct td_worker_pool {
     td_cond job_posted;
     td_cond job_done;
     td_cond released; /* a device was fenced off, or the pool is stopping */
-    uint64_t generation; /* bumped once per job */
-    uint32_t pending;    /* workers still running the current job */
+    uint64_t generation; /* bumped once per job; written under the lock, read lock-free by spinning workers */
+    uint32_t pending;    /* workers still running the current job; likewise read by a spinning caller */
+    uint64_t spin_ns;    /* how long a wait watches before it sleeps; 0: sleep at once */
+    uint64_t last_job_ns; /* the last job's time, post to done (the caller's) */
     td_job_fn fn;
     void *arg;
     td_status first_failure;
@@ -117,16 +122,94 @@ static void cancel_device(td_mesh_device *md)
         md->ops->cancel(md->dev);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+/* Watches *word until it differs from `value` or `ns` pass; whether it
+ * did. 64 pauses between clock reads, and the core is offered to any
+ * other ready thread each round (td_platform_yield): with another
+ * process busy on the machine, a spin that kept its core would keep the
+ * very thread it waits for off it. */
+static bool spin_while_u64(const uint64_t *word, uint64_t value, uint64_t ns)
+{
+    const uint64_t until = td_platform_now_ns() + ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value)
+                return true;
+            cpu_relax();
+        }
+        if (td_platform_now_ns() >= until)
+            return false;
+        td_platform_yield();
+    }
+}
+
+/* Likewise until *word is zero. */
+static bool spin_until_zero_u32(const uint32_t *word, uint64_t ns)
+{
+    const uint64_t until = td_platform_now_ns() + ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == 0)
+                return true;
+            cpu_relax();
+        }
+        if (td_platform_now_ns() >= until)
+            return false;
+        td_platform_yield();
+    }
+}
+
+/* How long a worker watches for its next job, and the caller for a job's
+ * end, before sleeping: 50 us when the workers and the caller each have a
+ * core of their own (devices < the context's CPU threads: cpu:1 on 2
+ * cores), else 0, as spinning would take a core a device needs (cpu:2 on
+ * 2 cores, cpu:8). TD_WORKER_SPIN_US overrides it (0 turns it off; for
+ * measurements). */
+static uint64_t worker_spin_ns(const td_mesh *mesh)
+{
+    const char *env = getenv("TD_WORKER_SPIN_US");
+    if (env && *env) {
+        char *end;
+        const unsigned long long us = strtoull(env, &end, 10);
+        if (*end == '\0' && us <= 1000000ull)
+            return us * 1000ull;
+        td_log(mesh->ctx, TD_LOG_WARN, "TD_WORKER_SPIN_US='%s' is not a count of microseconds up to 1000000; ignored",
+               env);
+    }
+    const uint32_t threads = td_host_pool_default_threads(mesh->ctx->options.cpu_threads);
+    return mesh->count < threads ? 50000u : 0u;
+}
+
 static void worker_main(void *p)
 {
     td_worker *w = p;
     td_worker_pool *pool = w->pool;
     current_position = (int)w->position;
     uint64_t seen = 0;
+    uint64_t done_at = 0;
     td_mutex_lock(&pool->lock);
     for (;;) {
+        /* Small steps come back to back: a worker whose last wait for a
+         * job was short watches for the next one a while before it sleeps
+         * (a sleep and its wake-up cost tens of microseconds, more than a
+         * small step's work). */
+        if (pool->spin_ns && !pool->stopping && pool->generation == seen && w->last_gap_ns <= pool->spin_ns) {
+            td_mutex_unlock(&pool->lock);
+            spin_while_u64(&pool->generation, seen, pool->spin_ns);
+            td_mutex_lock(&pool->lock);
+        }
         while (!pool->stopping && pool->generation == seen)
             td_cond_wait(&pool->job_posted, &pool->lock);
+        if (done_at)
+            w->last_gap_ns = td_platform_now_ns() - done_at;
         if (pool->stopping)
             break;
         seen = pool->generation;
@@ -142,8 +225,9 @@ static void worker_main(void *p)
         w->busy = false;
         if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
             pool->first_failure = s;
-        if (--pool->pending == 0)
+        if (__atomic_sub_fetch(&pool->pending, 1u, __ATOMIC_RELEASE) == 0)
             td_cond_broadcast(&pool->job_done);
+        done_at = td_platform_now_ns();
     }
     td_mutex_unlock(&pool->lock);
 }
@@ -168,6 +252,7 @@ td_status td_worker_pool_create(td_mesh *mesh)
     }
     td_once_run(&exit_wait_once, register_exit_wait);
     raise_exit_wait(join_bound_ms(mesh));
+    pool->spin_ns = worker_spin_ns(mesh);
     mesh->pool = pool;
     for (uint32_t i = 0; i < mesh->count; i++) {
         td_worker *w = &pool->workers[i];
@@ -322,8 +407,17 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     pool->pending = mesh->count;
     for (uint32_t i = 0; i < mesh->count; i++)
         pool->workers[i].busy = true;
-    pool->generation++;
+    __atomic_store_n(&pool->generation, pool->generation + 1, __ATOMIC_RELEASE);
     td_cond_broadcast(&pool->job_posted);
+    const uint64_t posted_at = td_platform_now_ns();
+
+    /* A short job is watched for rather than slept on when the last one
+     * was short too (the caller's core is otherwise idle; see spin_ns). */
+    if (pool->spin_ns && pool->last_job_ns <= pool->spin_ns) {
+        td_mutex_unlock(&pool->lock);
+        spin_until_zero_u32(&pool->pending, pool->spin_ns);
+        td_mutex_lock(&pool->lock);
+    }
 
     /* Every wait inside a job is bounded by the context timeout (a
      * collective's wait for a peer by twice it); a job makes a handful of
@@ -340,6 +434,7 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
         }
         idle = wait_idle(pool, timeout_ms);
     }
+    pool->last_job_ns = td_platform_now_ns() - posted_at;
     td_status result = pool->first_failure;
     uint32_t stuck = pool->pending;
     if (!idle) {
