@@ -170,9 +170,10 @@ static bool spin_until_zero_u32(const uint32_t *word, uint64_t ns)
 /* How long a worker watches for its next job, and the caller for a job's
  * end, before sleeping: 50 us when the workers and the caller each have a
  * core of their own (devices < the context's CPU threads: cpu:1 on 2
- * cores), else 0, as spinning would take a core a device needs (cpu:2 on
- * 2 cores, cpu:8). TD_WORKER_SPIN_US overrides it (0 turns it off; for
- * measurements). */
+ * cores), else 0: there a spinning worker takes turns from the caller or
+ * from a worker still in its job (the collectives' waits, which know
+ * whether their last wait was short, spin there instead: ring.c).
+ * TD_WORKER_SPIN_US overrides it (0 turns it off; for measurements). */
 static uint64_t worker_spin_ns(const td_mesh *mesh)
 {
     const char *env = getenv("TD_WORKER_SPIN_US");

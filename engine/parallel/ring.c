@@ -67,7 +67,16 @@ static td_status ring_create(td_mesh *mesh, td_ring **out)
     ring->ranks = ranks;
     atomic_init(&ring->abort_status, TD_OK);
     long cores = (long)td_platform_cpu_count();
-    ring->spin_iterations = cores > 0 && mesh->count <= (uint32_t)cores ? 4000 : 0;
+    /* With a core per rank, a peer a few microseconds behind is cheaper to
+     * spin on than to sleep on. With more ranks than cores, a rank that
+     * arrives first yields its core to the ranks still computing on it
+     * and is back, awake, when they arrive: a sched_yield costs about a
+     * microsecond, a sleep and its wake-up tens (linreg on cpu:8 on 2
+     * cores: 170 -> 100 us a step). */
+    const bool own_cores = cores > 0 && mesh->count <= (uint32_t)cores;
+    ring->spin_iterations = 4000;
+    ring->yield_every = own_cores ? 256 : 16;
+    ring->outnumbered = !own_cores;
     ring->global_n = mesh->count;
     ring->n_procs = 1;
     td_mutex_init(&ring->host_lock);
@@ -226,22 +235,26 @@ static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t
 {
     ring_rank *p = &ring->ranks[peer];
     td_context *ctx = ring->mesh->ctx;
-    /* A peer a few microseconds behind is cheaper to spin on than to sleep
-     * on: a futex wake costs more than a slice hand-off should. Only when
-     * every rank has a core of its own, else spinning steals the core of
-     * the very rank being waited for. */
-    for (uint32_t i = 0; i < ring->spin_iterations; i++) {
-        if (__atomic_load_n(&p->progress, __ATOMIC_ACQUIRE) >= target)
+    /* Spin first (ring->spin_iterations says why), offering the core now
+     * and then: another process, or another rank, may need it to reach
+     * what this one waits for (without, cpu:2 took 225-235 us a linreg
+     * step with one core busy elsewhere: the spin held the core the peer
+     * needed until it gave up). */
+    const uint64_t wait_begin = td_platform_now_ns(), spin_end = wait_begin + RING_SPIN_LIMIT_NS;
+    const uint32_t spins = td_ring_spins(ring, me);
+    for (uint32_t i = 0; i < spins; i++) {
+        if (__atomic_load_n(&p->progress, __ATOMIC_ACQUIRE) >= target) {
+            td_ring_note_wait(ring, me, wait_begin);
             return TD_OK;
+        }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-        /* Another process on the machine may hold the core the rank
-         * waited for needs: offer this one now and then, else the spin
-         * holds it for nothing until it gives up (measured: 100-250 us a
-         * step on cpu:2 with one core busy elsewhere). */
-        if (i % 256 == 255)
+        if (i % ring->yield_every == ring->yield_every - 1) {
+            if (td_platform_now_ns() >= spin_end)
+                break;
             td_platform_yield();
+        }
     }
     const uint64_t deadline = td_platform_deadline_after_ms(timeout_ms);
     td_mutex_lock(&p->lock);
@@ -265,7 +278,29 @@ static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t
         }
     }
     td_mutex_unlock(&p->lock);
+    td_ring_note_wait(ring, me, wait_begin);
     return TD_OK;
+}
+
+uint32_t td_ring_spins(const td_ring *ring, uint32_t me)
+{
+    /* Outnumbered, a rank that waited long lately (a peer still in a
+     * big step's compute) would only take turns from the ranks computing:
+     * it sleeps at once, as before spinning was tried there. */
+    if (ring->outnumbered && ring->ranks[me].recent_wait_ns > RING_SPIN_LIMIT_NS)
+        return 0;
+    return ring->spin_iterations;
+}
+
+void td_ring_note_wait(td_ring *ring, uint32_t me, uint64_t since)
+{
+    /* One op makes several waits, the long one (for the late peer) first:
+     * a short one after it must not undo it at once, or every op's first
+     * wait would spin. Halving the gap forgets a long wait within a few
+     * ops of short ones. */
+    const uint64_t wait = td_platform_now_ns() - since;
+    uint64_t *recent = &ring->ranks[me].recent_wait_ns;
+    *recent = wait >= *recent ? wait : wait + (*recent - wait) / 2;
 }
 
 /* Twice the device timeout: a device that stalls reports its own timeout

@@ -323,18 +323,22 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
 {
     ring_direct *d = &ring->direct;
     td_context *ctx = ring->mesh->ctx;
-    for (uint32_t i = 0; i < ring->spin_iterations; i++) {
-        if (atomic_load_explicit(&d->released, memory_order_acquire) >= target)
+    /* As the ring's waits (ring.c). */
+    const uint64_t wait_begin = td_platform_now_ns(), spin_end = wait_begin + RING_SPIN_LIMIT_NS;
+    const uint32_t spins = td_ring_spins(ring, r);
+    for (uint32_t i = 0; i < spins; i++) {
+        if (atomic_load_explicit(&d->released, memory_order_acquire) >= target) {
+            td_ring_note_wait(ring, r, wait_begin);
             return TD_OK;
+        }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-        /* Another process on the machine may hold the core the rank
-         * waited for needs: offer this one now and then, else the spin
-         * holds it for nothing until it gives up (measured: 100-250 us a
-         * step on cpu:2 with one core busy elsewhere). */
-        if (i % 256 == 255)
+        if (i % ring->yield_every == ring->yield_every - 1) {
+            if (td_platform_now_ns() >= spin_end)
+                break;
             td_platform_yield();
+        }
     }
     const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);
     uint64_t deadline = td_platform_deadline_after_ms(wait_ms);
@@ -364,6 +368,7 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
         return TD_ERR_TIMEOUT;
     }
     td_mutex_unlock(&d->lock);
+    td_ring_note_wait(ring, r, wait_begin);
     return TD_OK;
 }
 

@@ -28,6 +28,7 @@ typedef struct ring_rank {
     uint64_t *tickets;
     size_t ticket_capacity;
     uint64_t direct_tasks; /* tasks of the direct all-reduce's phases this rank has run through */
+    uint64_t recent_wait_ns; /* its waits for peers, spun or slept: a longer one sets it, a shorter one halves the gap (td_ring_note_wait) */
 } ring_rank;
 
 /* The direct all-reduce (ring_direct.c): when every rank is a CPU device
@@ -55,7 +56,15 @@ struct td_ring {
     uint32_t n;
     ring_rank *ranks;
     atomic_int abort_status;
-    uint32_t spin_iterations; /* 0 when ranks outnumber the cores */
+    /* How a rank waiting for another spins before it sleeps: up to
+     * spin_iterations pauses and RING_SPIN_LIMIT_NS, offering its core to
+     * another ready thread every yield_every pauses (often when ranks
+     * outnumber the cores: the rank waited for may be the one that needs
+     * it). Outnumbered, a rank spins only when its recent waits were
+     * short (td_ring_spins). */
+    uint32_t spin_iterations;
+    uint32_t yield_every;
+    bool outnumbered; /* more ranks than cores */
     /* The job's other processes (ring_procs.c); procs NULL in one process.
      * The global mesh is process 0's devices, then process 1's, ... */
     td_procs *procs;
@@ -110,6 +119,10 @@ static inline uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
 /* Ring internals the part between processes uses (ring.c). */
 void td_ring_publish(ring_rank *rr, uint64_t value);
 td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms);
+/* Pauses rank `me` may spin on before it sleeps in its next wait (td_ring's spin fields). */
+uint32_t td_ring_spins(const td_ring *ring, uint32_t me);
+/* Rank `me` waited `since` (td_platform_now_ns) until now. */
+void td_ring_note_wait(td_ring *ring, uint32_t me, uint64_t since);
 td_status td_ring_fail(td_ring *ring, uint32_t rank, td_status status);
 
 /* Copies n floats; with `stream`, past the caches (for ops far larger
@@ -119,6 +132,7 @@ void td_ring_copy_slice(float *restrict dst, const float *restrict src, size_t n
 void td_ring_slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, size_t *lo, size_t *hi);
 /* Ops of at least this many bytes stream their copies (td_ring_copy_slice). */
 #define STREAM_THRESHOLD_BYTES ((size_t)16 << 20)
+#define RING_SPIN_LIMIT_NS 100000u /* 0.1 ms */
 
 /* The direct all-reduce (ring_direct.c). init decides whether the ring
  * can take it (after the processes are known); the rest are the ring's

@@ -16,14 +16,16 @@
 
 #include "engine_test_util.h"
 #include "td_mesh_internal.h"
+#include "td_platform.h"
 #include "td_ring.h"
+#include "td_ring_state.h"
 
 #define MAX_RANKS 16
 #define IN_OFFSET 3  /* elements: collectives must honour offsets */
 #define OUT_OFFSET 5
 
 typedef enum { KIND_ALLREDUCE, KIND_ALLREDUCE_TOTAL, KIND_ALL_GATHER, KIND_BROADCAST } collective_kind;
-typedef enum { RANK_NORMAL, RANK_ABORTS, RANK_NEVER_ARRIVES } rank_behaviour;
+typedef enum { RANK_NORMAL, RANK_ABORTS, RANK_NEVER_ARRIVES, RANK_LATE } rank_behaviour;
 
 typedef struct scale_finalize {
     td_ring *ring;
@@ -173,6 +175,8 @@ static td_status rank_job(void *arg, uint32_t r)
         td_ring_abort(ring, TD_ERR_BACKEND);
         s = TD_ERR_BACKEND;
     } else if (s == TD_OK && !(r == job->odd_rank && job->behaviour == RANK_NEVER_ARRIVES)) {
+        if (r == job->odd_rank && job->behaviour == RANK_LATE)
+            nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL); /* 20 ms: far past any spin */
         double start = now_seconds();
         switch (job->kind) {
         case KIND_ALLREDUCE:
@@ -760,4 +764,45 @@ Test(ring_devices, abort_on_test_devices)
     check_allreduce(ctx, mesh, 1009, false, 1.0f);
     job_free(&job);
     td_context_destroy(ctx);
+}
+
+/* A rank that waited long for a late peer (a big step's compute) sleeps at
+ * once in its next wait when ranks outnumber the cores (spinning would
+ * take turns from the ranks still computing); with a core per rank the
+ * spin stays, the peer being on a core of its own. */
+static void check_spins_after_a_late_rank(uint32_t n, bool outnumbered)
+{
+    td_context *ctx = threads_context(0);
+    char spec[16];
+    snprintf(spec, sizeof spec, "cpu:%u", n);
+    td_mesh *mesh = test_mesh(ctx, spec);
+    td_ring *ring = mesh_ring(mesh);
+    for (uint32_t r = 0; r < n; r++)
+        cr_assert_gt(td_ring_spins(ring, r), 0, "rank %u spins before any wait", r);
+    ring_job job;
+    job_init(&job, mesh, KIND_ALLREDUCE, 1, 7);
+    job.odd_rank = n - 1;
+    job.behaviour = RANK_LATE;
+    run_ok(ctx, &job);
+    for (uint32_t r = 0; r + 1 < n; r++)
+        cr_assert_eq(td_ring_spins(ring, r) == 0, outnumbered, "cpu:%u on %u cores, rank %u after a 20 ms wait: %u spins",
+                     n, td_platform_cpu_count(), r, td_ring_spins(ring, r));
+    job_free(&job);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
+}
+
+Test(ring, an_outnumbered_rank_that_waited_long_sleeps_at_once_next_time)
+{
+    const uint32_t n = td_platform_cpu_count() + 1;
+    if (n > MAX_RANKS)
+        cr_skip_test("%u cores: a mesh outnumbering them exceeds the test's %u ranks", n - 1, MAX_RANKS);
+    check_spins_after_a_late_rank(n, true);
+}
+
+Test(ring, a_rank_with_a_core_of_its_own_keeps_spinning_after_a_long_wait)
+{
+    if (td_platform_cpu_count() < 2)
+        cr_skip_test("one core: two ranks outnumber it");
+    check_spins_after_a_late_rank(2, false);
 }
