@@ -7,7 +7,7 @@
  * (the default turns it on only with fewer devices than cores) and off,
  * so both paths are covered on any machine. */
 #include <criterion/criterion.h>
-#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "engine_test_util.h"
