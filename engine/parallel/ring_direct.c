@@ -421,6 +421,24 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
         in = out;
     }
 
+    /* One device, a small op: nobody else reads or waits, so no meeting
+     * (claims, publishing, the phase's release) -- the same tasks in the
+     * same order as the one stream would run them, so the same bits.
+     * Large ops keep the general path, which lends them the pool's
+     * helpers. */
+    if (n == 1 && !across && !deferred && op->count < DIRECT_TEAM_MIN_FLOATS) {
+        me->work = in;
+        me->gather = out;
+        direct_job alone = {.ring = ring, .op = op, .rank = r, .phase = 1};
+        atomic_init(&alone.bytes, 0);
+        for (uint32_t k = 0; k < (uint32_t)op->slices; k++)
+            run_task(&alone, 0, k);
+        if (tr)
+            td_trace_span(tr, td_trace_device_track(tr, md), "collective", "all-reduce", NULL, begin, td_trace_now(),
+                          op->count * sizeof(float));
+        return TD_OK;
+    }
+
     const uint32_t op_number = ++me->op;
     const uint64_t base = (uint64_t)op_number << 32;
     td_mutex_lock(&me->lock);
