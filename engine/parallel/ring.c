@@ -72,10 +72,14 @@ static td_status ring_create(td_mesh *mesh, td_ring **out)
      * arrives first yields its core to the ranks still computing on it
      * and is back, awake, when they arrive: a sched_yield costs about a
      * microsecond, a sleep and its wake-up tens (linreg on cpu:8 on 2
-     * cores: 170 -> 100 us a step). */
+     * cores: 170 -> 100 us a step). A yield every 8 pauses: on a machine
+     * busy with other work, ranks with a core each in principle often
+     * share one, and the sooner the spinner gives it up the sooner the
+     * peer arrives (linreg, load 6: cpu:2 40 us a step yielding every 256
+     * pauses, 28 every 8; cpu:4 55 / 52, cpu:8 105 / 97 every 16 / 8). */
     const bool own_cores = cores > 0 && mesh->count <= (uint32_t)cores;
     ring->spin_iterations = 4000;
-    ring->yield_every = own_cores ? 256 : 16;
+    ring->yield_every = 8;
     ring->outnumbered = !own_cores;
     ring->global_n = mesh->count;
     ring->n_procs = 1;

@@ -58,9 +58,9 @@ struct td_ring {
     atomic_int abort_status;
     /* How a rank waiting for another spins before it sleeps: up to
      * spin_iterations pauses and RING_SPIN_LIMIT_NS, offering its core to
-     * another ready thread every yield_every pauses (often when ranks
-     * outnumber the cores: the rank waited for may be the one that needs
-     * it). Outnumbered, a rank spins only when its recent waits were
+     * another ready thread every yield_every pauses (the rank waited for
+     * may be the one that needs it: ranks outnumber the cores, or another
+     * process holds one). Outnumbered, a rank spins only when its recent waits were
      * short (td_ring_spins). */
     uint32_t spin_iterations;
     uint32_t yield_every;

@@ -78,6 +78,11 @@ void td_mutex_lock(td_mutex *m)
     pthread_mutex_lock(&m->m);
 }
 
+bool td_mutex_try_lock(td_mutex *m)
+{
+    return pthread_mutex_trylock(&m->m) == 0;
+}
+
 void td_mutex_unlock(td_mutex *m)
 {
     pthread_mutex_unlock(&m->m);

@@ -118,6 +118,11 @@ void td_mutex_lock(td_mutex *m)
     AcquireSRWLockExclusive((PSRWLOCK)m);
 }
 
+bool td_mutex_try_lock(td_mutex *m)
+{
+    return TryAcquireSRWLockExclusive((PSRWLOCK)m) != 0;
+}
+
 void td_mutex_unlock(td_mutex *m)
 {
     ReleaseSRWLockExclusive((PSRWLOCK)m);

@@ -70,6 +70,8 @@ void td_platform_yield(void);
 int td_mutex_init(td_mutex *m);
 void td_mutex_destroy(td_mutex *m);
 void td_mutex_lock(td_mutex *m);
+/* Takes the mutex if it is free now; whether it did. */
+bool td_mutex_try_lock(td_mutex *m);
 void td_mutex_unlock(td_mutex *m);
 
 int td_cond_init(td_cond *c);

@@ -340,3 +340,38 @@ Test(platform, run_process_reports_exit_status_and_missing_programs)
     cr_assert_eq(code, 3);
 #endif
 }
+
+typedef struct {
+    td_mutex *lock;
+    atomic_int took;
+} try_taker;
+
+static void try_from_another_thread(void *p)
+{
+    try_taker *t = p;
+    const bool took = td_mutex_try_lock(t->lock);
+    if (took)
+        td_mutex_unlock(t->lock);
+    atomic_store(&t->took, took ? 1 : 0);
+}
+
+/* A held mutex refuses another thread's try, a free one gives it (the
+ * workers' spin takes the pool's lock this way, engine/core/worker.c). */
+Test(platform, try_lock_takes_only_a_free_mutex)
+{
+    td_mutex lock;
+    cr_assert_eq(td_mutex_init(&lock), 0);
+    cr_assert(td_mutex_try_lock(&lock), "a free mutex");
+    try_taker t = {.lock = &lock};
+    atomic_store(&t.took, -1);
+    td_thread th;
+    cr_assert_eq(td_thread_start(&th, try_from_another_thread, &t), 0);
+    cr_assert(td_thread_join_until(&th, td_platform_deadline_after_ms(10000)));
+    cr_assert_eq(atomic_load(&t.took), 0, "another thread took a held mutex");
+    td_mutex_unlock(&lock);
+    atomic_store(&t.took, -1);
+    cr_assert_eq(td_thread_start(&th, try_from_another_thread, &t), 0);
+    cr_assert(td_thread_join_until(&th, td_platform_deadline_after_ms(10000)));
+    cr_assert_eq(atomic_load(&t.took), 1, "another thread could not take a free mutex");
+    td_mutex_destroy(&lock);
+}
