@@ -174,9 +174,10 @@ static bool spin_until_zero_u32(const uint32_t *word, uint64_t ns)
 }
 
 /* Takes the pool's lock right after a spin saw the other side move: that
- * side still holds it for a few instructions, and a plain lock would
- * sleep on it (a futex round trip of several microseconds, measured as
- * 3 us on each side of a linreg step). */
+ * side may still hold it for a few instructions, and a plain lock would
+ * then sleep on it, a futex round trip the spin was there to avoid. (Not
+ * measurable on the loaded machine of its making, where the hand-offs'
+ * cost was the shared core: see SPIN_PAUSES.) */
 static void lock_after_spin(td_mutex *lock)
 {
     for (int i = 0; i < 4096; i++) {
