@@ -39,6 +39,7 @@ struct td_worker_pool {
     uint32_t pending;    /* workers still running the current job; likewise read by a spinning caller */
     uint64_t spin_ns;    /* how long a wait watches before it sleeps; 0: sleep at once */
     uint64_t last_job_ns; /* the last job's time, post to done (the caller's) */
+    uint64_t spin_quiet_until; /* nobody spins before this (atomic): a yield lost a time slice */
     td_job_fn fn;
     void *arg;
     td_status first_failure;
@@ -142,7 +143,26 @@ static inline void cpu_relax(void)
  * check every few tens of nanoseconds between yields for when each has
  * a core. */
 #define SPIN_PAUSES 8
-static bool spin_while_u64(const uint64_t *word, uint64_t value, uint64_t ns)
+#define SPIN_LONG_YIELD_NS 50000u /* a yield that took longer lost a time slice */
+#define SPIN_QUIET_NS 100000000u  /* then nobody spins for 0.1 s */
+
+/* The spin's yield: false when another thread kept the core for a time
+ * slice (another process busy on every core: each yield then loses 4 ms
+ * here), and then the pool's waits sleep at once for SPIN_QUIET_NS. */
+static bool spin_yield(td_worker_pool *pool)
+{
+    if (!td_platform_yield_was_long(SPIN_LONG_YIELD_NS))
+        return true;
+    __atomic_store_n(&pool->spin_quiet_until, td_platform_now_ns() + SPIN_QUIET_NS, __ATOMIC_RELAXED);
+    return false;
+}
+
+/* Whether the pool's waits may spin now. */
+static bool may_spin(td_worker_pool *pool)
+{
+    return pool->spin_ns && td_platform_now_ns() >= __atomic_load_n(&pool->spin_quiet_until, __ATOMIC_RELAXED);
+}
+static bool spin_while_u64(td_worker_pool *pool, const uint64_t *word, uint64_t value, uint64_t ns)
 {
     const uint64_t until = td_platform_now_ns() + ns;
     for (;;) {
@@ -151,14 +171,13 @@ static bool spin_while_u64(const uint64_t *word, uint64_t value, uint64_t ns)
                 return true;
             cpu_relax();
         }
-        if (td_platform_now_ns() >= until)
+        if (td_platform_now_ns() >= until || !spin_yield(pool))
             return false;
-        td_platform_yield();
     }
 }
 
 /* Likewise until *word is zero. */
-static bool spin_until_zero_u32(const uint32_t *word, uint64_t ns)
+static bool spin_until_zero_u32(td_worker_pool *pool, const uint32_t *word, uint64_t ns)
 {
     const uint64_t until = td_platform_now_ns() + ns;
     for (;;) {
@@ -167,9 +186,8 @@ static bool spin_until_zero_u32(const uint32_t *word, uint64_t ns)
                 return true;
             cpu_relax();
         }
-        if (td_platform_now_ns() >= until)
+        if (td_platform_now_ns() >= until || !spin_yield(pool))
             return false;
-        td_platform_yield();
     }
 }
 
@@ -223,9 +241,9 @@ static void worker_main(void *p)
          * job was short watches for the next one a while before it sleeps
          * (a sleep and its wake-up cost tens of microseconds, more than a
          * small step's work). */
-        if (pool->spin_ns && !pool->stopping && pool->generation == seen && w->last_gap_ns <= pool->spin_ns) {
+        if (!pool->stopping && pool->generation == seen && w->last_gap_ns <= pool->spin_ns && may_spin(pool)) {
             td_mutex_unlock(&pool->lock);
-            if (spin_while_u64(&pool->generation, seen, pool->spin_ns))
+            if (spin_while_u64(pool, &pool->generation, seen, pool->spin_ns))
                 lock_after_spin(&pool->lock);
             else
                 td_mutex_lock(&pool->lock);
@@ -437,9 +455,9 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
 
     /* A short job is watched for rather than slept on when the last one
      * was short too (the caller's core is otherwise idle; see spin_ns). */
-    if (pool->spin_ns && pool->last_job_ns <= pool->spin_ns) {
+    if (pool->last_job_ns <= pool->spin_ns && may_spin(pool)) {
         td_mutex_unlock(&pool->lock);
-        if (spin_until_zero_u32(&pool->pending, pool->spin_ns))
+        if (spin_until_zero_u32(pool, &pool->pending, pool->spin_ns))
             lock_after_spin(&pool->lock);
         else
             td_mutex_lock(&pool->lock);

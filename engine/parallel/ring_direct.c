@@ -335,9 +335,8 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
         __builtin_ia32_pause();
 #endif
         if (i % ring->yield_every == ring->yield_every - 1) {
-            if (td_platform_now_ns() >= spin_end)
+            if (td_platform_now_ns() >= spin_end || !td_ring_spin_yield(ring))
                 break;
-            td_platform_yield();
         }
     }
     const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);

@@ -62,6 +62,17 @@ uint64_t td_platform_deadline_after_ms(uint64_t ms);
 void td_platform_sleep_ns(uint64_t ns);
 /* Gives the processor to another ready thread, if any. */
 void td_platform_yield(void);
+/* td_platform_yield, and whether the processor came back only after more
+ * than `long_ns`: another thread -- often another process's -- ran a
+ * time slice meanwhile. A spinning waiter then sleeps instead: yielding
+ * again would lose a slice each time, where a sleeper woken by the thread
+ * it waits for is scheduled at once. */
+static inline bool td_platform_yield_was_long(uint64_t long_ns)
+{
+    const uint64_t before = td_platform_now_ns();
+    td_platform_yield();
+    return td_platform_now_ns() - before > long_ns;
+}
 
 /* ---- mutexes, condition variables, once ---- */
 
