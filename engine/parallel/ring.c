@@ -19,6 +19,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "td_kernel.h"
 #include "td_platform.h"
 #include "td_ring_state.h"
 #include "td_trace.h"
@@ -37,6 +38,12 @@ void td_ring_divide(float *data, size_t count, uint32_t divisor)
     const float d = (float)divisor;
     for (size_t i = 0; i < count; i++)
         data[i] = data[i] / d;
+}
+
+void td_ring_round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = td_bf16_round(x[i]);
 }
 
 size_t td_ring_slice_elements(void)
@@ -525,9 +532,16 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             return fail(ring, r, s); \
     } while (0)
 
-    /* Load: the chunk this rank sends first must be on the host. */
+    /* Load: the chunk this rank sends first must be on the host -- on a
+     * bf16 wire as it travels, rounded (it is only ever sent: this rank
+     * receives the chunk's result into gather). */
     for (size_t k = 0; k < op->slices; k++) {
         WAIT_OWN(first, k);
+        if (op->bf16) {
+            size_t lo, hi;
+            slice_range(op, n, first, k, &lo, &hi);
+            td_ring_round_bf16(work + lo, hi - lo);
+        }
         publish(me, base | u_load(&um, k));
     }
     if (!direct) {
@@ -554,6 +568,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 size_t lo, hi;
                 slice_range(op, n, c, k, &lo, &hi);
                 add_into(work + lo, pr->work + lo, hi - lo);
+                if (op->bf16) /* the sum travels on, or (the last step) is complete */
+                    td_ring_round_bf16(work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
                 if (step + 2 == n && across)
                     deposit_slice(ring, op, work, owned, k);
@@ -714,14 +730,26 @@ static ring_op allreduce_op(const td_ring *ring, td_buffer *in, uint64_t in_offs
     };
 }
 
+static td_status check_wire(td_ring *ring, uint32_t rank, td_ring_wire wire)
+{
+    if (wire == TD_RING_WIRE_FP32 || wire == TD_RING_WIRE_BF16)
+        return TD_OK;
+    return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                        "ring rank %u: wire %d, expected TD_RING_WIRE_FP32 (0) or TD_RING_WIRE_BF16 (1)", rank,
+                        (int)wire);
+}
+
 static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                            uint64_t out_offset, size_t count, td_ring_partial_fn partial, td_ring_total_fn total,
-                           td_ring_finalize_fn finalize, void *user, int consume)
+                           td_ring_finalize_fn finalize, void *user, int consume, td_ring_wire wire)
 {
     td_status s = check_rank(ring, rank);
+    if (s == TD_OK)
+        s = check_wire(ring, rank, wire);
     if (s != TD_OK)
         return s;
     ring_op op = allreduce_op(ring, in, in_offset, out, out_offset, count, finalize, user, consume);
+    op.bf16 = wire == TD_RING_WIRE_BF16 && ring->global_n > 1;
     op.partial = partial;
     op.total = total;
     if (td_ring_direct(ring))
@@ -732,24 +760,26 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
 td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                             uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 0);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 0,
+                     TD_RING_WIRE_FP32);
 }
 
 td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user,
+                                    td_ring_wire wire)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 1);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 1, wire);
 }
 
 td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                           td_buffer *out, uint64_t out_offset, size_t count,
                                           td_ring_partial_fn partial, td_ring_total_fn total,
-                                          td_ring_finalize_fn finalize, void *user)
+                                          td_ring_finalize_fn finalize, void *user, td_ring_wire wire)
 {
     if (!partial || !total)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_ring_allreduce_consume_total: partial or total is NULL");
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1, wire);
 }
 
 int td_ring_can_window(const td_ring *ring)
@@ -759,9 +789,12 @@ int td_ring_can_window(const td_ring *ring)
 
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
-                                           size_t win_hi, td_ring_finalize_fn finalize, void *user)
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user,
+                                           td_ring_wire wire)
 {
     td_status s = check_rank(ring, rank);
+    if (s == TD_OK)
+        s = check_wire(ring, rank, wire);
     if (s != TD_OK)
         return s;
     if (!td_ring_can_window(ring))
@@ -777,6 +810,7 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
     op.windowed = true;
     op.win_lo = win_lo;
     op.win_hi = win_hi;
+    op.bf16 = wire == TD_RING_WIRE_BF16 && ring->global_n > 1;
     return td_ring_allreduce_direct(ring, rank, &op);
 }
 

@@ -19,7 +19,11 @@
  * bandwidth-optimal amount, as a flat ring's, but in one round of P-1
  * concurrent messages instead of 2(P-1) dependent steps. Sums run in a
  * fixed order (the local ring's, then process 0, 1, ...), so every device
- * of every process receives bitwise the same result. */
+ * of every process receives bitwise the same result. On a bf16 wire
+ * (td_ring_wire) step 2 sends 2-byte values (the local sums are bfloat16
+ * already) and step 3 rounds its float sum to bfloat16 before the
+ * finalize; step 4 carries finalized values (the trainer's parameters) as
+ * floats. */
 #include <string.h>
 
 #include "tandem/processes.h"
@@ -265,6 +269,26 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
     return wait_all_local(ring, r, base | UNIT_DONE);
 }
 
+/* dst = the bfloat16 values at src, widened (exact). */
+static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t bits = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &bits, sizeof bits);
+    }
+}
+
+/* dst += the bfloat16 values at src, widened: a float addition. */
+static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t bits = (uint32_t)src[i] << 16;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        dst[i] += v;
+    }
+}
+
 td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
                                    int direct)
 {
@@ -280,8 +304,22 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
             return s;
         for (uint32_t q = 0; q <= P; q++)
             ring->blocks[q] = window_clip(op, part_lo(count, P, q));
-        if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
-                                          ring)) != TD_OK)
+        const void *send = ring->host;
+        if (op->bf16) {
+            /* The local sums are bfloat16 values already (rounded as they
+             * left the local ring): send their upper halves, packed in
+             * place -- element i's 2 bytes land at or below its own 4, so
+             * ascending order never overwrites a float not yet read. */
+            uint16_t *packed = (uint16_t *)(void *)ring->host;
+            for (size_t i = ring->blocks[0]; i < ring->blocks[P]; i++) {
+                uint32_t bits;
+                memcpy(&bits, ring->host + i, sizeof bits);
+                packed[i] = (uint16_t)(bits >> 16);
+            }
+            send = packed;
+        }
+        if ((s = td_procs_exchange_blocks(ring->procs, send, ring->blocks, op->bf16 ? sizeof(uint16_t) : sizeof(float),
+                                          ring->received, ring_aborted, ring)) != TD_OK)
             return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
@@ -294,7 +332,16 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     lo = window_clip(op, lo);
     hi = window_clip(op, hi);
     const size_t b_lo = ring->blocks[ring->proc], b_len = ring->blocks[ring->proc + 1] - b_lo;
-    for (size_t at = lo; at < hi; at += SLICE_ELEMENTS) {
+    for (size_t at = lo; op->bf16 && at < hi; at += SLICE_ELEMENTS) {
+        const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
+        float *dst = ring->host + at;
+        const uint16_t *rows = (const uint16_t *)(const void *)ring->received;
+        widen_bf16(dst, rows + (at - b_lo), end - at);
+        for (uint32_t q = 1; q < P; q++)
+            add_bf16(dst, rows + (size_t)q * b_len + (at - b_lo), end - at);
+        td_ring_round_bf16(dst, end - at);
+    }
+    for (size_t at = lo; !op->bf16 && at < hi; at += SLICE_ELEMENTS) {
         const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
         float *dst = ring->host + at;
         memcpy(dst, ring->received + (at - b_lo), (end - at) * sizeof(float));

@@ -91,7 +91,14 @@ typedef struct ring_op {
      * array's chunk, so with that chunk's order and owner. */
     bool windowed;
     size_t win_lo, win_hi;
+    /* TD_RING_WIRE_BF16 and more than one device in the job: partial sums
+     * are rounded to bfloat16 where they cross to another rank, and the
+     * complete sum before its finalize (td_ring_wire). */
+    bool bf16;
 } ring_op;
+
+/* x[0, n) = td_bf16_round(x[i]): what a partial sum becomes on a bf16 wire. */
+void td_ring_round_bf16(float *x, size_t n);
 
 typedef struct unit_map {
     uint32_t n;
