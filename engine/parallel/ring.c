@@ -19,7 +19,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "td_kernel.h"
 #include "td_platform.h"
 #include "td_ring_state.h"
 #include "td_trace.h"
@@ -40,10 +39,10 @@ void td_ring_divide(float *data, size_t count, uint32_t divisor)
         data[i] = data[i] / d;
 }
 
-void td_ring_round_bf16(float *x, size_t n)
+TD_RING_CLONES void td_ring_round_bf16(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = td_bf16_round(x[i]);
+        x[i] = td_ring_bf16(x[i]);
 }
 
 size_t td_ring_slice_elements(void)

@@ -46,7 +46,6 @@
 #include <string.h>
 
 #include "td_host_pool.h"
-#include "td_kernel.h"
 #include "td_platform.h"
 #include "td_ring_state.h"
 #include "td_trace.h"
@@ -200,7 +199,7 @@ static void add_before(float *restrict t, const float *restrict x, size_t n)
  * proper would send it and the complete one before the finalize:
  * s = r(x[c]); s = r(x[c+j] + s). Nothing travels here, but a mesh must
  * give the same bits whichever path its all-reduce takes. */
-static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
+TD_RING_CLONES static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
 {
     const uint32_t n = ring->n;
     const ring_rank *ranks = ring->ranks;
@@ -209,11 +208,11 @@ static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, siz
         const size_t len = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
         const float *first = ranks[c].work + a;
         for (size_t i = 0; i < len; i++)
-            running[i] = td_bf16_round(first[i]);
+            running[i] = td_ring_bf16(first[i]);
         for (uint32_t j = 1; j < n; j++) {
             const float *x = ranks[(c + j) % n].work + a;
             for (size_t i = 0; i < len; i++)
-                running[i] = td_bf16_round(x[i] + running[i]);
+                running[i] = td_ring_bf16(x[i] + running[i]);
         }
         memcpy(dst + a, running, len * sizeof(float));
     }

@@ -270,7 +270,7 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
 }
 
 /* dst = the bfloat16 values at src, widened (exact). */
-static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+TD_RING_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const uint32_t bits = (uint32_t)src[i] << 16;
@@ -279,7 +279,7 @@ static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t
 }
 
 /* dst += the bfloat16 values at src, widened: a float addition. */
-static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+TD_RING_CLONES static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const uint32_t bits = (uint32_t)src[i] << 16;

@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "td_platform.h"
 #include "td_procs.h"
@@ -97,7 +98,34 @@ typedef struct ring_op {
     bool bf16;
 } ring_op;
 
-/* x[0, n) = td_bf16_round(x[i]): what a partial sum becomes on a bf16 wire. */
+/* td_bf16_round's bits (nearest even, NaN quietened, past the range
+ * infinity) without its branch, so that the compiler vectorizes the
+ * loops of the bf16 wire (a select of two integer results per lane);
+ * test_ring_wire.c holds it to td_bf16_round bitwise. */
+static inline float td_ring_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Copies of the bf16 wire's loops for AVX-512 and AVX2, chosen at load
+ * time, as td_fixed_math.h's (TD_FIXED_MATH_CLONES says when ifuncs
+ * work): the rounding is integer arithmetic per lane and the adds are one
+ * per element, so every copy gives the same bits -- at baseline SSE2 the
+ * rounding made a 64 MiB all-reduce 2-4x slower. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
+    !defined(__SANITIZE_THREAD__)
+#define TD_RING_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TD_RING_CLONES
+#endif
+
+/* x[0, n) = td_ring_bf16(x[i]): what a partial sum becomes on a bf16 wire. */
 void td_ring_round_bf16(float *x, size_t n);
 
 typedef struct unit_map {

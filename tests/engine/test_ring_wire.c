@@ -17,6 +17,7 @@
 #include "td_kernel.h"
 #include "td_mesh_internal.h"
 #include "td_ring.h"
+#include "td_ring_state.h"
 
 #define MAX_RANKS 8
 #define IN_OFFSET 3
@@ -322,4 +323,30 @@ Test(ring_wire, bf16_on_a_mixed_mesh, .timeout = 300)
     check_wire(ctx, mesh, 1000, WITH_TOTAL, TD_RING_WIRE_BF16, true, "mixed");
     td_mesh_destroy(mesh);
     td_context_destroy(ctx);
+}
+
+/* The ring's branch-free rounding is td_bf16_round, bit for bit: every
+ * 4099th float pattern (both signs, every exponent) plus the edges (ties,
+ * NaNs, the largest finite, subnormals, both zeros). */
+static void check_rounding(uint32_t bits)
+{
+    float x, a, b;
+    memcpy(&x, &bits, sizeof x);
+    a = td_ring_bf16(x);
+    b = td_bf16_round(x);
+    uint32_t ab, bb;
+    memcpy(&ab, &a, sizeof ab);
+    memcpy(&bb, &b, sizeof bb);
+    cr_assert_eq(ab, bb, "0x%08x: the ring rounds to 0x%08x, td_bf16_round to 0x%08x", bits, ab, bb);
+}
+
+Test(ring_wire, the_rings_rounding_is_td_bf16_round)
+{
+    const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x00008000u, 0x00018000u, 0x00007fffu, 0x3f808000u,
+                              0x3f818000u, 0x7f7fffffu, 0x7f7f8000u, 0xff7f8000u, 0x7f800000u, 0xff800000u,
+                              0x7f800001u, 0x7fc00000u, 0xff800001u, 0x7fffffffu, 0x00000001u, 0x807fffffu};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        check_rounding(edges[i]);
+    for (uint64_t k = 0; k < (1ull << 32); k += 4099)
+        check_rounding((uint32_t)k);
 }
