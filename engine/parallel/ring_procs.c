@@ -309,7 +309,10 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
             /* The local sums are bfloat16 values already (rounded as they
              * left the local ring): send their upper halves, packed in
              * place -- element i's 2 bytes land at or below its own 4, so
-             * ascending order never overwrites a float not yet read. */
+             * ascending order never overwrites a float not yet read. A
+             * window packs at its elements' own indices, so its 2-byte
+             * values may land on floats outside it: those belong to
+             * windows already placed or not yet deposited. */
             uint16_t *packed = (uint16_t *)(void *)ring->host;
             for (size_t i = ring->blocks[0]; i < ring->blocks[P]; i++) {
                 uint32_t bits;

@@ -29,7 +29,8 @@
  * With "wire", the gradients travel as bfloat16 (td_trainer_options.wire):
  * replicas still bitwise identical, other bits than a fp32 wire's, and
  * the one-process reference (on a bf16 wire too, whose sums round at
- * other places) matched within bf16's rounding instead of fp32's.
+ * other places) matched within bf16's rounding instead of fp32's, and
+ * buckets during backward (without clipping) bitwise the one all-reduce.
  *
  * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC | overlap | wire],
  * MESHES as mt_mesh takes them. */
@@ -315,6 +316,23 @@ int main(int argc, char **argv)
             same += memcmp(&params[i], &fp32_params[i], sizeof(float)) == 0;
         mt_check(&run, fp32_n == n && same < n / 2, "process %u: wire bf16 left %zu of %zu parameters at fp32's bits",
                  run.rank, same, n);
+        /* Buckets during backward (no clipping) on the bf16 wire: the
+         * windows' exchanges pack only their blocks, and give bitwise the
+         * one all-reduce. */
+        float bucket_losses[STEPS], bucket_params[256], one_losses[STEPS], one_params[256];
+        size_t bucket_n = 0, one_n = 0;
+        overlap_mode = true;
+        overlap_bytes = 16;
+        td_trainer *bt = train(&run, ctx, mesh, NULL, global, bucket_losses, bucket_params, &bucket_n);
+        mt_check(&run, bt->n_buckets > 1 && td_program_buckets_done(bt->program, 0) == bt->n_buckets,
+                 "process %u: wire bf16: %u of %u buckets ran during backward", run.rank,
+                 td_program_buckets_done(bt->program, 0), bt->n_buckets);
+        overlap_bytes = 0;
+        train(&run, ctx, mesh, NULL, global, one_losses, one_params, &one_n);
+        overlap_mode = false;
+        mt_check(&run, bucket_n == one_n && memcmp(bucket_losses, one_losses, sizeof one_losses) == 0 &&
+                           memcmp(bucket_params, one_params, one_n * sizeof *one_params) == 0,
+                 "process %u: wire bf16: buckets changed the training", run.rank);
     }
     if (continue_on_loss) {
         td_train_progress p = {.struct_size = sizeof(td_train_progress)};
