@@ -269,6 +269,40 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
     return wait_all_local(ring, r, base | UNIT_DONE);
 }
 
+/* dst[i] = the upper half of src[i]'s bits (src holds bfloat16 values
+ * already): dst and src are disjoint, so the loop vectorizes. */
+TD_RING_CLONES static void pack_block(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, src + i, sizeof bits);
+        dst[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+/* x's elements [lo, hi) as 2-byte values at the same indices of x seen
+ * as uint16_t, in place: element i's 2 bytes land at or below its own 4,
+ * and a block [i, i + len) with len <= i writes only bytes already read
+ * ([2i, 2i + 2len) below 4i), so blocks that double from the start are
+ * disjoint from their sources (a plain in-place loop would fall back to
+ * scalar code: the compiler's aliasing check fails at run time). */
+static void pack_in_place(float *x, size_t lo, size_t hi)
+{
+    uint16_t *packed = (uint16_t *)(void *)x;
+    size_t i = lo;
+    if (i == 0 && i < hi) {
+        uint32_t bits;
+        memcpy(&bits, x, sizeof bits);
+        packed[0] = (uint16_t)(bits >> 16);
+        i = 1;
+    }
+    while (i < hi) {
+        const size_t len = hi - i < i ? hi - i : i;
+        pack_block(packed + i, x + i, len);
+        i += len;
+    }
+}
+
 /* dst = the bfloat16 values at src, widened (exact). */
 TD_RING_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
@@ -313,13 +347,8 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
              * window packs at its elements' own indices, so its 2-byte
              * values may land on floats outside it: those belong to
              * windows already placed or not yet deposited. */
-            uint16_t *packed = (uint16_t *)(void *)ring->host;
-            for (size_t i = ring->blocks[0]; i < ring->blocks[P]; i++) {
-                uint32_t bits;
-                memcpy(&bits, ring->host + i, sizeof bits);
-                packed[i] = (uint16_t)(bits >> 16);
-            }
-            send = packed;
+            pack_in_place(ring->host, ring->blocks[0], ring->blocks[P]);
+            send = ring->host;
         }
         if ((s = td_procs_exchange_blocks(ring->procs, send, ring->blocks, op->bf16 ? sizeof(uint16_t) : sizeof(float),
                                           ring->received, ring_aborted, ring)) != TD_OK)
