@@ -39,10 +39,16 @@ void td_ring_divide(float *data, size_t count, uint32_t divisor)
         data[i] = data[i] / d;
 }
 
-TD_RING_CLONES void td_ring_round_bf16(float *x, size_t n)
+/* Static: a cloned function's ifunc resolver would otherwise be exported. */
+TD_RING_CLONES static void round_bf16(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = td_ring_bf16(x[i]);
+}
+
+void td_ring_round_bf16(float *x, size_t n)
+{
+    round_bf16(x, n);
 }
 
 size_t td_ring_slice_elements(void)
