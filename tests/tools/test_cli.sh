@@ -493,6 +493,7 @@ if expect_rc 0 "wire bf16" "$tandem" train "${wire[@]}" --wire bf16 --checkpoint
 fi
 expect_usage_error "--wire" "an unknown wire" "$tandem" train --wire bf8
 grep -qF "got 'bf8'" err || fail "--wire bf8: the message does not name the value: $(cat err)"
+expect_usage_error "--wire" "an unknown wire for the GPT" "$tandem" train --model gpt --wire fp16
 
 echo "== SIGTERM"
 long=(--model mlp --data generated --limit 4096 --batch 32 --seed 5 --devices cpu:2 --schedule constant)
