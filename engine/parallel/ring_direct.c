@@ -195,25 +195,35 @@ static void add_before(float *restrict t, const float *restrict x, size_t n)
         t[i] = x[i] + t[i];
 }
 
+/* t = r(x) and t = r(x + t) for the bf16 wire (r = td_ring_bf16): own
+ * loops with distinct operands, so that they vectorize without a run-time
+ * aliasing check (which sent the whole sum to scalar code). */
+TD_RING_CLONES static void round_into(float *restrict t, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = td_ring_bf16(x[i]);
+}
+
+TD_RING_CLONES static void add_round(float *restrict t, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = td_ring_bf16(x[i] + t[i]);
+}
+
 /* The same sum on a bf16 wire, each partial sum rounded where the ring
  * proper would send it and the complete one before the finalize:
  * s = r(x[c]); s = r(x[c+j] + s). Nothing travels here, but a mesh must
  * give the same bits whichever path its all-reduce takes. */
-TD_RING_CLONES static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
+static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
 {
     const uint32_t n = ring->n;
     const ring_rank *ranks = ring->ranks;
     float running[SUM_BLOCK];
     for (size_t a = lo; a < hi; a += SUM_BLOCK) {
         const size_t len = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
-        const float *first = ranks[c].work + a;
-        for (size_t i = 0; i < len; i++)
-            running[i] = td_ring_bf16(first[i]);
-        for (uint32_t j = 1; j < n; j++) {
-            const float *x = ranks[(c + j) % n].work + a;
-            for (size_t i = 0; i < len; i++)
-                running[i] = td_ring_bf16(x[i] + running[i]);
-        }
+        round_into(running, ranks[c].work + a, len);
+        for (uint32_t j = 1; j < n; j++)
+            add_round(running, ranks[(c + j) % n].work + a, len);
         memcpy(dst + a, running, len * sizeof(float));
     }
 }
