@@ -342,11 +342,10 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
         if (op->bf16) {
             /* The local sums are bfloat16 values already (rounded as they
              * left the local ring): send their upper halves, packed in
-             * place -- element i's 2 bytes land at or below its own 4, so
-             * ascending order never overwrites a float not yet read. A
-             * window packs at its elements' own indices, so its 2-byte
-             * values may land on floats outside it: those belong to
-             * windows already placed or not yet deposited. */
+             * place (pack_in_place). A window packs at its elements' own
+             * indices, so its 2-byte values may land on floats outside it:
+             * those belong to windows already placed (the trainer takes
+             * the gathered values from the devices) or not yet deposited. */
             pack_in_place(ring->host, ring->blocks[0], ring->blocks[P]);
             send = ring->host;
         }
