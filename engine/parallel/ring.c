@@ -51,6 +51,52 @@ void td_ring_round_bf16(float *x, size_t n)
     round_bf16(x, n);
 }
 
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_widen(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* The ring proper's bf16 wire: d = r(x) as 2-byte values (the chunk a
+ * rank sends first) ... */
+TD_RING_CLONES static void wire_load(uint16_t *restrict d, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i]));
+}
+
+/* ... d = r(x + p), p the predecessor's 2-byte sums (a sum sent on) ... */
+TD_RING_CLONES static void wire_add_send(uint16_t *restrict d, const float *restrict x, const uint16_t *restrict p,
+                                         size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i] + bf16_widen(p[i])));
+}
+
+/* ... and x = r(x + p), the owner's complete sum, as a float. */
+TD_RING_CLONES static void wire_add_last(float *restrict x, const uint16_t *restrict p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = td_ring_bf16(x[i] + bf16_widen(p[i]));
+}
+
+/* ... or from a predecessor that sends floats: d = r(x + p). */
+TD_RING_CLONES static void wire_add_send_floats(uint16_t *restrict d, const float *restrict x,
+                                                const float *restrict p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i] + p[i]));
+}
+
 size_t td_ring_slice_elements(void)
 {
     return SLICE_ELEMENTS;
@@ -110,6 +156,7 @@ static void ring_destroy(void *collectives)
         if (rr->staging && md->dev && !(md->wedged && td_mesh_device_drain(ring->mesh, i) == TD_ERR_TIMEOUT))
             md->ops->staging_destroy(md->dev, rr->staging);
         td_free(ctx, rr->tickets);
+        td_free(ctx, rr->wire);
         td_mutex_destroy(&rr->lock);
         td_cond_destroy(&rr->cond);
     }
@@ -168,6 +215,19 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
     td_status ds = td_ring_direct_reserve(ring, bytes);
     if (ds != TD_OK)
         return ds;
+    /* The ring proper's 2-byte partial sums for a bf16 wire: half the
+     * bytes each reduce-scatter step reads from the predecessor. Not for
+     * a direct ring, which never passes sums along (a ring switched to
+     * the ring proper later rounds in place instead: the same bits). */
+    const size_t elems = bytes / sizeof(float);
+    if (!td_ring_direct(ring) && ring->n > 1 && elems > rr->wire_elems) {
+        uint16_t *w = td_alloc(ctx, elems * sizeof *w);
+        if (!w)
+            return TD_OOM(ctx, "the ring's bf16 wire", elems * sizeof *w);
+        td_free(ctx, rr->wire);
+        rr->wire = w;
+        rr->wire_elems = elems;
+    }
     if (md->ops->caps & TD_BACKEND_HOST_BUFFERS)
         return TD_OK; /* works on device memory directly */
     if (bytes <= rr->staging_bytes)
@@ -513,10 +573,16 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
         }
     }
 
+    /* On a bf16 wire a rank sends its partial sums as 2-byte values when
+     * it holds the memory (rings that run the ring proper reserve it);
+     * each rank decides for itself and says so with its pointers, and its
+     * successor reads whichever it sends: the same values either way. */
+    const bool wire16 = op->bf16 && op->kind == OP_ALLREDUCE && n > 1 && me->wire && me->wire_elems >= op->count;
     const uint64_t base = (uint64_t)(++me->op) << 32;
     td_mutex_lock(&me->lock);
     me->work = work;
     me->gather = gather;
+    me->sends_wire = wire16;
     td_mutex_unlock(&me->lock);
     publish(me, base | 0);
 
@@ -545,7 +611,10 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
         if (op->bf16) {
             size_t lo, hi;
             slice_range(op, n, first, k, &lo, &hi);
-            td_ring_round_bf16(work + lo, hi - lo);
+            if (wire16)
+                wire_load(me->wire + lo, work + lo, hi - lo);
+            else
+                td_ring_round_bf16(work + lo, hi - lo);
         }
         publish(me, base | u_load(&um, k));
     }
@@ -572,8 +641,16 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 WAIT_OWN(c, k);
                 size_t lo, hi;
                 slice_range(op, n, c, k, &lo, &hi);
-                add_into(work + lo, pr->work + lo, hi - lo);
-                if (op->bf16) /* the sum travels on, or (the last step) is complete */
+                const bool from_wire = op->bf16 && pr->sends_wire; /* published with its unit 0 */
+                if (wire16 && step + 2 < n && from_wire) /* the sum travels on: 2 bytes in, 2 out */
+                    wire_add_send(me->wire + lo, work + lo, pr->wire + lo, hi - lo);
+                else if (wire16 && step + 2 < n)
+                    wire_add_send_floats(me->wire + lo, work + lo, pr->work + lo, hi - lo);
+                else if (from_wire) /* complete, or sent on as floats */
+                    wire_add_last(work + lo, pr->wire + lo, hi - lo);
+                else
+                    add_into(work + lo, pr->work + lo, hi - lo);
+                if (op->bf16 && !from_wire && !(wire16 && step + 2 < n))
                     td_ring_round_bf16(work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
                 if (step + 2 == n && across)

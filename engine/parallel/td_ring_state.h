@@ -20,6 +20,7 @@ typedef struct ring_rank {
     uint64_t progress;
     float *work;   /* reduce-scatter memory of the current op */
     float *gather; /* memory that holds final values of the current op */
+    bool sends_wire; /* the current op's partial sums go out through `wire` (below) */
     double partial; /* this rank's share of the current op's total; read by peers after PART */
     /* Below: touched by the rank's own thread only. */
     uint32_t op;
@@ -29,6 +30,12 @@ typedef struct ring_rank {
     uint64_t *tickets;
     size_t ticket_capacity;
     uint64_t direct_tasks; /* tasks of the direct all-reduce's phases this rank has run through */
+    /* The ring proper's outgoing partial sums on a bf16 wire, 2 bytes
+     * each, at their elements' indices: what the successor reads instead
+     * of `work`. Reserved only for rings that run the ring proper; read by
+     * the successor during an op, sized between jobs. */
+    uint16_t *wire;
+    size_t wire_elems;
 } ring_rank;
 
 /* The direct all-reduce (ring_direct.c): when every rank is a CPU device

@@ -34,6 +34,8 @@ typedef struct wire_job {
     td_ring_wire wire;
     size_t windows[4]; /* IN_WINDOWS: bounds of three windows tiling [0, count) */
     float factor;      /* the finalize scales by it */
+    bool odd_ranks_send_floats; /* ring proper: odd ranks without 2-byte wire memory */
+    bool sent_wire[MAX_RANKS];  /* what each rank's op sent through: 2-byte values or floats */
     double totals[MAX_RANKS];
     float *results[MAX_RANKS];
     td_status status[MAX_RANKS];
@@ -109,6 +111,8 @@ static td_status rank_job(void *arg, uint32_t r)
     td_buffer *buf = NULL;
     float *host = malloc((job->count + 1) * sizeof(float));
     td_status s = host ? td_ring_reserve(job->ring, r, job->count * sizeof(float)) : TD_ERR_OUT_OF_MEMORY;
+    if (s == TD_OK && job->odd_ranks_send_floats && r % 2 == 1)
+        job->ring->ranks[r].wire_elems = 0; /* as a rank that reserved none: it sends floats */
     if (s == TD_OK)
         s = ops->buffer_create(md->dev, (IN_OFFSET + job->count + 1) * sizeof(float), &buf);
     for (size_t i = 0; s == TD_OK && i < job->count; i++)
@@ -136,6 +140,7 @@ static td_status rank_job(void *arg, uint32_t r)
     } else {
         td_ring_abort(job->ring, s);
     }
+    job->sent_wire[r] = job->ring->ranks[r].sends_wire;
     if (s == TD_OK && job->count)
         s = ops->read(md->dev, buf, IN_OFFSET * sizeof(float), job->results[r], job->count * sizeof(float));
     if (s == TD_OK)
@@ -149,11 +154,15 @@ static td_status rank_job(void *arg, uint32_t r)
 
 /* Runs one all-reduce and checks: every rank bitwise rank 0, and rank 0
  * bitwise the reference (the finalize's scaling applied to it). */
+static wire_job last_job; /* the last check_wire's, for checks of how it ran */
+static bool next_odd_ranks_send_floats;
+
 static void check_wire(td_context *ctx, td_mesh *mesh, size_t count, wire_kind kind, td_ring_wire wire, bool direct,
                        const char *label)
 {
     wire_job job;
     memset(&job, 0, sizeof job);
+    job.odd_ranks_send_floats = next_odd_ranks_send_floats;
     job.mesh = mesh;
     cr_assert_eq(td_mesh_ring(mesh, &job.ring), TD_OK);
     job.n = test_mesh_size(mesh);
@@ -201,6 +210,7 @@ static void check_wire(td_context *ctx, td_mesh *mesh, size_t count, wire_kind k
     for (uint32_t r = 0; r < job.n; r++)
         free(job.results[r]);
     td_ring_set_direct(job.ring, true);
+    last_job = job;
 }
 
 static td_context *threads_context(uint32_t threads)
@@ -349,4 +359,30 @@ Test(ring_wire, the_rings_rounding_is_td_bf16_round)
         check_rounding(edges[i]);
     for (uint64_t k = 0; k < (1ull << 32); k += 4099)
         check_rounding((uint32_t)k);
+}
+
+/* The ring proper sends its partial sums as 2-byte values where a rank
+ * holds the memory, floats where not (each rank says which with its
+ * pointers): the same bits either way, and a mix of the two. */
+Test(ring_wire, the_ring_proper_sends_two_bytes_and_mixes_with_floats)
+{
+    td_context *ctx = test_context(20000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:4");
+    td_ring *ring = NULL;
+    cr_assert_eq(td_mesh_ring(mesh, &ring), TD_OK);
+    check_wire(ctx, mesh, sizes[3], WHOLE, TD_RING_WIRE_BF16, false, "all 2-byte");
+    for (uint32_t r = 0; r < 4; r++)
+        cr_assert(last_job.sent_wire[r], "rank %u sent floats, expected 2-byte values", r);
+    next_odd_ranks_send_floats = true;
+    check_wire(ctx, mesh, sizes[3], WHOLE, TD_RING_WIRE_BF16, false, "odd ranks floats");
+    check_wire(ctx, mesh, sizes[4], WITH_TOTAL, TD_RING_WIRE_BF16, false, "odd ranks floats");
+    next_odd_ranks_send_floats = false;
+    for (uint32_t r = 0; r < 4; r++)
+        cr_assert_eq(last_job.sent_wire[r], r % 2 == 0, "rank %u: sent %s", r,
+                     last_job.sent_wire[r] ? "2-byte values" : "floats");
+    check_wire(ctx, mesh, sizes[3], WHOLE, TD_RING_WIRE_FP32, false, "fp32");
+    for (uint32_t r = 0; r < 4; r++)
+        cr_assert(!last_job.sent_wire[r], "fp32: rank %u sent 2-byte values", r);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
 }
