@@ -65,8 +65,11 @@ typedef enum td_precision {
  *         updated parameters travel back as floats, so every replica holds
  *         the same bits. Inside one process CPU devices read each other's
  *         memory in place, so nothing is saved there: the gradients are
- *         rounded the same way (the same bits on every path). With one
- *         device in the job nothing travels and nothing is rounded. */
+ *         rounded the same way (the same bits on every path). A mesh with
+ *         GPUs passes the sums between its devices' host staging as 2-byte
+ *         values (half a float more host memory per gradient element and
+ *         device). With one device in the job nothing travels and nothing
+ *         is rounded. */
 typedef enum td_wire {
     TD_WIRE_FP32 = 0,
     TD_WIRE_BF16 = 1,
