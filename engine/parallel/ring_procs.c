@@ -20,6 +20,7 @@
  * concurrent messages instead of 2(P-1) dependent steps. Sums run in a
  * fixed order (the local ring's, then process 0, 1, ...), so every device
  * of every process receives bitwise the same result. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tandem/processes.h"
@@ -140,6 +141,8 @@ uint32_t td_ring_process_devices(const td_ring *ring, uint32_t process, uint32_t
     return ring->device_offset[process + 1] - ring->device_offset[process];
 }
 
+static td_exchange_thread *exchange_thread(td_ring *ring);
+
 td_status td_ring_join_processes(td_ring *ring)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -172,12 +175,19 @@ td_status td_ring_join_processes(td_ring *ring)
     ring->proc = td_procs_rank(procs);
     ring->n_procs = P;
     ring->global_n = (uint32_t)total;
+    ring->pending_ops = td_alloc_zeroed(ctx, sizeof *ring->pending_ops * ring->n);
+    if (!ring->pending_ops)
+        return TD_OOM(ctx, "the ranks' begun windows", sizeof *ring->pending_ops * ring->n);
+    exchange_thread(ring);
     return TD_OK;
 }
 
 void td_ring_leave_processes(td_ring *ring)
 {
     td_context *ctx = ring->mesh->ctx;
+    td_ring_exchange_stop(ring);
+    td_free(ctx, ring->pending_ops);
+    ring->pending_ops = NULL;
     td_free(ctx, ring->device_offset);
     td_free(ctx, ring->blocks);
     td_free(ctx, ring->host);
@@ -265,8 +275,41 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
     return wait_all_local(ring, r, base | UNIT_DONE);
 }
 
-td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
-                                   int direct)
+/* The exchange thread's job: step 2 for the window the leader began. */
+static td_status exchange_job(void *arg)
+{
+    td_ring *ring = arg;
+    return td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted, ring);
+}
+
+/* The ring's exchange thread, started on the first window that wants it;
+ * NULL when it cannot run (then the exchange is made inline). */
+static td_exchange_thread *exchange_thread(td_ring *ring)
+{
+    if (!ring->exchange_tried) {
+        ring->exchange_tried = true;
+        const char *env = getenv("TANDEM_EXCHANGE_THREAD");
+        ring->exchange_inline = env && strcmp(env, "0") == 0;
+        if (!ring->exchange_inline)
+            ring->exchange = td_exchange_thread_start(ring->mesh->ctx);
+    }
+    return ring->exchange;
+}
+
+uint64_t td_ring_exchanges_on_thread(const td_ring *ring)
+{
+    return ring->exchanges_on_thread;
+}
+
+void td_ring_exchange_stop(td_ring *ring)
+{
+    td_exchange_thread_stop(ring->exchange, 3ull * td_context_timeout_ms(ring->mesh->ctx));
+    ring->exchange = NULL;
+}
+
+/* Steps 1-2: the rank's sums deposited; the leader exchanges the blocks,
+ * inline or (`async`) on the exchange thread. */
+static td_status across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, bool async)
 {
     ring_rank *me = &ring->ranks[r];
     const size_t count = op->count;
@@ -275,14 +318,45 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     if (s != TD_OK)
         return s;
     td_ring_publish(me, unit(op, ring->n, base, X_DEPOSITED));
+    if (r != 0)
+        return TD_OK;
+    if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
+        return s;
+    for (uint32_t q = 0; q <= P; q++)
+        ring->blocks[q] = window_clip(op, part_lo(count, P, q));
+    if (!async)
+        s = exchange_job(ring);
+    else if ((s = td_exchange_thread_submit(ring->exchange, exchange_job, ring)) == TD_OK)
+        ring->exchanges_on_thread++;
+    else
+        s = td_error_set(ring->mesh->ctx, s, "ring rank 0: the exchange thread still holds an earlier window's job");
+    return s != TD_OK ? leader_failed(ring, s) : TD_OK;
+}
+
+/* Steps 3-5, once the leader's exchange is done (waited for here when it
+ * ran on the exchange thread). */
+static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                               int direct, bool async)
+{
+    ring_rank *me = &ring->ranks[r];
+    const size_t count = op->count;
+    const uint32_t P = ring->n_procs;
+    td_status s;
     if (r == 0) {
-        if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
-            return s;
-        for (uint32_t q = 0; q <= P; q++)
-            ring->blocks[q] = window_clip(op, part_lo(count, P, q));
-        if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
-                                          ring)) != TD_OK)
-            return leader_failed(ring, s);
+        /* The exchange is bounded by twice the timeout itself; a little
+         * longer here, so its own message names the silent process. */
+        if (async) {
+            const uint64_t bound = 3ull * td_context_timeout_ms(ring->mesh->ctx);
+            td_status exchanged = TD_OK;
+            if ((s = td_exchange_thread_wait(ring->exchange, bound, &exchanged)) != TD_OK)
+                s = td_error_set(ring->mesh->ctx, s,
+                                 "ring rank 0: the exchange thread did not end a bucket's exchange in %llu ms",
+                                 (unsigned long long)bound);
+            else
+                s = exchanged; /* its message is the exchange's own */
+            if (s != TD_OK)
+                return leader_failed(ring, s);
+        }
         td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
         return s;
@@ -353,6 +427,48 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
                           op->out_offset + first, placed)) != TD_OK)
         return s;
     return finish(ring, r, base, !direct);
+}
+
+td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                                   int direct)
+{
+    td_status s = across_begin(ring, r, op, base, false);
+    return s != TD_OK ? s : across_finish(ring, r, op, base, gather, direct, false);
+}
+
+td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather)
+{
+    /* Every local rank takes the same path: the thread was started (or
+     * not) with the ring, before any job. */
+    if (!ring->exchange)
+        return td_ring_allreduce_across(ring, r, op, base, gather, 1);
+    td_status s = across_begin(ring, r, op, base, true);
+    if (s != TD_OK)
+        return s;
+    ring_rank *me = &ring->ranks[r];
+    ring->pending_ops[r] = *op;
+    me->pending = true;
+    me->pending_base = base;
+    me->pending_gather = gather;
+    return TD_OK;
+}
+
+td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed)
+{
+    ring_rank *me = rank < ring->n ? &ring->ranks[rank] : NULL;
+    if (!me || !me->pending)
+        return TD_OK;
+    me->pending = false;
+    if (failed) {
+        /* Nothing of the window is used; only MPI must be free again. The
+         * failure aborted the ring, which stops the exchange's polling. */
+        td_status ignored;
+        if (rank == 0 && ring->exchange)
+            (void)td_exchange_thread_wait(ring->exchange, 3ull * td_context_timeout_ms(ring->mesh->ctx), &ignored);
+        return TD_OK;
+    }
+    td_status s = across_finish(ring, rank, &ring->pending_ops[rank], me->pending_base, me->pending_gather, 1, true);
+    return s != TD_OK ? td_ring_fail(ring, rank, s) : TD_OK;
 }
 
 /* The rank's input, `count` floats, into the process's copy at `at`. */

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "td_exchange_thread.h"
 #include "td_platform.h"
 #include "td_procs.h"
 #include "td_ring.h"
@@ -28,6 +29,11 @@ typedef struct ring_rank {
     uint64_t *tickets;
     size_t ticket_capacity;
     uint64_t direct_tasks; /* tasks of the direct all-reduce's phases this rank has run through */
+    /* A windowed all-reduce between processes begun but not settled: its
+     * exchange is on the exchange thread (td_ring_settle ends it). */
+    bool pending; /* the op is ring->pending_ops[rank] */
+    uint64_t pending_base;
+    float *pending_gather;
 } ring_rank;
 
 /* The direct all-reduce (ring_direct.c): when every rank is a CPU device
@@ -68,6 +74,14 @@ struct td_ring {
     size_t host_elems, received_elems;
     size_t *blocks;          /* n_procs + 1: the current op's blocks per process */
     double process_total;    /* the current op's total over every device, for `total` */
+    /* The exchanges of windowed all-reduces (the buckets) on a thread of
+     * their own (ring_procs.c); NULL until the first, or when it could
+     * not start (then they run inline on the leader). */
+    td_exchange_thread *exchange;
+    struct ring_op *pending_ops; /* n: each rank's begun window (ring_rank.pending) */
+    bool exchange_tried;
+    uint64_t exchanges_on_thread; /* windows whose exchange the thread made (leader only) */
+    bool exchange_inline; /* TANDEM_EXCHANGE_THREAD=0: never start it (measurement) */
     ring_direct direct;
 };
 
@@ -146,6 +160,13 @@ td_status td_ring_reserve_processes(td_ring *ring, size_t bytes);
  * gathered back, and the whole result goes to the rank's output. */
 td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
                                    int direct);
+/* The same for a window, split at the leader's exchange: begin deposits
+ * the rank's sums and (leader) hands the exchange to the exchange thread,
+ * then returns; the rank's next ring op, or td_ring_settle, ends it. Runs
+ * td_ring_allreduce_across whole when there is no exchange thread. */
+td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather);
+/* Stops the exchange thread (ring destruction). */
+void td_ring_exchange_stop(td_ring *ring);
 /* all_gather and broadcast over every device of every process. */
 td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count);

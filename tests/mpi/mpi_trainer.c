@@ -23,8 +23,9 @@
  * With "overlap", the trainer runs without clipping, once with the
  * all-reduce in buckets during backward (td_trainer_options.
  * overlap_bucket_bytes, the windowed all-reduce across processes) and once
- * without: the two must agree bitwise, losses and parameters, and the
- * buckets must have run.
+ * without: the two must agree bitwise, losses and parameters, the
+ * buckets must have run, and their exchanges between processes on the
+ * ring's exchange thread (beside backward).
  *
  * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC | overlap],
  * MESHES as mt_mesh takes them. */
@@ -34,6 +35,7 @@
 #include <string.h>
 
 #include "mpi_test_util.h"
+#include "td_ring.h"
 #include "td_trainer_state.h"
 
 enum { BATCH = 24, IN = 5, HIDDEN = 7, OUT = 3, STEPS = 6 };
@@ -278,6 +280,12 @@ int main(int argc, char **argv)
         mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
                  "process %u: %u of %u buckets ran during backward", run.rank, td_program_buckets_done(t->program, 0),
                  t->n_buckets);
+        /* The buckets' exchanges between processes ran on the exchange
+         * thread, beside backward (process-local rank 0 makes them). */
+        const uint64_t on_thread = td_ring_exchanges_on_thread(t->ring);
+        mt_check(&run, on_thread >= (uint64_t)STEPS * t->n_buckets,
+                 "process %u: %llu exchanges on the exchange thread, expected at least %u", run.rank,
+                 (unsigned long long)on_thread, STEPS * t->n_buckets);
         float plain_losses[STEPS], plain_params[256];
         size_t plain_n = 0;
         overlap_bytes = 0;
