@@ -1,22 +1,28 @@
-/* The exchange thread (td_exchange_thread.h): a one-slot mailbox between
- * a device's worker and a thread that makes the process's MPI exchanges
- * while the worker computes. */
+/* The exchange thread (td_exchange_thread.h): a bounded FIFO of jobs
+ * between a device's worker and a thread that makes the process's MPI
+ * exchanges while the worker computes. */
 #include "td_exchange_thread.h"
 
 #include "td_platform.h"
+
+typedef struct exchange_job {
+    td_exchange_fn fn;
+    void *arg;
+    td_status status;
+} exchange_job;
 
 struct td_exchange_thread {
     td_mutex lock;
     td_cond cond; /* a job queued, a job done, or stop */
     td_thread thread;
     td_allocator allocator; /* an orphaned thread frees the state with it, after its context */
-    td_exchange_fn fn;
-    void *arg;
-    bool queued;   /* a job waits to be taken */
-    bool running;  /* the thread is inside a job */
-    bool stopping; /* no more jobs: the thread returns */
-    bool orphaned; /* stop gave up waiting: the thread frees the state */
-    td_status status; /* the last finished job's */
+    exchange_job jobs[TD_EXCHANGE_THREAD_DEPTH]; /* ticket t in jobs[t % depth] */
+    uint64_t submitted; /* tickets handed out: 1, 2, ... */
+    uint64_t started;   /* jobs the thread took */
+    uint64_t finished;  /* jobs ended */
+    uint64_t collected; /* jobs whose status was read: their slots are free */
+    bool stopping;      /* no more jobs: the thread returns */
+    bool orphaned;      /* stop gave up waiting: the thread frees the state */
 };
 
 static void release(td_exchange_thread *x)
@@ -32,19 +38,17 @@ static void exchange_main(void *arg)
     td_exchange_thread *x = arg;
     td_mutex_lock(&x->lock);
     for (;;) {
-        while (!x->queued && !x->stopping)
+        while (x->started == x->submitted && !x->stopping)
             td_cond_wait(&x->cond, &x->lock); /* idle between jobs: stop or submit always signals */
-        if (!x->queued)
-            break;
-        td_exchange_fn fn = x->fn;
-        void *job = x->arg;
-        x->queued = false;
-        x->running = true;
+        if (x->stopping)
+            break; /* jobs not yet taken are dropped */
+        exchange_job *job = &x->jobs[x->started % TD_EXCHANGE_THREAD_DEPTH];
+        x->started++;
         td_mutex_unlock(&x->lock);
-        const td_status s = fn(job);
+        const td_status s = job->fn(job->arg);
         td_mutex_lock(&x->lock);
-        x->status = s;
-        x->running = false;
+        job->status = s;
+        x->finished++;
         td_cond_broadcast(&x->cond);
     }
     const bool orphaned = x->orphaned;
@@ -75,29 +79,35 @@ td_exchange_thread *td_exchange_thread_start(td_context *ctx)
     return x;
 }
 
-td_status td_exchange_thread_submit(td_exchange_thread *x, td_exchange_fn fn, void *arg)
+td_status td_exchange_thread_submit(td_exchange_thread *x, td_exchange_fn fn, void *arg, uint64_t *ticket)
 {
     td_mutex_lock(&x->lock);
-    const bool free_slot = !x->queued && !x->running && !x->stopping;
-    if (free_slot) {
-        x->fn = fn;
-        x->arg = arg;
-        x->queued = true;
-        x->status = TD_OK;
+    const bool room = x->submitted - x->collected < TD_EXCHANGE_THREAD_DEPTH && !x->stopping;
+    if (room) {
+        exchange_job *job = &x->jobs[x->submitted % TD_EXCHANGE_THREAD_DEPTH];
+        job->fn = fn;
+        job->arg = arg;
+        job->status = TD_OK;
+        *ticket = ++x->submitted;
         td_cond_broadcast(&x->cond);
     }
     td_mutex_unlock(&x->lock);
-    return free_slot ? TD_OK : TD_ERR_STATE;
+    return room ? TD_OK : TD_ERR_STATE;
 }
 
-td_status td_exchange_thread_wait(td_exchange_thread *x, uint64_t timeout_ms, td_status *job_status)
+td_status td_exchange_thread_wait(td_exchange_thread *x, uint64_t ticket, uint64_t timeout_ms, td_status *job_status)
 {
     const uint64_t deadline = td_platform_deadline_after_ms(timeout_ms);
     td_mutex_lock(&x->lock);
-    while ((x->queued || x->running) && td_cond_wait_until(&x->cond, &x->lock, deadline) == 0) {
+    /* Tickets are run in order: ticket t has ended once t jobs have. */
+    while (x->finished < ticket && !x->stopping && td_cond_wait_until(&x->cond, &x->lock, deadline) == 0) {
     }
-    const bool ended = !x->queued && !x->running;
-    *job_status = x->status;
+    const bool ended = x->finished >= ticket;
+    *job_status = ended ? x->jobs[(ticket - 1) % TD_EXCHANGE_THREAD_DEPTH].status : TD_OK;
+    /* Its slot, and every earlier one (those jobs ended before it), may
+     * take new jobs now. */
+    if (ended && ticket > x->collected)
+        x->collected = ticket;
     td_mutex_unlock(&x->lock);
     return ended ? TD_OK : TD_ERR_TIMEOUT;
 }
@@ -105,7 +115,7 @@ td_status td_exchange_thread_wait(td_exchange_thread *x, uint64_t timeout_ms, td
 bool td_exchange_thread_busy(td_exchange_thread *x)
 {
     td_mutex_lock(&x->lock);
-    const bool busy = x->queued || x->running;
+    const bool busy = x->finished < x->submitted;
     td_mutex_unlock(&x->lock);
     return busy;
 }
@@ -116,7 +126,6 @@ void td_exchange_thread_stop(td_exchange_thread *x, uint64_t timeout_ms)
         return;
     td_mutex_lock(&x->lock);
     x->stopping = true;
-    x->queued = false; /* a job not yet taken is dropped */
     td_cond_broadcast(&x->cond);
     td_mutex_unlock(&x->lock);
     if (td_thread_join_until(&x->thread, td_platform_deadline_after_ms(timeout_ms))) {
@@ -125,7 +134,7 @@ void td_exchange_thread_stop(td_exchange_thread *x, uint64_t timeout_ms)
     }
     /* Still inside a job past the bound: it frees the state when it returns. */
     td_mutex_lock(&x->lock);
-    const bool ended = !x->running;
+    const bool ended = x->started == x->finished;
     x->orphaned = !ended;
     td_mutex_unlock(&x->lock);
     if (ended)

@@ -765,7 +765,7 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
                                            size_t win_hi, td_ring_finalize_fn finalize, void *user)
 {
-    td_status s = check_rank(ring, rank);
+    td_status s = rank < ring->n ? td_ring_settle_for_window(ring, rank) : check_rank(ring, rank);
     if (s != TD_OK)
         return s;
     if (!td_ring_can_window(ring))

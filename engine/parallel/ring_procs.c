@@ -175,9 +175,10 @@ td_status td_ring_join_processes(td_ring *ring)
     ring->proc = td_procs_rank(procs);
     ring->n_procs = P;
     ring->global_n = (uint32_t)total;
-    ring->pending_ops = td_alloc_zeroed(ctx, sizeof *ring->pending_ops * ring->n);
-    if (!ring->pending_ops)
-        return TD_OOM(ctx, "the ranks' begun windows", sizeof *ring->pending_ops * ring->n);
+    ring->pending_ops = td_alloc_zeroed(ctx, sizeof *ring->pending_ops * (ring->n + 1));
+    ring->gather_blocks = td_alloc(ctx, sizeof *ring->gather_blocks * (P + 1));
+    if (!ring->pending_ops || !ring->gather_blocks)
+        return TD_OOM(ctx, "the ranks' begun windows", sizeof *ring->pending_ops * (ring->n + 1));
     exchange_thread(ring);
     return TD_OK;
 }
@@ -187,7 +188,9 @@ void td_ring_leave_processes(td_ring *ring)
     td_context *ctx = ring->mesh->ctx;
     td_ring_exchange_stop(ring);
     td_free(ctx, ring->pending_ops);
+    td_free(ctx, ring->gather_blocks);
     ring->pending_ops = NULL;
+    ring->gather_blocks = NULL;
     td_free(ctx, ring->device_offset);
     td_free(ctx, ring->blocks);
     td_free(ctx, ring->host);
@@ -296,9 +299,40 @@ static td_exchange_thread *exchange_thread(td_ring *ring)
     return ring->exchange;
 }
 
+/* The thread's gather job: step 4 for a window whose finalize is done. */
+static td_status gather_job(void *arg)
+{
+    td_ring *ring = arg;
+    return td_procs_allgather_blocks(ring->procs, ring->host, ring->gather_blocks, ring_aborted, ring);
+}
+
+static td_status submit(td_ring *ring, td_exchange_fn fn, uint64_t *ticket)
+{
+    td_status s = td_exchange_thread_submit(ring->exchange, fn, ring, ticket);
+    if (s != TD_OK)
+        return td_error_set(ring->mesh->ctx, s, "ring rank 0: the exchange thread's queue is full (%d jobs)",
+                            TD_EXCHANGE_THREAD_DEPTH);
+    ring->last_ticket = *ticket;
+    ring->jobs_on_thread++;
+    return TD_OK;
+}
+
+/* A job's status. The job is bounded by twice the timeout itself; the
+ * wait a little longer, so the job's own message (naming the process that
+ * did not answer) is the one reported. */
+static td_status wait_job(td_ring *ring, uint64_t ticket, const char *what)
+{
+    const uint64_t bound = 3ull * td_context_timeout_ms(ring->mesh->ctx);
+    td_status job = TD_OK;
+    if (td_exchange_thread_wait(ring->exchange, ticket, bound, &job) != TD_OK)
+        return td_error_set(ring->mesh->ctx, TD_ERR_TIMEOUT, "ring rank 0: the exchange thread did not end %s in %llu ms",
+                            what, (unsigned long long)bound);
+    return job;
+}
+
 uint64_t td_ring_exchanges_on_thread(const td_ring *ring)
 {
-    return ring->exchanges_on_thread;
+    return ring->jobs_on_thread;
 }
 
 void td_ring_exchange_stop(td_ring *ring)
@@ -324,12 +358,7 @@ static td_status across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint
         return s;
     for (uint32_t q = 0; q <= P; q++)
         ring->blocks[q] = window_clip(op, part_lo(count, P, q));
-    if (!async)
-        s = exchange_job(ring);
-    else if ((s = td_exchange_thread_submit(ring->exchange, exchange_job, ring)) == TD_OK)
-        ring->exchanges_on_thread++;
-    else
-        s = td_error_set(ring->mesh->ctx, s, "ring rank 0: the exchange thread still holds an earlier window's job");
+    s = async ? submit(ring, exchange_job, &ring->exchange_ticket) : exchange_job(ring);
     return s != TD_OK ? leader_failed(ring, s) : TD_OK;
 }
 
@@ -343,20 +372,8 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
     const uint32_t P = ring->n_procs;
     td_status s;
     if (r == 0) {
-        /* The exchange is bounded by twice the timeout itself; a little
-         * longer here, so its own message names the silent process. */
-        if (async) {
-            const uint64_t bound = 3ull * td_context_timeout_ms(ring->mesh->ctx);
-            td_status exchanged = TD_OK;
-            if ((s = td_exchange_thread_wait(ring->exchange, bound, &exchanged)) != TD_OK)
-                s = td_error_set(ring->mesh->ctx, s,
-                                 "ring rank 0: the exchange thread did not end a bucket's exchange in %llu ms",
-                                 (unsigned long long)bound);
-            else
-                s = exchanged; /* its message is the exchange's own */
-            if (s != TD_OK)
-                return leader_failed(ring, s);
-        }
+        if (async && (s = wait_job(ring, ring->exchange_ticket, "a bucket's exchange")) != TD_OK)
+            return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
         return s;
@@ -415,6 +432,19 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
     if (r == 0) {
         if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_FINAL))) != TD_OK)
             return s;
+        if (async && ring->n == 1) {
+            /* The gather goes to the thread as well, and the window is
+             * placed at the next settle. Only with one local rank: no
+             * peer waits for this op's GATHERED and DONE, which would
+             * otherwise come after the next op's first units. */
+            memcpy(ring->gather_blocks, ring->blocks, sizeof *ring->blocks * (P + 1));
+            if ((s = submit(ring, gather_job, &ring->gather_ticket)) != TD_OK)
+                return leader_failed(ring, s);
+            ring->pending_ops[ring->n] = *op;
+            ring->gather_out = gather;
+            ring->gather_pending = true;
+            return TD_OK;
+        }
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
             return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_GATHERED));
@@ -453,22 +483,63 @@ td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_o
     return TD_OK;
 }
 
-td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed)
+/* Step 5 for the window whose gather was left on the thread: one local
+ * rank, so its DONE has no reader, and the window's part of the process's
+ * copy is not reused before this (the next window's is another part; any
+ * other op settles first). */
+static td_status place_gathered(td_ring *ring)
+{
+    if (!ring->gather_pending)
+        return TD_OK;
+    ring->gather_pending = false;
+    td_status s = wait_job(ring, ring->gather_ticket, "a bucket's gather");
+    if (s != TD_OK)
+        return leader_failed(ring, s);
+    const ring_op *op = &ring->pending_ops[ring->n];
+    return place_result(ring, 0, ring->host + op->win_lo, ring->gather_out + op->win_lo, op->out,
+                        op->out_offset + op->win_lo, op->win_hi - op->win_lo);
+}
+
+static td_status settle(td_ring *ring, uint32_t rank, bool failed, bool keep_gather)
 {
     ring_rank *me = rank < ring->n ? &ring->ranks[rank] : NULL;
-    if (!me || !me->pending)
+    if (!me)
         return TD_OK;
-    me->pending = false;
     if (failed) {
-        /* Nothing of the window is used; only MPI must be free again. The
-         * failure aborted the ring, which stops the exchange's polling. */
-        td_status ignored;
-        if (rank == 0 && ring->exchange)
-            (void)td_exchange_thread_wait(ring->exchange, 3ull * td_context_timeout_ms(ring->mesh->ctx), &ignored);
+        /* Nothing of the windows is used; only MPI must be free again. The
+         * failure aborted the ring, which stops the thread's polling. */
+        me->pending = false;
+        if (rank == 0 && ring->exchange && ring->last_ticket) {
+            ring->gather_pending = false;
+            td_status ignored;
+            (void)td_exchange_thread_wait(ring->exchange, ring->last_ticket,
+                                          3ull * td_context_timeout_ms(ring->mesh->ctx), &ignored);
+        }
         return TD_OK;
     }
-    td_status s = across_finish(ring, rank, &ring->pending_ops[rank], me->pending_base, me->pending_gather, 1, true);
+    td_status s = TD_OK;
+    if (me->pending) {
+        me->pending = false;
+        /* The older window's gather first (the thread runs jobs in order),
+         * which frees its slot for this window's. */
+        if (rank == 0)
+            s = place_gathered(ring);
+        if (s == TD_OK)
+            s = across_finish(ring, rank, &ring->pending_ops[rank], me->pending_base, me->pending_gather, 1, true);
+    }
+    if (s == TD_OK && rank == 0 && !keep_gather)
+        s = place_gathered(ring);
     return s != TD_OK ? td_ring_fail(ring, rank, s) : TD_OK;
+}
+
+td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed)
+{
+    return settle(ring, rank, failed, false);
+}
+
+td_status td_ring_settle_for_window(td_ring *ring, uint32_t rank)
+{
+    return settle(ring, rank, false, true);
 }
 
 /* The rank's input, `count` floats, into the process's copy at `at`. */

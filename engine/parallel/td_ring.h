@@ -102,8 +102,9 @@ int td_ring_can_window(const td_ring *ring);
  * backward. With `failed` (the rank's job failed) it only waits the
  * exchange out, so nothing is inside MPI once the job has ended. */
 td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed);
-/* How many windows' exchanges between processes ran on the exchange
- * thread since the ring was made (tests: the overlap did happen). */
+/* How many jobs between processes (windows' exchanges, and their gathers
+ * where the process has one device) ran on the exchange thread since the
+ * ring was made (tests: the overlap did happen). */
 uint64_t td_ring_exchanges_on_thread(const td_ring *ring);
 
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced

@@ -78,9 +78,18 @@ struct td_ring {
      * their own (ring_procs.c); NULL until the first, or when it could
      * not start (then they run inline on the leader). */
     td_exchange_thread *exchange;
-    struct ring_op *pending_ops; /* n: each rank's begun window (ring_rank.pending) */
+    struct ring_op *pending_ops; /* n + 1: each rank's begun window (ring_rank.pending), then the gathered one's */
     bool exchange_tried;
-    uint64_t exchanges_on_thread; /* windows whose exchange the thread made (leader only) */
+    /* Below: the leader's (rank 0's) only. */
+    uint64_t jobs_on_thread;  /* exchanges and gathers the thread made */
+    uint64_t exchange_ticket; /* the begun window's exchange job */
+    uint64_t last_ticket;     /* the last job handed to the thread */
+    /* With one local rank the window's gather between processes is left
+     * on the thread too, and placed at the rank's next settle. */
+    bool gather_pending;
+    uint64_t gather_ticket;
+    float *gather_out;     /* the rank's output (host memory: windows are direct) */
+    size_t *gather_blocks; /* n_procs + 1: that window's blocks (ring->blocks moves on) */
     bool exchange_inline; /* TANDEM_EXCHANGE_THREAD=0: never start it (measurement) */
     ring_direct direct;
 };
@@ -167,6 +176,9 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
 td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather);
 /* Stops the exchange thread (ring destruction). */
 void td_ring_exchange_stop(td_ring *ring);
+/* td_ring_settle, but a window's gather may stay in flight (the next
+ * window's begin: its exchange queues behind that gather). */
+td_status td_ring_settle_for_window(td_ring *ring, uint32_t rank);
 /* all_gather and broadcast over every device of every process. */
 td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count);
