@@ -27,7 +27,11 @@
  * buckets must have run, and their exchanges between processes on the
  * ring's exchange thread (beside backward).
  *
- * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC | overlap],
+ * With "loss SPEC overlap", the same loss with buckets during backward (no
+ * clipping, in the reference too): the failing step has bucket exchanges
+ * on the exchange thread, and the job must go on as without.
+ *
+ * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC [overlap] | overlap],
  * MESHES as mt_mesh takes them. */
 #include <math.h>
 #include <stdio.h>
@@ -261,7 +265,10 @@ int main(int argc, char **argv)
         return mt_finish(&run, ctx);
     }
     continue_on_loss = argc > 3 && strcmp(argv[2], "loss") == 0;
-    overlap_mode = argc > 2 && strcmp(argv[2], "overlap") == 0;
+    /* "loss SPEC overlap": the loss with buckets during backward, so the
+     * failing step leaves bucket exchanges on the exchange thread. */
+    const bool loss_overlap = continue_on_loss && argc > 4 && strcmp(argv[4], "overlap") == 0;
+    overlap_mode = (argc > 2 && strcmp(argv[2], "overlap") == 0) || loss_overlap;
     overlap_bytes = overlap_mode ? 16 : 0; /* a bucket per parameter */
     uint32_t global = 0, first = 0;
     MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
@@ -276,7 +283,7 @@ int main(int argc, char **argv)
     bool identical = false;
     MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
     mt_check(&run, identical, "replicas differ across the processes' devices");
-    if (overlap_mode) {
+    if (overlap_mode && !continue_on_loss) {
         mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
                  "process %u: %u of %u buckets ran during backward", run.rank, td_program_buckets_done(t->program, 0),
                  t->n_buckets);
@@ -303,6 +310,10 @@ int main(int argc, char **argv)
         MT_OK(&run, ctx, td_trainer_progress(t, &p));
         MT_OK(&run, ctx, td_processes_mesh(mesh, &now, &first_now));
         mt_check(&run, p.devices_lost == 1, "process %u counts %u devices lost, expected 1", run.rank, p.devices_lost);
+        if (loss_overlap)
+            mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
+                     "process %u: after the loss %u of %u buckets ran during backward", run.rank,
+                     td_program_buckets_done(t->program, 0), t->n_buckets);
         mt_check(&run, now == global - 1, "the job has %u devices after the loss, expected %u", now, global - 1);
     }
 
