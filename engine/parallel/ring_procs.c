@@ -285,8 +285,9 @@ static td_status exchange_job(void *arg)
     return td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted, ring);
 }
 
-/* The ring's exchange thread, started on the first window that wants it;
- * NULL when it cannot run (then the exchange is made inline). */
+/* The ring's exchange thread, started when the ring joins the processes;
+ * NULL when it cannot run or is switched off (then the exchanges are made
+ * inline, on the leader's worker). */
 static td_exchange_thread *exchange_thread(td_ring *ring)
 {
     if (!ring->exchange_tried) {

@@ -75,8 +75,9 @@ struct td_ring {
     size_t *blocks;          /* n_procs + 1: the current op's blocks per process */
     double process_total;    /* the current op's total over every device, for `total` */
     /* The exchanges of windowed all-reduces (the buckets) on a thread of
-     * their own (ring_procs.c); NULL until the first, or when it could
-     * not start (then they run inline on the leader). */
+     * their own (ring_procs.c), started with the ring when the job has
+     * other processes; NULL in one process, with TANDEM_EXCHANGE_THREAD=0,
+     * or when it could not start (then they run inline on the leader). */
     td_exchange_thread *exchange;
     struct ring_op *pending_ops; /* n + 1: each rank's begun window (ring_rank.pending), then the gathered one's */
     bool exchange_tried;
