@@ -31,7 +31,10 @@
  * clipping, in the reference too): the failing step has bucket exchanges
  * on the exchange thread, and the job must go on as without.
  *
- * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC [overlap] | overlap],
+ * With "overlap-bn", as "overlap" with a synchronized batch norm after the
+ * first layer, whose backward all-reduce comes between buckets.
+ *
+ * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC [overlap] | overlap | overlap-bn],
  * MESHES as mt_mesh takes them. */
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +51,8 @@ typedef struct model {
     td_graph *g;
     td_node x, y, loss, params[4];
 } model;
+
+static bool sync_bn; /* "overlap-bn": a synchronized batch norm after the first layer */
 
 static void build(mt_run *run, td_context *ctx, model *m)
 {
@@ -67,6 +72,17 @@ static void build(mt_run *run, td_context *ctx, model *m)
     MT_OK(run, ctx, td_graph_matmul(m->g, m->x, m->params[0], &h));
     MT_OK(run, ctx, td_graph_add(m->g, h, m->params[1], &h));
     MT_OK(run, ctx, td_graph_tanh(m->g, h, &a));
+    if (sync_bn) {
+        /* Its backward all-reduces statistics over every device of every
+         * process between the buckets of w2/b2 and of w1/b1: a ring op
+         * while a bucket's exchange may still be on the exchange thread.
+         * (After the tanh: right after b1 it would leave b1 a gradient of
+         * rounding noise, which Adam turns into full steps.) */
+        td_batch_norm_options bo;
+        td_batch_norm_options_init(&bo);
+        bo.sync = true;
+        MT_OK(run, ctx, td_layer_batch_norm(m->g, "bn", a, &bo, &a));
+    }
     MT_OK(run, ctx, td_graph_matmul(m->g, a, m->params[2], &logits));
     MT_OK(run, ctx, td_graph_add(m->g, logits, m->params[3], &logits));
     MT_OK(run, ctx, td_graph_softmax_cross_entropy(m->g, logits, m->y, &m->loss));
@@ -268,7 +284,8 @@ int main(int argc, char **argv)
     /* "loss SPEC overlap": the loss with buckets during backward, so the
      * failing step leaves bucket exchanges on the exchange thread. */
     const bool loss_overlap = continue_on_loss && argc > 4 && strcmp(argv[4], "overlap") == 0;
-    overlap_mode = (argc > 2 && strcmp(argv[2], "overlap") == 0) || loss_overlap;
+    sync_bn = argc > 2 && strcmp(argv[2], "overlap-bn") == 0;
+    overlap_mode = (argc > 2 && strcmp(argv[2], "overlap") == 0) || loss_overlap || sync_bn;
     overlap_bytes = overlap_mode ? 16 : 0; /* a bucket per parameter */
     uint32_t global = 0, first = 0;
     MT_OK(&run, ctx, td_processes_mesh(mesh, &global, &first));
