@@ -326,8 +326,9 @@ static td_status wait_job(td_ring *ring, uint64_t ticket, const char *what)
     const uint64_t bound = 3ull * td_context_timeout_ms(ring->mesh->ctx);
     td_status job = TD_OK;
     if (td_exchange_thread_wait(ring->exchange, ticket, bound, &job) != TD_OK)
-        return td_error_set(ring->mesh->ctx, TD_ERR_TIMEOUT, "ring rank 0: the exchange thread did not end %s in %llu ms",
-                            what, (unsigned long long)bound);
+        return td_error_set(ring->mesh->ctx, TD_ERR_TIMEOUT,
+                            "ring rank 0: the exchange thread did not end %s in %llu ms", what,
+                            (unsigned long long)bound);
     return job;
 }
 
