@@ -153,9 +153,10 @@ static td_status begin(td_procs *p, size_t n)
     return s;
 }
 
+/* An empty message is one piece too (post_on). */
 static size_t pieces_of(size_t bytes)
 {
-    return bytes == 0 ? 0 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
+    return bytes == 0 ? 1 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
 }
 
 /* Ends an exchange that cannot complete. Its receives still pending are
@@ -189,7 +190,11 @@ static td_status give_up(td_procs *p, size_t n, td_status status, const char *wh
 static td_status post_on(td_procs *p, MPI_Comm comm, int tag, bool send, void *data, size_t bytes, uint32_t peer,
                          size_t *n)
 {
-    for (size_t at = 0; at < bytes; at += PIECE_BYTES) {
+    /* An empty block still goes as an empty message: a bucket's window
+     * may miss a process's block, and without a message the exchange
+     * would not wait for that process -- the others would then time out
+     * on each other, naming a healthy peer instead of the silent one. */
+    for (size_t at = 0; at < bytes || (at == 0 && bytes == 0); at += PIECE_BYTES) {
         const int len = (int)(bytes - at < PIECE_BYTES ? bytes - at : PIECE_BYTES);
         char *ptr = (char *)data + at;
         const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, tag, comm, &p->requests[*n])

@@ -266,6 +266,8 @@ int td_ring_failed(td_ring *ring)
 
 void td_ring_reset(td_ring *ring)
 {
+    for (uint32_t i = 0; i < ring->n; i++)
+        (void)td_ring_settle(ring, i, true); /* a failed job's window: dropped, its exchange waited out */
     for (uint32_t i = 0; i < ring->n; i++) {
         td_mutex_lock(&ring->ranks[i].lock);
         ring->ranks[i].progress = 0;
@@ -785,12 +787,14 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
     return s;
 }
 
+/* Every op begins here: the rank's begun window, if any, is ended first,
+ * so each rank runs its ops (and the leader its MPI calls) in one order. */
 static td_status check_rank(td_ring *ring, uint32_t rank)
 {
     if (rank >= ring->n)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank,
                             ring->n);
-    return TD_OK;
+    return td_ring_settle(ring, rank, false);
 }
 
 /* The all-reduce op over `count` elements, whole or (windowed) later. */
@@ -874,7 +878,7 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
                                            size_t win_hi, td_ring_finalize_fn finalize, void *user,
                                            td_ring_wire wire)
 {
-    td_status s = check_rank(ring, rank);
+    td_status s = rank < ring->n ? td_ring_settle_for_window(ring, rank) : check_rank(ring, rank);
     if (s == TD_OK)
         s = check_wire(ring, rank, wire);
     if (s != TD_OK)

@@ -499,7 +499,11 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
             return td_ring_fail(ring, r, s);
     }
     const uint64_t reduced = tr ? td_trace_now() : 0;
-    if (across && (s = td_ring_allreduce_across(ring, r, op, base, out, 1)) != TD_OK)
+    /* A window (a bucket during backward) only begins its exchange
+     * between processes: the rank goes back to backward's kernels, and
+     * its next ring op or td_ring_settle ends it. */
+    if (across && (s = op->windowed ? td_ring_allreduce_across_begin(ring, r, op, base, out)
+                                     : td_ring_allreduce_across(ring, r, op, base, out, 1)) != TD_OK)
         return td_ring_fail(ring, r, s);
     if (tr) {
         const uint64_t end = td_trace_now();

@@ -116,6 +116,18 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
                                            size_t win_hi, td_ring_finalize_fn finalize, void *user,
                                            td_ring_wire wire);
 int td_ring_can_window(const td_ring *ring);
+/* Across processes a window's exchange between processes runs on the
+ * ring's exchange thread while the rank goes on (the next bucket's
+ * kernels), and ends at the rank's next ring op or here: the window's
+ * finalize and placement are done when this returns. Every ring op
+ * settles first, so ops stay in one order; the trainer settles after
+ * backward. With `failed` (the rank's job failed) it only waits the
+ * exchange out, so nothing is inside MPI once the job has ended. */
+td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed);
+/* How many jobs between processes (windows' exchanges, and their gathers
+ * where the process has one device) ran on the exchange thread since the
+ * ring was made (tests: the overlap did happen). */
+uint64_t td_ring_exchanges_on_thread(const td_ring *ring);
 
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
  * value rank `rank` owns and finalizes. The trainer keeps the optimizer

@@ -295,7 +295,9 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
     if (t->n_buckets && td_program_buckets_done(t->program, pos) == t->n_buckets) {
         /* Every bucket reduced and updated during backward; across
          * processes the others' new values are in the parameter buffer. */
-        s = t->processes > 1 ? take_gathered(t, pos, params) : TD_OK;
+        s = td_ring_settle(t->ring, pos, false); /* the last bucket's exchange between processes */
+        if (s == TD_OK && t->processes > 1)
+            s = take_gathered(t, pos, params);
         if (s == TD_OK && pos == 0)
             t->allreduces++;
         return s;

@@ -164,7 +164,9 @@ typedef struct td_trainer_options {
      * all-reduce. Taken where every device of the process is a CPU device
      * (across processes too), without clipping (max_norm) and accumulation
      * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce.
-     * Not faster on CPU devices (bench/RESULTS.md), hence off. */
+     * Across processes each bucket's exchange runs on a thread of its
+     * own while backward goes on. Not faster in one process
+     * (bench/RESULTS.md), hence off. */
     uint64_t overlap_bucket_bytes;
     /* Since 0.2. The gradients on the ring in FP32 (the default) or BF16
      * (td_wire): bfloat16 between devices, float sums. */

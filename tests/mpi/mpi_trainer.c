@@ -23,8 +23,9 @@
  * With "overlap", the trainer runs without clipping, once with the
  * all-reduce in buckets during backward (td_trainer_options.
  * overlap_bucket_bytes, the windowed all-reduce across processes) and once
- * without: the two must agree bitwise, losses and parameters, and the
- * buckets must have run.
+ * without: the two must agree bitwise, losses and parameters, the
+ * buckets must have run, and their exchanges between processes on the
+ * ring's exchange thread (beside backward).
  *
  * With "wire", the gradients travel as bfloat16 (td_trainer_options.wire):
  * replicas still bitwise identical, other bits than a fp32 wire's, and
@@ -32,7 +33,14 @@
  * other places) matched within bf16's rounding instead of fp32's, and
  * buckets during backward (without clipping) bitwise the one all-reduce.
  *
- * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC | overlap | wire],
+ * With "loss SPEC overlap", the same loss with buckets during backward (no
+ * clipping, in the reference too): the failing step has bucket exchanges
+ * on the exchange thread, and the job must go on as without.
+ *
+ * With "overlap-bn", as "overlap" with a synchronized batch norm after the
+ * first layer, whose backward all-reduce comes between buckets.
+ *
+ * Usage: mpi_trainer MESHES [even | weights | auto | loss SPEC [overlap] | overlap | overlap-bn | wire],
  * MESHES as mt_mesh takes them. */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +48,7 @@
 #include <string.h>
 
 #include "mpi_test_util.h"
+#include "td_ring.h"
 #include "td_trainer_state.h"
 
 enum { BATCH = 24, IN = 5, HIDDEN = 7, OUT = 3, STEPS = 6 };
@@ -54,6 +63,8 @@ typedef struct model {
     td_graph *g;
     td_node x, y, loss, params[4];
 } model;
+
+static bool sync_bn; /* "overlap-bn": a synchronized batch norm after the first layer */
 
 static void build(mt_run *run, td_context *ctx, model *m)
 {
@@ -73,6 +84,17 @@ static void build(mt_run *run, td_context *ctx, model *m)
     MT_OK(run, ctx, td_graph_matmul(m->g, m->x, m->params[0], &h));
     MT_OK(run, ctx, td_graph_add(m->g, h, m->params[1], &h));
     MT_OK(run, ctx, td_graph_tanh(m->g, h, &a));
+    if (sync_bn) {
+        /* Its backward all-reduces statistics over every device of every
+         * process between the buckets of w2/b2 and of w1/b1: a ring op
+         * while a bucket's exchange may still be on the exchange thread.
+         * (After the tanh: right after b1 it would leave b1 a gradient of
+         * rounding noise, which Adam turns into full steps.) */
+        td_batch_norm_options bo;
+        td_batch_norm_options_init(&bo);
+        bo.sync = true;
+        MT_OK(run, ctx, td_layer_batch_norm(m->g, "bn", a, &bo, &a));
+    }
     MT_OK(run, ctx, td_graph_matmul(m->g, a, m->params[2], &logits));
     MT_OK(run, ctx, td_graph_add(m->g, logits, m->params[3], &logits));
     MT_OK(run, ctx, td_graph_softmax_cross_entropy(m->g, logits, m->y, &m->loss));
@@ -273,7 +295,11 @@ int main(int argc, char **argv)
         return mt_finish(&run, ctx);
     }
     continue_on_loss = argc > 3 && strcmp(argv[2], "loss") == 0;
-    overlap_mode = argc > 2 && strcmp(argv[2], "overlap") == 0;
+    /* "loss SPEC overlap": the loss with buckets during backward, so the
+     * failing step leaves bucket exchanges on the exchange thread. */
+    const bool loss_overlap = continue_on_loss && argc > 4 && strcmp(argv[4], "overlap") == 0;
+    sync_bn = argc > 2 && strcmp(argv[2], "overlap-bn") == 0;
+    overlap_mode = (argc > 2 && strcmp(argv[2], "overlap") == 0) || loss_overlap || sync_bn;
     overlap_bytes = overlap_mode ? 16 : 0; /* a bucket per parameter */
     const bool wire_mode = argc > 2 && strcmp(argv[2], "wire") == 0;
     wire_option = wire_mode ? TD_WIRE_BF16 : TD_WIRE_FP32;
@@ -290,10 +316,16 @@ int main(int argc, char **argv)
     bool identical = false;
     MT_OK(&run, ctx, td_trainer_replicas_identical(t, &identical));
     mt_check(&run, identical, "replicas differ across the processes' devices");
-    if (overlap_mode) {
+    if (overlap_mode && !continue_on_loss) {
         mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
                  "process %u: %u of %u buckets ran during backward", run.rank, td_program_buckets_done(t->program, 0),
                  t->n_buckets);
+        /* The buckets' exchanges between processes ran on the exchange
+         * thread, beside backward (process-local rank 0 makes them). */
+        const uint64_t on_thread = td_ring_exchanges_on_thread(t->ring);
+        mt_check(&run, on_thread >= (uint64_t)STEPS * t->n_buckets,
+                 "process %u: %llu exchanges on the exchange thread, expected at least %u", run.rank,
+                 (unsigned long long)on_thread, STEPS * t->n_buckets);
         float plain_losses[STEPS], plain_params[256];
         size_t plain_n = 0;
         overlap_bytes = 0;
@@ -340,6 +372,10 @@ int main(int argc, char **argv)
         MT_OK(&run, ctx, td_trainer_progress(t, &p));
         MT_OK(&run, ctx, td_processes_mesh(mesh, &now, &first_now));
         mt_check(&run, p.devices_lost == 1, "process %u counts %u devices lost, expected 1", run.rank, p.devices_lost);
+        if (loss_overlap)
+            mt_check(&run, t->n_buckets > 1 && td_program_buckets_done(t->program, 0) == t->n_buckets,
+                     "process %u: after the loss %u of %u buckets ran during backward", run.rank,
+                     td_program_buckets_done(t->program, 0), t->n_buckets);
         mt_check(&run, now == global - 1, "the job has %u devices after the loss, expected %u", now, global - 1);
     }
 
