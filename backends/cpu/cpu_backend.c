@@ -360,19 +360,21 @@ static td_status check_conv_call(td_device *dev, size_t i, const td_kernel_call 
     return st;
 }
 
-/* Runs of GEMMs that touch disjoint outputs and read nothing another
- * writes: a batched product lowers to one GEMM per batch entry, each too
- * small to split, so the pool runs the calls themselves side by side. */
+/* Runs of GEMMs (and REDUCEs) that touch disjoint outputs and read nothing
+ * another writes: a batched product lowers to one GEMM per batch entry, each
+ * too small to split, so the pool runs the calls themselves side by side;
+ * a convolution's bias gradient (a REDUCE over dY) and its kernel gradient
+ * (a GEMM reading dY) likewise, where neither splits (run_side_by_side). */
 static void find_gemm_runs(const td_kernel_call *calls, size_t count, uint32_t *run_end)
 {
     size_t i = 0;
     while (i < count) {
         size_t end = i + 1;
-        if (!td_cpu_gemms_conflict(&calls[i], &calls[i])) {
+        if (!td_cpu_calls_conflict(&calls[i], &calls[i])) {
             while (end < count) {
-                bool free_of_run = !td_cpu_gemms_conflict(&calls[end], &calls[end]);
+                bool free_of_run = !td_cpu_calls_conflict(&calls[end], &calls[end]);
                 for (size_t j = i; free_of_run && j < end; j++)
-                    free_of_run = !td_cpu_gemms_conflict(&calls[j], &calls[end]);
+                    free_of_run = !td_cpu_calls_conflict(&calls[j], &calls[end]);
                 if (!free_of_run)
                     break;
                 end++;
@@ -523,6 +525,25 @@ static void run_task(void *arg, int64_t task)
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
 
+/* Whether the run of `run` calls at c goes to the pool as its calls side by
+ * side. A run of GEMMs always does (a batched product's balanced entries).
+ * One with a REDUCE only where no call of it would split: conv1's bias
+ * gradient (0.22 ms, one part) beside its kernel gradient (0.8 ms, one
+ * part) takes the bias gradient off the step, but conv2's kernel gradient
+ * (288 rows: two parts) is worth more split than beside its bias gradient. */
+static bool run_side_by_side(const td_kernel_call *c, size_t run, td_cpu_gemm_engine engine, uint32_t team,
+                             bool any_size)
+{
+    bool only_gemms = true, any_splits = false;
+    for (size_t j = 0; j < run; j++) {
+        const bool gemm = c[j].kernel == TD_KERNEL_GEMM;
+        only_gemms = only_gemms && gemm;
+        any_splits = any_splits || (gemm ? td_cpu_gemm_split_parts(&c[j], engine, team, any_size)
+                                         : td_cpu_split_parts(&c[j], team, any_size)) > 1;
+    }
+    return only_gemms || !any_splits;
+}
+
 /* Stops between calls and parts, and inside a GEMM between tiles, once the
  * device is cancelled: a worker the engine gave up on leaves within one
  * tile or one other part (bounded by the memory it touches, not by m n k),
@@ -540,6 +561,8 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         const td_kernel_call *c = &seg->calls[i];
         size_t run = seg->run_end[i] - i;
         const bool any_size = td_host_pool_split_everything(dev->pool);
+        if (run > 1 && team > 1 && !run_side_by_side(c, run, seg->gemm_engine, team, any_size))
+            run = 1; /* this call alone, split; the rest of the run is looked at again */
         if (seg->epilogue[i]) {
             /* A GEMM and its epilogue: its parts (or the whole) in blocks,
              * at multiples of the chain's granule. */
