@@ -27,7 +27,9 @@
  * bands of kh pixel rows is then a taller image of its own, whose windows
  * are the call's windows for those rows (a band never straddles two
  * images), and each pooled value is computed once, from finished pixels.
- * Blocks and parts then start at multiples of both 192 rows and a band. */
+ * Blocks and parts then start at multiples of both 192 rows and a band.
+ * A COL2IM may end a chain likewise (join_col2im), in blocks of whole
+ * images. */
 #include "cpu_epilogue.h"
 
 #include <stdbool.h>
@@ -183,6 +185,28 @@ static bool join_pool(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
     return true;
 }
 
+/* Whether COL2IM call e may end the chain over the m x n elements of C: C
+ * is its patches (a dense chain output, m = images x oh x ow windows of n =
+ * kh x kw x c). COL2IM's sums run window by window in (oy, ox) order
+ * within an image and no image reads another's windows, so a block of
+ * whole images is the call's own work for those images, in the same
+ * order: blocks and parts then start at multiples of an image's windows.
+ * (conv2's input gradient: the GEMM's 29 MB of patch gradients are read
+ * back while in L2, not from memory.) */
+static bool join_col2im(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
+{
+    const td_conv_params *g = &e->p.conv;
+    if (g->n <= 0 || g->oh <= 0 || g->ow <= 0 || g->n * g->oh * g->ow != m || g->kh * g->kw * g->c != n)
+        return false;
+    const region in = region_of(&e->a, (uint64_t)(m * n));
+    const region out = region_of(&e->out, (uint64_t)(g->n * g->h * g->w * g->c));
+    if (!same_as_any(in, ch->written, ch->n_written) || overlaps_any(out, ch->written, ch->n_written) ||
+        overlaps_any(out, ch->read, ch->n_read))
+        return false;
+    ch->written[ch->n_written++] = out;
+    return true;
+}
+
 size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t i)
 {
     const td_kernel_call *g = &calls[i];
@@ -210,6 +234,10 @@ size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t 
             length += join_pool(&ch, &calls[j], p->m, p->n);
             break;
         }
+        if (calls[j].kernel == TD_KERNEL_COL2IM) { /* likewise */
+            length += join_col2im(&ch, &calls[j], p->m, p->n);
+            break;
+        }
         if (calls[j].kernel != TD_KERNEL_ELEMENTWISE || !join(&ch, &calls[j], p->m, p->n))
             break;
     }
@@ -233,6 +261,11 @@ int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length, int6
         const td_conv_params *g = &chain[length].p.pool.geo;
         const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */
         granule = granule / gcd(granule, band) * band;
+    }
+    if (length && chain[length].kernel == TD_KERNEL_COL2IM) {
+        const td_conv_params *g = &chain[length].p.conv;
+        const int64_t image = g->oh * g->ow; /* an image's windows: C's rows */
+        granule = granule / gcd(granule, image) * image;
     }
     return granule;
 }
@@ -286,6 +319,16 @@ void td_cpu_epilogue_rows(const td_kernel_call *e, int64_t n, int64_t row0, int6
         g->oh = g->h / g->kh;
         sub->a.offset += (uint64_t)(row0 * n);
         sub->out.offset += (uint64_t)(pixel_row0 / g->kh * g->ow * g->c);
+        return;
+    }
+    if (e->kernel == TD_KERNEL_COL2IM) {
+        /* Rows [row0, row0 + rows): whole images' windows (row0 and rows
+         * multiples of oh x ow, the last block ending at C's end). */
+        td_conv_params *g = &sub->p.conv;
+        const int64_t image = g->oh * g->ow, first = row0 / image;
+        g->n = rows / image;
+        sub->a.offset += (uint64_t)(row0 * n);
+        sub->out.offset += (uint64_t)(first * g->h * g->w * g->c);
         return;
     }
     td_ew_params *p = &sub->p.ew;

@@ -5,7 +5,8 @@
  * passes over the whole of C through memory (issue 19 item 2, "fused
  * epilogues"). A pooling whose windows tile the activation exactly (the
  * seed CNN's 2x2 / 2 max pool) may end the chain: it reads the block's
- * rows of pixels as they are finished.
+ * rows of pixels as they are finished; so may a COL2IM whose patches are
+ * C (a convolution's input gradient), over blocks of whole images.
  *
  * Nothing in the kernel contract changes: each call is the same call over
  * a range of rows, every element the same expression of the same operands,

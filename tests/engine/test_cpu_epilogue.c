@@ -234,6 +234,85 @@ Test(cpu_epilogue, chain_ending_in_a_pool_is_bitwise_the_calls_one_by_one)
     check_fused_pool(2, true, true);
 }
 
+/* A convolution's input gradient: patch gradients = GEMM, then COL2IM
+ * summing them into the image, run in blocks of whole images. */
+typedef struct col2im_shape {
+    int64_t images, h, w, c, k, window, stride, pad;
+    const char *what;
+} col2im_shape;
+
+static const col2im_shape col2im_shapes[] = {
+    {9, 14, 14, 32, 64, 3, 1, 1, "conv2-like: 3x3 SAME over 14x14x32, k = 64 (granule 588 rows: 3 images)"},
+    {7, 9, 11, 5, 6, 3, 2, 0, "3x3 stride 2 unpadded over 9x11x5 (20 windows an image)"},
+    {4, 6, 6, 16, 9, 5, 1, 2, "5x5 SAME over 6x6x16: every pixel in many windows"},
+};
+
+static void check_fused_col2im(uint32_t threads, bool split_everything, bool deterministic)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof col2im_shapes / sizeof col2im_shapes[0]; t++) {
+        const col2im_shape *cs = &col2im_shapes[t];
+        const int64_t oh = (cs->h + 2 * cs->pad - cs->window) / cs->stride + 1;
+        const int64_t ow = (cs->w + 2 * cs->pad - cs->window) / cs->stride + 1;
+        const shape s = {cs->images * oh * ow, cs->window * cs->window * cs->c, cs->k, cs->what};
+        const size_t mn = (size_t)(s.m * s.n), image = (size_t)(cs->images * cs->h * cs->w * cs->c);
+        td_buffer *x = filled(ops, dev, ctx, (size_t)(s.m * s.k), 21 + t, true);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(s.k * s.n), 22 + t, false);
+        const size_t all = mn + image;
+        td_buffer *y = filled(ops, dev, ctx, all, 23 + t, false); /* [patch gradients | image gradient] */
+        td_kernel_call col2im = {.kernel = TD_KERNEL_COL2IM, .out = {y, mn}, .a = {y, 0}};
+        col2im.p.conv = (td_conv_params){.n = cs->images, .h = cs->h, .w = cs->w, .c = cs->c, .kh = cs->window,
+                                         .kw = cs->window, .oh = oh, .ow = ow, .stride_h = cs->stride,
+                                         .stride_w = cs->stride, .pad_top = cs->pad, .pad_left = cs->pad,
+                                         .dil_h = 1, .dil_w = 1};
+        const td_kernel_call calls[2] = {gemm_call(x, w, y, &s), col2im};
+        cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 1, "%s: the chain takes the COL2IM", s.what);
+        float *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+        float *initial = malloc(all * sizeof *initial);
+        for (size_t i = 0; i < all; i++)
+            initial[i] = (float)(i % 11) - 5.5f;
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < 2; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, 2);
+        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
+                 deterministic ? ", own GEMM" : "");
+        expect_same_bits(got, want, all, what);
+        free(want);
+        free(got);
+        free(initial);
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, chain_ending_in_a_col2im_is_bitwise_the_calls_one_by_one)
+{
+    check_fused_col2im(1, false, false);
+    check_fused_col2im(2, false, false);
+    check_fused_col2im(3, true, false);
+    check_fused_col2im(2, true, true);
+}
+
 Test(cpu_epilogue, fused_is_bitwise_the_calls_one_by_one)
 {
     check_fused(1, false, false);
