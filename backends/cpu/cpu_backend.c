@@ -52,6 +52,9 @@ struct td_segment {
      * each block of its rows as soon as it is computed (cpu_epilogue.h);
      * 0 for every other call. */
     uint8_t *epilogue;
+    /* prologue[i]: IM2COL call i - 1 runs block by block before GEMM call
+     * i's rows, whole images at a time (td_cpu_prologue_im2col). */
+    uint8_t *prologue;
     /* Read at segment_create (TD_CPU_GEMM, or the own one in deterministic
      * mode), as the OpenCL backend reads TD_OPENCL_GEMM: a benchmark can
      * time both engines on one device. */
@@ -422,12 +425,14 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
     uint32_t *run_end = td_alloc(dev->ctx, sizeof *run_end * (count ? count : 1));
     uint8_t *epilogue = td_alloc_zeroed(dev->ctx, count ? count : 1);
-    if (!seg || !copy || !run_end || !epilogue) {
+    uint8_t *prologue = td_alloc_zeroed(dev->ctx, count ? count : 1);
+    if (!seg || !copy || !run_end || !epilogue || !prologue) {
         td_free(dev->ctx, seg);
         td_free(dev->ctx, copy);
         td_free(dev->ctx, run_end);
         td_free(dev->ctx, epilogue);
-        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end + 1) * count);
+        td_free(dev->ctx, prologue);
+        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end + 2) * count);
     }
     if (count)
         memcpy(copy, calls, sizeof *copy * count);
@@ -436,10 +441,14 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     for (size_t i = 0; i < count && epilogues; i++)
         if (run_end[i] == i + 1)
             epilogue[i] = (uint8_t)td_cpu_epilogue_length(copy, count, i);
+    for (size_t i = 1; i < count && epilogues; i++)
+        if (run_end[i] == i + 1 && run_end[i - 1] == i && !prologue[i - 1])
+            prologue[i] = td_cpu_prologue_im2col(copy, count, i, epilogue[i]);
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
     seg->epilogue = epilogue;
+    seg->prologue = prologue;
     /* bf16 without AVX512_BF16 gives bf16's answers at fp32's speed at
      * best: said once per device, so a user who asked for speed knows. */
     for (size_t i = 0; i < count && !dev->told_bf16; i++)
@@ -468,6 +477,7 @@ typedef struct shared_run {
     bool stopped;                /* a part saw the cancel (atomic) */
     size_t epilogue;             /* calls after calls[0] run on each block of its rows */
     int64_t granule;             /* with an epilogue: parts and blocks start at multiples of it */
+    const td_kernel_call *im2col; /* with an epilogue: its prologue, or NULL */
 } shared_run;
 
 /* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
@@ -478,7 +488,8 @@ typedef struct shared_run {
  * last takes the remainder: the GEMM's bits are the whole call's
  * (cpu_gemm.c). */
 static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *part,
-                                   const td_kernel_call *calls, size_t epilogue, int64_t granule)
+                                   const td_kernel_call *calls, size_t epilogue, int64_t granule,
+                                   const td_kernel_call *im2col)
 {
     const td_gemm_params *g = &part->p.gemm;
     const int64_t first = (int64_t)(part->out.offset - calls[0].out.offset) / g->ldc;
@@ -490,6 +501,11 @@ static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engin
         tile.p.gemm.m = rows;
         tile.out.offset += (uint64_t)(i * g->ldc);
         tile.a.offset += (uint64_t)(g->trans_a ? i : i * g->lda);
+        if (im2col) { /* the block's patches first, while they fit in L2 */
+            td_kernel_call patches;
+            td_cpu_prologue_rows(im2col, first + i, rows, &patches);
+            run_call(dev, gemm_engine, &patches);
+        }
         if (!run_call(dev, gemm_engine, &tile))
             return false;
         for (size_t e = 1; e <= epilogue; e++) {
@@ -510,7 +526,7 @@ static void run_task(void *arg, int64_t task)
     }
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
-    if (r->parts && r->epilogue) {
+    if (r->parts && (r->epilogue || r->im2col)) {
         td_cpu_epilogue_part(&r->calls[0], r->granule, r->parts, task, &part);
         c = &part;
     } else if (r->parts) {
@@ -520,8 +536,9 @@ static void run_task(void *arg, int64_t task)
             td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
-    if (r->epilogue ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule)
-                    : !run_call(r->dev, r->gemm_engine, c))
+    if (r->epilogue || r->im2col
+            ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule, r->im2col)
+            : !run_call(r->dev, r->gemm_engine, c))
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
 }
 
@@ -559,22 +576,28 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE))
             return TD_ERR_DEVICE_LOST;
         const td_kernel_call *c = &seg->calls[i];
+        const td_kernel_call *im2col = NULL;
+        if (i + 1 < seg->count && seg->prologue[i + 1]) { /* this IM2COL runs inside the next GEMM's blocks */
+            im2col = c;
+            c = &seg->calls[++i];
+        }
         size_t run = seg->run_end[i] - i;
         const bool any_size = td_host_pool_split_everything(dev->pool);
         if (run > 1 && team > 1 && !run_side_by_side(c, run, seg->gemm_engine, team, any_size))
             run = 1; /* this call alone, split; the rest of the run is looked at again */
-        if (seg->epilogue[i]) {
-            /* A GEMM and its epilogue: its parts (or the whole) in blocks,
-             * at multiples of the chain's granule. */
-            const int64_t granule =
-                td_cpu_epilogue_granule(c, seg->epilogue[i], td_cpu_gemm_part_rows(seg->gemm_engine));
+        if (seg->epilogue[i] || im2col) {
+            /* A GEMM and its epilogue (and prologue): its parts (or the
+             * whole) in blocks, at multiples of the chain's granule. */
+            int64_t granule = td_cpu_epilogue_granule(c, seg->epilogue[i], td_cpu_gemm_part_rows(seg->gemm_engine));
+            if (im2col)
+                granule = td_cpu_prologue_granule(im2col, granule);
             int64_t parts = team > 1 ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size) : 1;
             if (parts > (c->p.gemm.m + granule - 1) / granule)
                 parts = (c->p.gemm.m + granule - 1) / granule;
-            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule};
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule, im2col};
             if (parts > 1)
                 td_host_pool_run(dev->pool, parts, run_task, &r);
-            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule))
+            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule, im2col))
                 r.stopped = true;
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -586,7 +609,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
             parts = c->kernel == TD_KERNEL_GEMM ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size)
                                                 : td_cpu_split_parts(c, team, any_size);
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0, NULL};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -613,6 +636,7 @@ static void cpu_segment_destroy(td_device *dev, td_segment *seg)
     td_free(dev->ctx, seg->calls);
     td_free(dev->ctx, seg->run_end);
     td_free(dev->ctx, seg->epilogue);
+    td_free(dev->ctx, seg->prologue);
     td_free(dev->ctx, seg);
 }
 

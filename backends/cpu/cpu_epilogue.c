@@ -244,6 +244,80 @@ size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t 
     return length;
 }
 
+/* What call e writes, for the prologue's check: C, an elementwise call's
+ * elements, a pooling's or COL2IM's output. */
+static region output_of(const td_kernel_call *e)
+{
+    switch (e->kernel) {
+    case TD_KERNEL_GEMM: return matrix_region(&e->out, e->p.gemm.m, e->p.gemm.n, e->p.gemm.ldc);
+    case TD_KERNEL_ELEMENTWISE: {
+        int64_t elements = 1;
+        for (int k = 0; k < TD_KERNEL_RANK; k++)
+            elements *= e->p.ew.dims[k];
+        return region_of(&e->out, (uint64_t)elements);
+    }
+    case TD_KERNEL_POOL: {
+        const td_conv_params *g = &e->p.pool.geo;
+        return region_of(&e->out, (uint64_t)(g->n * g->oh * g->ow * g->c));
+    }
+    case TD_KERNEL_COL2IM: {
+        const td_conv_params *g = &e->p.conv;
+        return region_of(&e->out, (uint64_t)(g->n * g->h * g->w * g->c));
+    }
+    default: return (region){e->out.buffer, 0, UINT64_MAX}; /* not in a chain: claim everything */
+    }
+}
+
+bool td_cpu_prologue_im2col(const td_kernel_call *calls, size_t count, size_t i, size_t epilogue)
+{
+    if (i == 0 || i >= count || calls[i - 1].kernel != TD_KERNEL_IM2COL || calls[i].kernel != TD_KERNEL_GEMM)
+        return false;
+    const td_kernel_call *im = &calls[i - 1], *gemm = &calls[i];
+    const td_conv_params *g = &im->p.conv;
+    const td_gemm_params *p = &gemm->p.gemm;
+    const int64_t patch = g->kh * g->kw * g->c;
+    if (p->trans_a || p->m <= 0 || p->n <= 0 || p->k <= 0 || p->k != patch || p->lda != patch ||
+        g->n <= 0 || g->n * g->oh * g->ow != p->m)
+        return false;
+    const region patches = region_of(&im->out, (uint64_t)(p->m * patch));
+    const region image = region_of(&im->a, (uint64_t)(g->n * g->h * g->w * g->c));
+    if (!same(patches, region_of(&gemm->a, (uint64_t)(p->m * patch))) || overlap(image, patches))
+        return false;
+    /* A block's IM2COL must read the image as the whole call did, and the
+     * patches must end as the whole call left them: nothing the GEMM or
+     * its epilogue writes may lie over either (the chain rules already keep
+     * its outputs off A). */
+    for (size_t e = i; e <= i + epilogue && e < count; e++) {
+        const region out = output_of(&calls[e]);
+        if (overlap(out, image) || overlap(out, patches))
+            return false;
+    }
+    return true;
+}
+
+int64_t td_cpu_prologue_granule(const td_kernel_call *im2col, int64_t granule)
+{
+    const td_conv_params *g = &im2col->p.conv;
+    const int64_t image = g->oh * g->ow; /* an image's patches: rows of C */
+    int64_t a = granule, b = image;
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return granule / a * image;
+}
+
+void td_cpu_prologue_rows(const td_kernel_call *im2col, int64_t row0, int64_t rows, td_kernel_call *sub)
+{
+    *sub = *im2col;
+    td_conv_params *g = &sub->p.conv;
+    const int64_t image = g->oh * g->ow, first = row0 / image;
+    g->n = rows / image;
+    sub->out.offset += (uint64_t)(row0 * g->kh * g->kw * g->c);
+    sub->a.offset += (uint64_t)(first * g->h * g->w * g->c);
+}
+
 static int64_t gcd(int64_t a, int64_t b)
 {
     while (b) {
