@@ -5,10 +5,12 @@
  * The collective is the in-place pmean of one buffer (sum, then the chunk
  * owner scales by 1/N), as a training step uses it.
  *
- * usage: allreduce [--devices SPEC] [--max-bytes B] [--path auto|ring|direct] [--json]
+ * usage: allreduce [--devices SPEC] [--max-bytes B] [--path auto|ring|direct] [--wire fp32|bf16] [--json]
  * Without --devices: cpu:2, cpu:4 and cpu:8. --path ring runs the ring
  * proper on a mesh whose all-reduce would be direct (td_ring_direct), to
- * compare the two in one build. */
+ * compare the two in one build. --wire bf16 rounds the partial sums to
+ * bfloat16 as they pass between ranks (td_ring_wire, the trainer's
+ * --wire bf16). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,10 @@ typedef struct bench {
     size_t max_count, count;
     int reps;
     float *host;
+    td_ring_wire wire;
 } bench;
+
+static td_ring_wire wire_option = TD_RING_WIRE_FP32;
 
 static void scale_finalize(void *user, uint32_t rank, float *data, size_t offset, size_t count)
 {
@@ -64,7 +69,8 @@ static td_status reduce_job(void *arg, uint32_t pos)
     bench *b = arg;
     td_status s = TD_OK;
     for (int i = 0; i < b->reps && s == TD_OK; i++)
-        s = td_ring_allreduce(b->ring, pos, b->buffers[pos], 0, b->buffers[pos], 0, b->count, scale_finalize, b);
+        s = td_ring_allreduce_consume(b->ring, pos, b->buffers[pos], 0, b->buffers[pos], 0, b->count, scale_finalize,
+                                      b, b->wire); /* in place: the input is the output anyway */
     return s;
 }
 
@@ -86,6 +92,8 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int rin
 {
     bench b;
     memset(&b, 0, sizeof b);
+    b.wire = wire_option;
+    const char *wire = b.wire == TD_RING_WIRE_BF16 ? "bf16" : "fp32";
     td_status s = td_mesh_create(ctx, spec, &b.mesh);
     if (s != TD_OK) {
         fprintf(stderr, "allreduce: mesh '%s': %s: %s\n", spec, td_status_name(s), td_last_error(ctx));
@@ -141,9 +149,9 @@ static int run_mesh(td_context *ctx, const char *spec, size_t max_bytes, int rin
         double bus = alg * 2.0 * (n - 1) / n;
         double mem = memcpy_gbs(copy_dst, b.host, bytes, b.reps * (int)n > 1 ? b.reps : 1);
         if (json)
-            printf("{\"bench\":\"allreduce\",\"mesh\":\"%s\",\"path\":\"%s\",\"n\":%u,\"bytes\":%zu,\"seconds\":%.9g,\"algbw_gbs\":%.4g,"
+            printf("{\"bench\":\"allreduce\",\"mesh\":\"%s\",\"path\":\"%s\",\"wire\":\"%s\",\"n\":%u,\"bytes\":%zu,\"seconds\":%.9g,\"algbw_gbs\":%.4g,"
                    "\"busbw_gbs\":%.4g,\"memcpy_gbs\":%.4g,\"busbw_over_memcpy\":%.3f}\n",
-                   spec, path, n, bytes, sec, alg, bus, mem, bus / mem);
+                   spec, path, wire, n, bytes, sec, alg, bus, mem, bus / mem);
         else
             printf("%-28s %3u %10zu %12.6g %10.3f %10.3f %10.3f %8.2f\n", spec, n, bytes, sec, alg, bus, mem,
                    bus / mem);
@@ -173,10 +181,16 @@ int main(int argc, char **argv)
             i++; /* direct wherever the mesh allows: the default */
         else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc && strcmp(argv[i + 1], "ring") == 0)
             ring_proper = 1, i++;
+        else if (strcmp(argv[i], "--wire") == 0 && i + 1 < argc && strcmp(argv[i + 1], "fp32") == 0)
+            wire_option = TD_RING_WIRE_FP32, i++;
+        else if (strcmp(argv[i], "--wire") == 0 && i + 1 < argc && strcmp(argv[i + 1], "bf16") == 0)
+            wire_option = TD_RING_WIRE_BF16, i++;
         else if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else {
-            fprintf(stderr, "usage: allreduce [--devices SPEC] [--max-bytes B] [--path auto|ring|direct] [--json]\n");
+            fprintf(stderr, "allreduce: unknown or bad argument '%s'\nusage: allreduce [--devices SPEC] [--max-bytes B] "
+                            "[--path auto|ring|direct] [--wire fp32|bf16] [--json]\n",
+                    argv[i]);
             return 2;
         }
     }

@@ -28,9 +28,13 @@
  * and what a nanosleep of 1 us lasts (the exchange between processes
  * polls with such sleeps: their real length is its latency floor).
  *
+ * --wire bf16 runs tandem's all-reduces (both) with bfloat16 partial sums
+ * between ranks and 2-byte values between processes (td_ring_wire);
+ * MPI_Allreduce stays float.
+ *
  * usage: mpirun -np P allreduce_mpi [--local K] [--min-bytes B]
  *        [--max-bytes B] [--budget-mib M] [--trials T] [--no-solo]
- *        [--probe] [--json] */
+ *        [--probe] [--wire fp32|bf16] [--json] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,12 +111,15 @@ static td_status teardown_job(void *arg, uint32_t pos)
     return TD_OK;
 }
 
+static td_ring_wire wire_option = TD_RING_WIRE_FP32; /* --wire */
+
 static td_status reduce_job(void *arg, uint32_t pos)
 {
     collective *c = arg;
     td_status s = TD_OK;
-    for (int i = 0; i < c->reps && s == TD_OK; i++)
-        s = td_ring_allreduce(c->ring, pos, c->buffers[pos], 0, c->buffers[pos], 0, c->count, mean_finalize, c);
+    for (int i = 0; i < c->reps && s == TD_OK; i++) /* in place: consuming the input changes nothing */
+        s = td_ring_allreduce_consume(c->ring, pos, c->buffers[pos], 0, c->buffers[pos], 0, c->count, mean_finalize, c,
+                                      wire_option);
     return s;
 }
 
@@ -354,7 +361,7 @@ static void probe(job *j, const options *o)
 static void usage(void)
 {
     fprintf(stderr, "usage: mpirun -np P allreduce_mpi [--local K] [--min-bytes B] [--max-bytes B] "
-                    "[--budget-mib M] [--trials T] [--no-solo] [--probe] [--json]\n");
+                    "[--budget-mib M] [--trials T] [--no-solo] [--probe] [--wire fp32|bf16] [--json]\n");
     exit(2);
 }
 
@@ -379,6 +386,10 @@ static options parse(int argc, char **argv)
             o.probe = 1;
         else if (strcmp(argv[i], "--json") == 0)
             o.json = 1;
+        else if (strcmp(argv[i], "--wire") == 0 && more && strcmp(argv[i + 1], "bf16") == 0)
+            wire_option = TD_RING_WIRE_BF16, i++;
+        else if (strcmp(argv[i], "--wire") == 0 && more && strcmp(argv[i + 1], "fp32") == 0)
+            wire_option = TD_RING_WIRE_FP32, i++;
         else
             usage();
     }

@@ -41,6 +41,7 @@ cc=${CC:-cc}
     -I/usr/include/x86_64-linux-gnu/openblas-pthread \
     -o "$out/blas_compare" "$root/bench/blas_compare.c" "$root/backends/cpu/cpu_gemm_own.c" \
     "$root/backends/cpu/cpu_gemm_own_fma.c" "$root/kernels/cpu/td_reference_conv.c" \
+    "$root/kernels/cpu/td_reference_pool_tiled.c" \
     "$build/engine/core/libtd_core.a" "$build/engine/platform/libtd_platform.a" \
     -L"$lib" -Wl,-rpath,"$lib" -ldnnl -lopenblas -ldl -lm -lpthread
 

@@ -36,11 +36,17 @@
  * with buckets of M MiB, taking turns likewise: the ratio reference / this
  * is the overlap's speed-up, measured in one run.
  *
+ * --wire fp32|bf16 sets td_trainer_options.wire (the gradients between
+ * devices and processes as bfloat16); --reference-wire W (one process)
+ * makes the reference the same mesh on wire W, taking turns likewise: the
+ * ratio reference / this is what the bf16 wire buys (or costs).
+ *
  * usage: [mpirun -np P] step [--devices SPEC] [--model cnn|mlp]
  *        [--batch B] [--steps N] [--warmup W] [--rounds R] [--json]
  *        [--precision fp32|bf16] [--reference-precision fp32|bf16]
  *        [--bucket-mib M] [--reference-bucket-mib M]
- *        [--cpu-threads N] [--reference-cpu-threads M] */
+ *        [--cpu-threads N] [--reference-cpu-threads M]
+ *        [--wire fp32|bf16] [--reference-wire fp32|bf16] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +67,8 @@ typedef struct options {
     td_precision reference_precision;
     uint64_t bucket_bytes, reference_bucket_bytes;
     int compare_buckets; /* --reference-bucket-mib given */
+    td_wire wire, reference_wire;
+    int compare_wire; /* --reference-wire given */
     int cpu_threads, reference_cpu_threads; /* the latter > 0: given */
 } options;
 
@@ -115,7 +123,7 @@ static void fill(run *r, int step)
 }
 
 static void open_run(run *r, td_context *ctx, const char *spec, const options *o, td_precision precision,
-                     uint64_t bucket_bytes)
+                     uint64_t bucket_bytes, td_wire wire)
 {
     memset(r, 0, sizeof *r);
     r->ctx = ctx;
@@ -159,6 +167,7 @@ static void open_run(run *r, td_context *ctx, const char *spec, const options *o
     to.metrics = &r->accuracy;
     to.precision = precision;
     to.overlap_bucket_bytes = bucket_bytes;
+    to.wire = wire;
     if ((s = td_trainer_create(r->g, r->mesh, r->loss, n_params, params, &to, &r->trainer)) != TD_OK)
         fail_with(ctx, "td_trainer_create", s);
     free(params);
@@ -306,7 +315,8 @@ static td_precision precision_named(const char *name)
 
 static options parse(int argc, char **argv)
 {
-    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0, 0, 0, 0};
+    options o = {"cpu:1", "cnn", 128, 20, 3, 3, 0, TD_PRECISION_FP32, 0, TD_PRECISION_FP32, 0, 0, 0, 0, 0,
+                 TD_WIRE_FP32, TD_WIRE_FP32, 0};
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
         if (strcmp(argv[i], "--devices") == 0 && more)
@@ -325,6 +335,12 @@ static options parse(int argc, char **argv)
             o.json = 1;
         else if (strcmp(argv[i], "--precision") == 0 && more)
             o.precision = precision_named(argv[++i]);
+        else if (strcmp(argv[i], "--wire") == 0 && more)
+            o.wire = precision_named(argv[++i]) == TD_PRECISION_BF16 ? TD_WIRE_BF16 : TD_WIRE_FP32;
+        else if (strcmp(argv[i], "--reference-wire") == 0 && more) {
+            o.reference_wire = precision_named(argv[++i]) == TD_PRECISION_BF16 ? TD_WIRE_BF16 : TD_WIRE_FP32;
+            o.compare_wire = 1;
+        }
         else if (strcmp(argv[i], "--bucket-mib") == 0 && more)
             o.bucket_bytes = (uint64_t)(atof(argv[++i]) * 1048576.0);
         else if (strcmp(argv[i], "--reference-bucket-mib") == 0 && more) {
@@ -342,7 +358,7 @@ static options parse(int argc, char **argv)
     }
     if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.rounds < 1 || o.rounds > MAX_ROUNDS ||
         (long)o.steps * o.rounds > MAX_STEPS || o.cpu_threads < 0 || o.reference_cpu_threads < 0 ||
-        (o.reference_cpu_threads > 0 && (o.compare_precision || o.compare_buckets)))
+        (o.reference_cpu_threads > 0 && (o.compare_precision || o.compare_buckets || o.compare_wire)))
         usage();
     return o;
 }
@@ -366,8 +382,8 @@ int main(int argc, char **argv)
     td_processes_rank(ctx, &rank, &processes);
 
     run job;
-    open_run(&job, ctx, o.devices, &o, o.precision, o.bucket_bytes);
-    const bool same_mesh = o.compare_precision || o.compare_buckets;
+    open_run(&job, ctx, o.devices, &o, o.precision, o.bucket_bytes, o.wire);
+    const bool same_mesh = o.compare_precision || o.compare_buckets || o.compare_wire;
     /* The reference, on process 0 only, when there are processes to compare;
      * or the same mesh in the reference precision. */
     td_context *solo_ctx = NULL;
@@ -390,7 +406,8 @@ int main(int argc, char **argv)
         if ((s = td_context_create(&solo_co, &solo_ctx)) != TD_OK)
             return 1;
         open_run(&solo, solo_ctx, solo_spec, &o, o.compare_precision ? o.reference_precision : o.precision,
-                 o.compare_buckets ? o.reference_bucket_bytes : o.bucket_bytes);
+                 o.compare_buckets ? o.reference_bucket_bytes : o.bucket_bytes,
+                 o.compare_wire ? o.reference_wire : o.wire);
     }
     double one = 1.0;
     train(&job, o.warmup, 0);

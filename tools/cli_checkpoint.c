@@ -277,6 +277,7 @@ int td_cli_checkpoint_read_config(const char *command, const char *dir, td_cli_c
     c->cpu_threads = given.cpu_threads;
     c->deterministic = given.deterministic;
     c->precision = given.precision; /* how it computes, like --deterministic: the caller's */
+    c->wire = given.wire;           /* likewise how the gradients travel */
     if (keep & TD_CLI_SET_DATA)
         c->data = given.data;
     if (keep & (TD_CLI_SET_EPOCHS | TD_CLI_SET_STEPS)) { /* the run's length is the caller's: one or the other */

@@ -29,6 +29,7 @@ const char *const td_cli_schedules[] = {"constant", "cosine", "warmup-cosine", N
 const char *const td_cli_device_loss[] = {"fail", "continue", NULL};
 const char *const td_cli_inputs[] = {"raw", "standardized", NULL};
 const char *const td_cli_precisions[] = {"fp32", "bf16", NULL};
+const char *const td_cli_wires[] = {"fp32", "bf16", NULL};
 
 td_precision td_cli_precision(const char *name)
 {
@@ -214,6 +215,7 @@ static td_status fit_options(td_cli_session *s, td_fit_options *o)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     o->precision = td_cli_precision(c->precision);
     o->overlap_bucket_bytes = (uint64_t)((double)c->bucket_mib * 1048576.0);
+    o->wire = c->wire && strcmp(c->wire, "bf16") == 0 ? TD_WIRE_BF16 : TD_WIRE_FP32;
     /* Only a metrics file reads the split; on CPU devices the waits are free. */
     o->timing_waits = c->metrics != NULL;
     o->eval_every = (uint32_t)c->eval_every;

@@ -153,6 +153,7 @@ int td_cli_text_read_config(const char *command, const char *path, td_cli_text_c
     c->cpu_threads = given.cpu_threads;
     c->deterministic = given.deterministic;
     c->precision = given.precision;
+    c->wire = given.wire;
     c->given = given.given;
     c->recompute = given.recompute;
     c->init = NULL; /* the checkpoint holds the parameters */

@@ -57,6 +57,7 @@ static td_status trainer_options(td_cli_text_session *s)
     if (c->on_device_loss && strcmp(c->on_device_loss, "continue") == 0)
         o->on_device_loss = TD_ON_DEVICE_LOSS_CONTINUE;
     o->precision = c->precision && strcmp(c->precision, "bf16") == 0 ? TD_PRECISION_BF16 : TD_PRECISION_FP32;
+    o->wire = c->wire && strcmp(c->wire, "bf16") == 0 ? TD_WIRE_BF16 : TD_WIRE_FP32;
     td_status st = td_schedule_for_run(s->ctx, c->schedule, c->lr, (uint64_t)c->steps, &o->schedule);
     /* Only a metrics file reads the per-device split of a step's time. */
     o->timing_waits = c->metrics != NULL;

@@ -358,6 +358,9 @@ int td_cli_train(int argc, char **argv)
         {"--precision", TD_CLI_CHOICE, &c.precision, 0, 0, 0, td_cli_precisions, 0, "P",
          "fp32 (default) or bf16: every matrix product and convolution with bfloat16 inputs and float sums "
          "(AVX512_BF16 where the CPU has it); weights, optimizer state, loss and gradients stay fp32"},
+        {"--wire", TD_CLI_CHOICE, &c.wire, 0, 0, 0, td_cli_wires, 0, "W",
+         "fp32 (default) or bf16: gradients pass between devices (and processes) as bfloat16, every sum in "
+         "fp32, the sum rounded to bfloat16 before the update; parameters stay fp32 and identical everywhere"},
         {"--bucket-mib", TD_CLI_FLOAT, &c.bucket_mib, 0, 1024, 0, NULL, 0, "M",
          "reduce and update the gradients in buckets of about M MiB between backward's kernels, each as soon as "
          "backward is done with it (the same bits; CPU devices, no clipping or accumulation); "

@@ -365,6 +365,9 @@ int td_cli_train_text(int argc, char **argv)
         {"--precision", TD_CLI_CHOICE, &c.precision, 0, 0, 0, td_cli_precisions, 0, "P",
          "fp32 (default) or bf16: every matrix product with bfloat16 inputs and float sums (AVX512_BF16 where the "
          "CPU has it); weights, optimizer state, loss and gradients stay fp32"},
+        {"--wire", TD_CLI_CHOICE, &c.wire, 0, 0, 0, td_cli_wires, 0, "W",
+         "fp32 (default) or bf16: gradients pass between devices (and processes) as bfloat16, every sum in "
+         "fp32, the sum rounded to bfloat16 before the update; parameters stay fp32 and identical everywhere"},
         FLAG("--init", TD_CLI_STRING, &c.init, 0, 0, 0, "FILE",
              "start from GPT-2 weights: llm.c's gpt2_124M.bin, a Hugging Face model.safetensors (or its folder) or a "
              "tandem checkpoint file; the model's sizes are the file's"),

@@ -53,6 +53,7 @@ typedef struct td_cli_config {
     bool deterministic;         /* --deterministic: td_context_options.deterministic */
     const char *precision;      /* --precision: "fp32" (NULL) or "bf16" (td_fit_options.precision) */
     float bucket_mib;           /* --bucket-mib: td_fit_options.overlap_bucket_bytes in MiB; 0 = off */
+    const char *wire;           /* --wire: "fp32" (NULL) or "bf16" (td_fit_options.wire) */
 } td_cli_config;
 
 /* The config as checkpoint metadata (what rebuilds the same graph and

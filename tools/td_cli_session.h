@@ -57,6 +57,8 @@ extern const char *const td_cli_schedules[];
 extern const char *const td_cli_device_loss[];
 extern const char *const td_cli_inputs[];
 extern const char *const td_cli_precisions[];
+/* --wire's values: fp32, bf16 (td_wire). */
+extern const char *const td_cli_wires[];
 /* td_precision of a --precision value (NULL: fp32). */
 td_precision td_cli_precision(const char *name);
 

@@ -32,6 +32,7 @@ typedef struct td_cli_text_config {
     int64_t cpu_threads; /* --cpu-threads; 0: the machine's cores */
     bool deterministic;  /* --deterministic: td_context_options.deterministic */
     const char *precision; /* --precision: "fp32" (NULL) or "bf16" (td_trainer_options.precision) */
+    const char *wire;      /* --wire: "fp32" (NULL) or "bf16" (td_trainer_options.wire) */
     /* GPT-2 weights to start from (td_gpt_weights_read: llm.c's .bin, a
      * Hugging Face or tandem safetensors): the model's sizes come from the
      * file, and options in `given` that contradict it are refused. */

@@ -52,6 +52,9 @@ struct td_segment {
      * each block of its rows as soon as it is computed (cpu_epilogue.h);
      * 0 for every other call. */
     uint8_t *epilogue;
+    /* prologue[i]: IM2COL call i - 1 runs block by block before GEMM call
+     * i's rows, whole images at a time (td_cpu_prologue_im2col). */
+    uint8_t *prologue;
     /* Read at segment_create (TD_CPU_GEMM, or the own one in deterministic
      * mode), as the OpenCL backend reads TD_OPENCL_GEMM: a benchmark can
      * time both engines on one device. */
@@ -360,19 +363,21 @@ static td_status check_conv_call(td_device *dev, size_t i, const td_kernel_call 
     return st;
 }
 
-/* Runs of GEMMs that touch disjoint outputs and read nothing another
- * writes: a batched product lowers to one GEMM per batch entry, each too
- * small to split, so the pool runs the calls themselves side by side. */
+/* Runs of GEMMs (and REDUCEs) that touch disjoint outputs and read nothing
+ * another writes: a batched product lowers to one GEMM per batch entry, each
+ * too small to split, so the pool runs the calls themselves side by side;
+ * a convolution's bias gradient (a REDUCE over dY) and its kernel gradient
+ * (a GEMM reading dY) likewise, where neither splits (run_side_by_side). */
 static void find_gemm_runs(const td_kernel_call *calls, size_t count, uint32_t *run_end)
 {
     size_t i = 0;
     while (i < count) {
         size_t end = i + 1;
-        if (!td_cpu_gemms_conflict(&calls[i], &calls[i])) {
+        if (!td_cpu_calls_conflict(&calls[i], &calls[i])) {
             while (end < count) {
-                bool free_of_run = !td_cpu_gemms_conflict(&calls[end], &calls[end]);
+                bool free_of_run = !td_cpu_calls_conflict(&calls[end], &calls[end]);
                 for (size_t j = i; free_of_run && j < end; j++)
-                    free_of_run = !td_cpu_gemms_conflict(&calls[j], &calls[end]);
+                    free_of_run = !td_cpu_calls_conflict(&calls[j], &calls[end]);
                 if (!free_of_run)
                     break;
                 end++;
@@ -420,12 +425,14 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     td_kernel_call *copy = td_alloc(dev->ctx, sizeof *copy * (count ? count : 1));
     uint32_t *run_end = td_alloc(dev->ctx, sizeof *run_end * (count ? count : 1));
     uint8_t *epilogue = td_alloc_zeroed(dev->ctx, count ? count : 1);
-    if (!seg || !copy || !run_end || !epilogue) {
+    uint8_t *prologue = td_alloc_zeroed(dev->ctx, count ? count : 1);
+    if (!seg || !copy || !run_end || !epilogue || !prologue) {
         td_free(dev->ctx, seg);
         td_free(dev->ctx, copy);
         td_free(dev->ctx, run_end);
         td_free(dev->ctx, epilogue);
-        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end + 1) * count);
+        td_free(dev->ctx, prologue);
+        return TD_OOM(dev->ctx, "a cpu segment", (sizeof *copy + sizeof *run_end + 2) * count);
     }
     if (count)
         memcpy(copy, calls, sizeof *copy * count);
@@ -434,10 +441,14 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     for (size_t i = 0; i < count && epilogues; i++)
         if (run_end[i] == i + 1)
             epilogue[i] = (uint8_t)td_cpu_epilogue_length(copy, count, i);
+    for (size_t i = 1; i < count && epilogues; i++)
+        if (run_end[i] == i + 1 && run_end[i - 1] == i && !prologue[i - 1])
+            prologue[i] = td_cpu_prologue_im2col(copy, count, i, epilogue[i]);
     seg->count = count;
     seg->calls = copy;
     seg->run_end = run_end;
     seg->epilogue = epilogue;
+    seg->prologue = prologue;
     /* bf16 without AVX512_BF16 gives bf16's answers at fp32's speed at
      * best: said once per device, so a user who asked for speed knows. */
     for (size_t i = 0; i < count && !dev->told_bf16; i++)
@@ -466,6 +477,7 @@ typedef struct shared_run {
     bool stopped;                /* a part saw the cancel (atomic) */
     size_t epilogue;             /* calls after calls[0] run on each block of its rows */
     int64_t granule;             /* with an epilogue: parts and blocks start at multiples of it */
+    const td_kernel_call *im2col; /* with an epilogue: its prologue, or NULL */
 } shared_run;
 
 /* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
@@ -476,7 +488,8 @@ typedef struct shared_run {
  * last takes the remainder: the GEMM's bits are the whole call's
  * (cpu_gemm.c). */
 static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *part,
-                                   const td_kernel_call *calls, size_t epilogue, int64_t granule)
+                                   const td_kernel_call *calls, size_t epilogue, int64_t granule,
+                                   const td_kernel_call *im2col)
 {
     const td_gemm_params *g = &part->p.gemm;
     const int64_t first = (int64_t)(part->out.offset - calls[0].out.offset) / g->ldc;
@@ -488,6 +501,11 @@ static bool run_gemm_with_epilogue(td_device *dev, td_cpu_gemm_engine gemm_engin
         tile.p.gemm.m = rows;
         tile.out.offset += (uint64_t)(i * g->ldc);
         tile.a.offset += (uint64_t)(g->trans_a ? i : i * g->lda);
+        if (im2col) { /* the block's patches first, while they fit in L2 */
+            td_kernel_call patches;
+            td_cpu_prologue_rows(im2col, first + i, rows, &patches);
+            run_call(dev, gemm_engine, &patches);
+        }
         if (!run_call(dev, gemm_engine, &tile))
             return false;
         for (size_t e = 1; e <= epilogue; e++) {
@@ -508,7 +526,7 @@ static void run_task(void *arg, int64_t task)
     }
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
-    if (r->parts && r->epilogue) {
+    if (r->parts && (r->epilogue || r->im2col)) {
         td_cpu_epilogue_part(&r->calls[0], r->granule, r->parts, task, &part);
         c = &part;
     } else if (r->parts) {
@@ -518,9 +536,29 @@ static void run_task(void *arg, int64_t task)
             td_cpu_split_part(&r->calls[0], r->parts, task, &part);
         c = &part;
     }
-    if (r->epilogue ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule)
-                    : !run_call(r->dev, r->gemm_engine, c))
+    if (r->epilogue || r->im2col
+            ? !run_gemm_with_epilogue(r->dev, r->gemm_engine, c, r->calls, r->epilogue, r->granule, r->im2col)
+            : !run_call(r->dev, r->gemm_engine, c))
         __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
+}
+
+/* Whether the run of `run` calls at c goes to the pool as its calls side by
+ * side. A run of GEMMs always does (a batched product's balanced entries).
+ * One with a REDUCE only where no call of it would split: conv1's bias
+ * gradient (0.22 ms, one part) beside its kernel gradient (0.8 ms, one
+ * part) takes the bias gradient off the step, but conv2's kernel gradient
+ * (288 rows: two parts) is worth more split than beside its bias gradient. */
+static bool run_side_by_side(const td_kernel_call *c, size_t run, td_cpu_gemm_engine engine, uint32_t team,
+                             bool any_size)
+{
+    bool only_gemms = true, any_splits = false;
+    for (size_t j = 0; j < run; j++) {
+        const bool gemm = c[j].kernel == TD_KERNEL_GEMM;
+        only_gemms = only_gemms && gemm;
+        any_splits = any_splits || (gemm ? td_cpu_gemm_split_parts(&c[j], engine, team, any_size)
+                                         : td_cpu_split_parts(&c[j], team, any_size)) > 1;
+    }
+    return only_gemms || !any_splits;
 }
 
 /* Stops between calls and parts, and inside a GEMM between tiles, once the
@@ -538,20 +576,28 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE))
             return TD_ERR_DEVICE_LOST;
         const td_kernel_call *c = &seg->calls[i];
+        const td_kernel_call *im2col = NULL;
+        if (i + 1 < seg->count && seg->prologue[i + 1]) { /* this IM2COL runs inside the next GEMM's blocks */
+            im2col = c;
+            c = &seg->calls[++i];
+        }
         size_t run = seg->run_end[i] - i;
         const bool any_size = td_host_pool_split_everything(dev->pool);
-        if (seg->epilogue[i]) {
-            /* A GEMM and its epilogue: its parts (or the whole) in blocks,
-             * at multiples of the chain's granule. */
-            const int64_t granule =
-                td_cpu_epilogue_granule(c, seg->epilogue[i], td_cpu_gemm_part_rows(seg->gemm_engine));
+        if (run > 1 && team > 1 && !run_side_by_side(c, run, seg->gemm_engine, team, any_size))
+            run = 1; /* this call alone, split; the rest of the run is looked at again */
+        if (seg->epilogue[i] || im2col) {
+            /* A GEMM and its epilogue (and prologue): its parts (or the
+             * whole) in blocks, at multiples of the chain's granule. */
+            int64_t granule = td_cpu_epilogue_granule(c, seg->epilogue[i], td_cpu_gemm_part_rows(seg->gemm_engine));
+            if (im2col)
+                granule = td_cpu_prologue_granule(im2col, granule);
             int64_t parts = team > 1 ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size) : 1;
             if (parts > (c->p.gemm.m + granule - 1) / granule)
                 parts = (c->p.gemm.m + granule - 1) / granule;
-            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule};
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule, im2col};
             if (parts > 1)
                 td_host_pool_run(dev->pool, parts, run_task, &r);
-            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule))
+            else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule, im2col))
                 r.stopped = true;
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -563,7 +609,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
             parts = c->kernel == TD_KERNEL_GEMM ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size)
                                                 : td_cpu_split_parts(c, team, any_size);
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0, NULL};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;
@@ -590,6 +636,7 @@ static void cpu_segment_destroy(td_device *dev, td_segment *seg)
     td_free(dev->ctx, seg->calls);
     td_free(dev->ctx, seg->run_end);
     td_free(dev->ctx, seg->epilogue);
+    td_free(dev->ctx, seg->prologue);
     td_free(dev->ctx, seg);
 }
 

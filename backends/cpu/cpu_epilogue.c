@@ -27,7 +27,9 @@
  * bands of kh pixel rows is then a taller image of its own, whose windows
  * are the call's windows for those rows (a band never straddles two
  * images), and each pooled value is computed once, from finished pixels.
- * Blocks and parts then start at multiples of both 192 rows and a band. */
+ * Blocks and parts then start at multiples of both 192 rows and a band.
+ * A COL2IM may end a chain likewise (join_col2im), in blocks of whole
+ * images. */
 #include "cpu_epilogue.h"
 
 #include <stdbool.h>
@@ -183,6 +185,28 @@ static bool join_pool(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
     return true;
 }
 
+/* Whether COL2IM call e may end the chain over the m x n elements of C: C
+ * is its patches (a dense chain output, m = images x oh x ow windows of n =
+ * kh x kw x c). COL2IM's sums run window by window in (oy, ox) order
+ * within an image and no image reads another's windows, so a block of
+ * whole images is the call's own work for those images, in the same
+ * order: blocks and parts then start at multiples of an image's windows.
+ * (conv2's input gradient: the GEMM's 29 MB of patch gradients are read
+ * back while in L2, not from memory.) */
+static bool join_col2im(chain *ch, const td_kernel_call *e, int64_t m, int64_t n)
+{
+    const td_conv_params *g = &e->p.conv;
+    if (g->n <= 0 || g->oh <= 0 || g->ow <= 0 || g->n * g->oh * g->ow != m || g->kh * g->kw * g->c != n)
+        return false;
+    const region in = region_of(&e->a, (uint64_t)(m * n));
+    const region out = region_of(&e->out, (uint64_t)(g->n * g->h * g->w * g->c));
+    if (!same_as_any(in, ch->written, ch->n_written) || overlaps_any(out, ch->written, ch->n_written) ||
+        overlaps_any(out, ch->read, ch->n_read))
+        return false;
+    ch->written[ch->n_written++] = out;
+    return true;
+}
+
 size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t i)
 {
     const td_kernel_call *g = &calls[i];
@@ -210,10 +234,88 @@ size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t 
             length += join_pool(&ch, &calls[j], p->m, p->n);
             break;
         }
+        if (calls[j].kernel == TD_KERNEL_COL2IM) { /* likewise */
+            length += join_col2im(&ch, &calls[j], p->m, p->n);
+            break;
+        }
         if (calls[j].kernel != TD_KERNEL_ELEMENTWISE || !join(&ch, &calls[j], p->m, p->n))
             break;
     }
     return length;
+}
+
+/* What call e writes, for the prologue's check: C, an elementwise call's
+ * elements, a pooling's or COL2IM's output. */
+static region output_of(const td_kernel_call *e)
+{
+    switch (e->kernel) {
+    case TD_KERNEL_GEMM: return matrix_region(&e->out, e->p.gemm.m, e->p.gemm.n, e->p.gemm.ldc);
+    case TD_KERNEL_ELEMENTWISE: {
+        int64_t elements = 1;
+        for (int k = 0; k < TD_KERNEL_RANK; k++)
+            elements *= e->p.ew.dims[k];
+        return region_of(&e->out, (uint64_t)elements);
+    }
+    case TD_KERNEL_POOL: {
+        const td_conv_params *g = &e->p.pool.geo;
+        return region_of(&e->out, (uint64_t)(g->n * g->oh * g->ow * g->c));
+    }
+    case TD_KERNEL_COL2IM: {
+        const td_conv_params *g = &e->p.conv;
+        return region_of(&e->out, (uint64_t)(g->n * g->h * g->w * g->c));
+    }
+    default: return (region){e->out.buffer, 0, UINT64_MAX}; /* not in a chain: claim everything */
+    }
+}
+
+bool td_cpu_prologue_im2col(const td_kernel_call *calls, size_t count, size_t i, size_t epilogue)
+{
+    if (i == 0 || i >= count || calls[i - 1].kernel != TD_KERNEL_IM2COL || calls[i].kernel != TD_KERNEL_GEMM)
+        return false;
+    const td_kernel_call *im = &calls[i - 1], *gemm = &calls[i];
+    const td_conv_params *g = &im->p.conv;
+    const td_gemm_params *p = &gemm->p.gemm;
+    const int64_t patch = g->kh * g->kw * g->c;
+    if (p->trans_a || p->m <= 0 || p->n <= 0 || p->k <= 0 || p->k != patch || p->lda != patch ||
+        g->n <= 0 || g->n * g->oh * g->ow != p->m)
+        return false;
+    const region patches = region_of(&im->out, (uint64_t)(p->m * patch));
+    const region image = region_of(&im->a, (uint64_t)(g->n * g->h * g->w * g->c));
+    if (!same(patches, region_of(&gemm->a, (uint64_t)(p->m * patch))) || overlap(image, patches))
+        return false;
+    /* A block's IM2COL must read the image as the whole call did, and the
+     * patches must end as the whole call left them: nothing the GEMM or
+     * its epilogue writes may lie over either (the chain rules already keep
+     * its outputs off A). */
+    for (size_t e = i; e <= i + epilogue && e < count; e++) {
+        const region out = output_of(&calls[e]);
+        if (overlap(out, image) || overlap(out, patches))
+            return false;
+    }
+    return true;
+}
+
+int64_t td_cpu_prologue_granule(const td_kernel_call *im2col, int64_t granule)
+{
+    const td_conv_params *g = &im2col->p.conv;
+    const int64_t image = g->oh * g->ow; /* an image's patches: rows of C */
+    int64_t a = granule, b = image;
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return granule / a * image;
+}
+
+void td_cpu_prologue_rows(const td_kernel_call *im2col, int64_t row0, int64_t rows, td_kernel_call *sub)
+{
+    *sub = *im2col;
+    td_conv_params *g = &sub->p.conv;
+    const int64_t image = g->oh * g->ow, first = row0 / image;
+    g->n = rows / image;
+    sub->out.offset += (uint64_t)(row0 * g->kh * g->kw * g->c);
+    sub->a.offset += (uint64_t)(first * g->h * g->w * g->c);
 }
 
 static int64_t gcd(int64_t a, int64_t b)
@@ -233,6 +335,11 @@ int64_t td_cpu_epilogue_granule(const td_kernel_call *chain, size_t length, int6
         const td_conv_params *g = &chain[length].p.pool.geo;
         const int64_t band = g->kh * g->w; /* pixel rows of one row of windows */
         granule = granule / gcd(granule, band) * band;
+    }
+    if (length && chain[length].kernel == TD_KERNEL_COL2IM) {
+        const td_conv_params *g = &chain[length].p.conv;
+        const int64_t image = g->oh * g->ow; /* an image's windows: C's rows */
+        granule = granule / gcd(granule, image) * image;
     }
     return granule;
 }
@@ -286,6 +393,16 @@ void td_cpu_epilogue_rows(const td_kernel_call *e, int64_t n, int64_t row0, int6
         g->oh = g->h / g->kh;
         sub->a.offset += (uint64_t)(row0 * n);
         sub->out.offset += (uint64_t)(pixel_row0 / g->kh * g->ow * g->c);
+        return;
+    }
+    if (e->kernel == TD_KERNEL_COL2IM) {
+        /* Rows [row0, row0 + rows): whole images' windows (row0 and rows
+         * multiples of oh x ow, the last block ending at C's end). */
+        td_conv_params *g = &sub->p.conv;
+        const int64_t image = g->oh * g->ow, first = row0 / image;
+        g->n = rows / image;
+        sub->a.offset += (uint64_t)(row0 * n);
+        sub->out.offset += (uint64_t)(first * g->h * g->w * g->c);
         return;
     }
     td_ew_params *p = &sub->p.ew;

@@ -5,7 +5,8 @@
  * passes over the whole of C through memory (issue 19 item 2, "fused
  * epilogues"). A pooling whose windows tile the activation exactly (the
  * seed CNN's 2x2 / 2 max pool) may end the chain: it reads the block's
- * rows of pixels as they are finished.
+ * rows of pixels as they are finished; so may a COL2IM whose patches are
+ * C (a convolution's input gradient), over blocks of whole images.
  *
  * Nothing in the kernel contract changes: each call is the same call over
  * a range of rows, every element the same expression of the same operands,
@@ -54,5 +55,21 @@ int64_t td_cpu_epilogue_block_rows(int64_t n, int64_t granule);
  * GEMM whose C has n columns) over rows [row0, row0 + rows) of C (for a
  * pooling, multiples of the granule, or up to C's end). */
 void td_cpu_epilogue_rows(const td_kernel_call *e, int64_t n, int64_t row0, int64_t rows, td_kernel_call *sub);
+
+/* Whether IM2COL calls[i - 1] runs as the prologue of GEMM calls[i] (with
+ * its `epilogue` calls): the GEMM's A is exactly the patches, and nothing
+ * the chain writes lies over the patches or the image. Then each block of
+ * the GEMM's rows, whole images, is first written by the IM2COL of those
+ * images, so the GEMM reads its patches from L2 rather than memory (a
+ * convolution's forward: conv2's 29 MB of patches). The IM2COL writes
+ * every patch as the whole call would, so later readers (the kernel
+ * gradient) see the same buffer. */
+bool td_cpu_prologue_im2col(const td_kernel_call *calls, size_t count, size_t i, size_t epilogue);
+
+/* The chain's granule made a multiple of an image's patches too. */
+int64_t td_cpu_prologue_granule(const td_kernel_call *im2col, int64_t granule);
+
+/* *sub = the IM2COL of rows [row0, row0 + rows) of patches (whole images). */
+void td_cpu_prologue_rows(const td_kernel_call *im2col, int64_t row0, int64_t rows, td_kernel_call *sub);
 
 #endif

@@ -117,6 +117,23 @@ static void gemm_portable(const td_gemm_params *g, float *c, const float *a, con
 }
 
 #if FMA_X86
+/* A transposed A read in place (op(A) = A^T, a kernel gradient's patches^T:
+ * the 12 values of one step of k lie side by side, the next step a row of
+ * A further on) gives the hardware prefetcher one new line per step at a
+ * stride of lda, and a long k (conv2's kernel gradient, 25088 steps over 29
+ * MB of patches) then waited on memory: the same GEMM with k = 512 from
+ * cache ran at 250 GFLOP/s, with k = 25088 at 140. Asking for the line 64
+ * steps ahead (the 12 floats may straddle two lines: both ends) took it to
+ * 200 (bench/RESULTS.md, "conv"); 32 steps gave 185, 128 and 256 no more.
+ * A prefetch changes no value and never faults, even past A's end. */
+enum { PREFETCH_STEPS = 64 };
+
+__attribute__((target("avx512f"))) static inline void prefetch_a_transposed(const float *a, int64_t ks)
+{
+    _mm_prefetch((const char *)(a + PREFETCH_STEPS * ks), _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + PREFETCH_STEPS * ks + MR_MAX - 1), _MM_HINT_T0);
+}
+
 /* A micro-kernel: MR x NR sums over kc values of k. A's row r at step p is
  * a[r * rs + p * ks]; B's NR values at step p start at b[p * bs] (a
  * packed panel: bs = NR; B in place: its row stride). The sums
@@ -136,8 +153,11 @@ __attribute__((target("avx512f"))) static void kernel_avx512(int64_t kc, const f
         lo[r] = from ? _mm512_loadu_ps(from + r * 32) : _mm512_setzero_ps();
         hi[r] = from ? _mm512_loadu_ps(from + r * 32 + 16) : _mm512_setzero_ps();
     }
+    const bool strided_a = rs == 1 && ks > MR_MAX;
     for (int64_t p = 0; p < kc; p++) {
         const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        if (strided_a)
+            prefetch_a_transposed(a, ks);
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++) {
             const __m512 x = _mm512_set1_ps(a[r * rs]);
@@ -185,8 +205,11 @@ __attribute__((target("avx512f"))) static void kernel_avx512_narrow(int64_t kc, 
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++)
         acc[r] = from ? _mm512_loadu_ps(from + r * 16) : _mm512_setzero_ps();
+    const bool strided_a = rs == 1 && ks > MR_MAX;
     for (int64_t p = 0; p < kc; p++) {
         const __m512 b0 = _mm512_loadu_ps(b);
+        if (strided_a)
+            prefetch_a_transposed(a, ks);
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++)
             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs]), b0, acc[r]);

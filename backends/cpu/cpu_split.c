@@ -13,6 +13,8 @@
  * bound kernel, 1 Mi multiply-adds of a GEMM on one current core). */
 #include "cpu_split.h"
 
+#include <stddef.h>
+
 #include "cpu_gemm.h"
 
 #define MIN_PART_ELEMS 16384.0
@@ -282,9 +284,53 @@ static bool writes_into(const td_kernel_call *x, const td_kernel_call *y)
     return overlap(out, a) || overlap(out, b) || (x != y && overlap(out, matrix_span(&y->out, h->m, h->n, h->ldc)));
 }
 
-bool td_cpu_gemms_conflict(const td_kernel_call *x, const td_kernel_call *y)
+/* What a REDUCE reads (a) and writes (out, dense): a's span runs from its
+ * offset to the farthest element any (o, r) reaches. False where a stride
+ * is negative: then no span is claimed and the call conflicts. */
+static bool reduce_spans(const td_kernel_call *c, span *read, span *written)
 {
-    if (x->kernel != TD_KERNEL_GEMM || y->kernel != TD_KERNEL_GEMM)
+    const td_reduce_params *r = &c->p.reduce;
+    int64_t outputs = 1, far = 0;
+    bool empty = false;
+    for (int k = 0; k < TD_KERNEL_RANK; k++) {
+        if (r->out_strides[k] < 0 || r->red_strides[k] < 0 || r->out_dims[k] < 0 || r->red_dims[k] < 0)
+            return false;
+        outputs *= r->out_dims[k];
+        empty = empty || r->out_dims[k] == 0 || r->red_dims[k] == 0;
+        far += (r->out_dims[k] > 0 ? r->out_dims[k] - 1 : 0) * r->out_strides[k] +
+               (r->red_dims[k] > 0 ? r->red_dims[k] - 1 : 0) * r->red_strides[k];
+    }
+    *read = (span){c->a.buffer, c->a.offset, c->a.offset + (empty ? 0 : (uint64_t)far + 1)};
+    *written = (span){c->out.buffer, c->out.offset, c->out.offset + (uint64_t)outputs};
+    return true;
+}
+
+/* The spans a GEMM or REDUCE call reads (up to two) and writes. */
+static bool call_spans(const td_kernel_call *c, span read[2], span *written)
+{
+    if (c->kernel == TD_KERNEL_REDUCE) {
+        read[1] = (span){NULL, 0, 0};
+        return reduce_spans(c, &read[0], written);
+    }
+    if (c->kernel != TD_KERNEL_GEMM)
+        return false;
+    const td_gemm_params *h = &c->p.gemm;
+    read[0] = matrix_span(&c->a, h->trans_a ? h->k : h->m, h->trans_a ? h->m : h->k, h->lda);
+    read[1] = matrix_span(&c->b, h->trans_b ? h->n : h->k, h->trans_b ? h->k : h->n, h->ldb);
+    /* beta != 0 reads C, but C is also written: the checks below cover it. */
+    *written = matrix_span(&c->out, h->m, h->n, h->ldc);
+    return true;
+}
+
+bool td_cpu_calls_conflict(const td_kernel_call *x, const td_kernel_call *y)
+{
+    if (x->kernel == TD_KERNEL_GEMM && y->kernel == TD_KERNEL_GEMM)
+        return writes_into(x, y) || writes_into(y, x);
+    span xr[2], xw, yr[2], yw;
+    if (!call_spans(x, xr, &xw) || !call_spans(y, yr, &yw))
         return true;
-    return writes_into(x, y) || writes_into(y, x);
+    for (int i = 0; i < 2; i++)
+        if (overlap(xw, yr[i]) || overlap(yw, xr[i]))
+            return true;
+    return x != y && overlap(xw, yw);
 }

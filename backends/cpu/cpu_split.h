@@ -39,8 +39,8 @@ int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size
 void td_cpu_split_part(const td_kernel_call *c, int64_t parts, int64_t part, td_kernel_call *sub);
 
 /* Whether two calls may not run at once or in either order: true unless
- * both are GEMMs and neither one's output overlaps the other's operands
- * or output (nor, for x == y, its own operands). */
-bool td_cpu_gemms_conflict(const td_kernel_call *x, const td_kernel_call *y);
+ * both are GEMMs or REDUCEs and neither one's output overlaps the other's
+ * operands or output (nor, for x == y, its own operands). */
+bool td_cpu_calls_conflict(const td_kernel_call *x, const td_kernel_call *y);
 
 #endif

@@ -35,6 +35,7 @@ CLASSES = 10
 MLP_WIDTHS = (28 * 28, 512, 512, CLASSES)
 GPT_LAYERS, GPT_HEADS, GPT_WIDTH, GPT_CONTEXT, GPT_VOCAB = 4, 4, 128, 64, 256
 DATA_POOL = 4  # distinct batches cycled through: data making stays out of the timed step
+PRECISIONS = ('fp32', 'bf16')
 
 
 def parse_args(peer):
@@ -46,6 +47,10 @@ def parse_args(peer):
     p.add_argument('--warmup', type=int, default=3, help='untimed steps first (compilation)')
     p.add_argument('--bytes', type=int, default=4 << 20, help='allreduce: buffer size')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--precision', choices=PRECISIONS, default='fp32',
+                   help='bf16: each peer\'s mixed precision on CPU (tandem --precision bf16, PyTorch autocast, '
+                        'JAX bf16 params and activations with an fp32 loss); fp32 master weights everywhere. '
+                        'The allreduce workload stays fp32')
     a = p.parse_args()
     if a.devices < 1 or a.batch % a.devices:
         p.error(f'--batch {a.batch} must split evenly over --devices {a.devices}')
@@ -108,12 +113,19 @@ def flops_per_step(workload, batch):
     return 2 * batch * (3 * sum(macs) - macs[0])
 
 
+def row_precision(args):
+    """The precision a row ran in: --precision, but the allreduce moves fp32
+    buffers whatever it says."""
+    return 'fp32' if args.workload == 'allreduce' else args.precision
+
+
 def report(peer, version, args, seconds, loss, **extra):
     seconds = sorted(seconds)
     row = {'peer': peer, 'version': version, 'workload': args.workload, 'devices': args.devices,
            'batch': args.batch if args.workload != 'allreduce' else None,
            'bytes': args.bytes if args.workload == 'allreduce' else None,
            'steps': len(seconds), 'ms_per_step': 1e3 * seconds[len(seconds) // 2],
-           'loss': None if loss is None else float(loss)}
+           'loss': None if loss is None else float(loss),
+           'precision': row_precision(args)}
     row.update(extra)
     print(json.dumps(row), flush=True)

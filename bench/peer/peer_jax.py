@@ -2,8 +2,11 @@
 jit on one CPU device for --devices 1 (XLA spreads each op over every core),
 pmap over N host devices for N > 1 (XLA_FLAGS
 --xla_force_host_platform_device_count=N, set here before jax loads), the
-gradients averaged with lax.pmean as in seeds 000 and 001. Prints one JSON
-line (peer_common.report).
+gradients averaged with lax.pmean as in seeds 000 and 001. --precision bf16
+casts the parameters and inputs to bfloat16 inside the loss (so forward and
+backward run in bf16), the logits back to fp32 for the loss; parameters,
+gradients and the optimizer stay fp32. Prints one JSON line
+(peer_common.report).
 
   python peer_jax.py --workload linreg|mlp|cnn|allreduce|gpt --devices N
                      --batch B --steps S --warmup W [--bytes BYTES]
@@ -51,6 +54,14 @@ def conv_relu_pool(p, x):
 
 
 def loss_fn(params, x, y):
+    if args.precision == 'bf16':
+        params = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(jnp.bfloat16)
+    return full_loss(params, x, y).astype(jnp.float32)
+
+
+def full_loss(params, x, y):
     if args.workload == 'gpt':
         return char_gpt_jax.loss_fn(params, x, y, pc.GPT_HEADS)
     if args.workload == 'linreg':
@@ -63,7 +74,7 @@ def loss_fn(params, x, y):
     else:
         h = conv_relu_pool(params['conv2'], conv_relu_pool(params['conv1'], x))
         logits = h.reshape(h.shape[0], -1) @ params['dense']['w'] + params['dense']['b']
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y).mean()
 
 
 def timed(step, state, data):

@@ -8,6 +8,8 @@ turns their output into peer_common.report's row.
   allreduce  bench/allreduce --max-bytes BYTES: its row for BYTES (the
              median of its own trials; --steps and --warmup do not apply,
              BYTES must be 4096 x a power of 4)
+--precision bf16 passes --precision bf16 to tools/tandem and bench/step
+(the allreduce stays fp32).
 The mesh is cpu:N. tandem's CPU devices share the machine's cores among
 them (one thread each, spare cores spread over a device's kernels).
 """
@@ -37,7 +39,7 @@ if args.workload in ('linreg', 'gpt'):
         metrics = os.path.join(tmp, 'metrics.jsonl')
         lines([os.path.join(build, 'tools', 'tandem'), 'train', '--model', args.workload, '--devices', mesh,
                '--batch', str(args.batch), '--steps', str(args.warmup + args.steps), '--eval-every', '0',
-               '--seed', str(args.seed), '--metrics', metrics] + data)
+               '--seed', str(args.seed), '--metrics', metrics, '--precision', args.precision] + data)
         steps = [json.loads(line) for line in open(metrics)]
     steps = [s for s in steps if s.get('kind') == 'step']
     timed = [s for s in steps if s['global_step'] > args.warmup]
@@ -45,7 +47,7 @@ if args.workload in ('linreg', 'gpt'):
 elif args.workload in ('mlp', 'cnn'):
     row = lines([os.path.join(build, 'bench', 'step'), '--model', args.workload, '--devices', mesh,
                  '--batch', str(args.batch), '--steps', str(args.steps), '--warmup', str(args.warmup),
-                 '--rounds', '1', '--json'])[0]
+                 '--rounds', '1', '--precision', args.precision, '--json'])[0]
     seconds, loss = [row['median_step_s']] * row['steps'], row['last_loss']
 else:
     rows = [r for r in lines([os.path.join(build, 'bench', 'allreduce'), '--devices', mesh, '--max-bytes',

@@ -5,7 +5,10 @@ localhost, the model wrapped in DistributedDataParallel, each process with
 cores / N threads (at least 1) and its 1/N of the global batch. A step is
 synchronous (DDP's all-reduce runs in backward), so process 0's step time
 is the step's. The loss printed is the mean over the processes of the last
-step's. Prints one JSON line (peer_common.report).
+step's. --precision bf16 runs forward and the loss under
+torch.autocast('cpu', dtype=torch.bfloat16) (PyTorch's CPU mixed precision:
+bf16 matrix products and convolutions, fp32 parameters and optimizer).
+Prints one JSON line (peer_common.report).
 
   python peer_torch.py --workload linreg|mlp|cnn|allreduce|gpt --devices N
                        --batch B --steps S --warmup W [--bytes BYTES]
@@ -116,7 +119,8 @@ def train(args, rank):
         x, y = data[i % len(data)]
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = criterion(net(x), y)
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=args.precision == 'bf16'):
+            loss = criterion(net(x), y)
         loss.backward()
         opt.step()
         if i >= args.warmup:

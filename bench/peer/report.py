@@ -1,6 +1,6 @@
 """bench/peer's table: reads the JSON lines of one `bench/peer/run` (each
 tagged with its round) and prints a markdown table per configuration
-(workload, batch or bytes, N): the median ms/step of each of JAX, PyTorch
+(workload, precision, batch or bytes, N): the median ms/step of each of JAX, PyTorch
 and tandem over the rounds, each peer's ratio to tandem (peer's time ÷
 tandem's, taken within each round, median over rounds: above 1, tandem is
 faster), the fraction of the machine's fp32 FMA peak each reaches for the
@@ -22,7 +22,7 @@ peak = float(os.environ['PEAK_GFLOPS'])
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{')]
 configs = []
 for r in rows:
-    key = (r['workload'], r['batch'] or r['bytes'], r['devices'])
+    key = (r['workload'], r.get('precision', 'fp32'), r['batch'] or r['bytes'], r['devices'])
     if key not in configs:
         configs.append(key)
 
@@ -36,11 +36,12 @@ def fmt(v, spec):
     return '—' if v is None else format(v, spec)
 
 
-print(f'| workload | batch / bytes | N | JAX ms | PyTorch ms | tandem ms | JAX ÷ tandem | PyTorch ÷ tandem '
+print(f'| workload | precision | batch / bytes | N | JAX ms | PyTorch ms | tandem ms | JAX ÷ tandem | PyTorch ÷ tandem '
       f'| peak: JAX / PyTorch / tandem | loss: JAX / PyTorch / tandem |')
-print('|---|---|---|---|---|---|---|---|---|---|')
-for workload, size, n in configs:
-    mine = [r for r in rows if (r['workload'], r['batch'] or r['bytes'], r['devices']) == (workload, size, n)]
+print('|---|---|---|---|---|---|---|---|---|---|---|')
+for workload, precision, size, n in configs:
+    mine = [r for r in rows if (r['workload'], r.get('precision', 'fp32'), r['batch'] or r['bytes'], r['devices']) ==
+            (workload, precision, size, n)]
     by_round = {}
     for r in mine:
         by_round.setdefault(r['round'], {})[r['peer']] = r
@@ -50,7 +51,7 @@ for workload, size, n in configs:
     loss = {p: median(r['loss'] for r in mine if r['peer'] == p) for p in PEERS}
     flops = next((r['flops'] for r in mine if r.get('flops')), None)
     frac = {p: (flops / (ms[p] * 1e-3) / (peak * 1e9) if flops and ms[p] else None) for p in PEERS}
-    print(f'| {workload} | {size} | {n} | ' + ' | '.join(fmt(ms[p], '.2f') for p in PEERS) +
+    print(f'| {workload} | {precision} | {size} | {n} | ' + ' | '.join(fmt(ms[p], '.2f') for p in PEERS) +
           f' | {fmt(ratio["jax"], ".2f")} | {fmt(ratio["torch"], ".2f")} | ' +
           ' / '.join(fmt(frac[p], '.2f') for p in PEERS) + ' | ' +
           ' / '.join(fmt(loss[p], '.3f') for p in PEERS) + ' |')

@@ -170,6 +170,7 @@ static td_status build_trainer(td_fit *f)
     o.timing_waits = c->timing_waits;
     o.precision = c->precision;
     o.overlap_bucket_bytes = c->overlap_bucket_bytes;
+    o.wire = c->wire;
     f->summary.learning_rate = o.learning_rate;
     uint64_t updates = f->total_steps / c->accumulate;
     td_status s = td_schedule_for_run(f->ctx, c->schedule, o.learning_rate, updates ? updates : 1, &o.schedule);

@@ -153,9 +153,10 @@ static td_status begin(td_procs *p, size_t n)
     return s;
 }
 
+/* An empty message is one piece too (post_on). */
 static size_t pieces_of(size_t bytes)
 {
-    return bytes == 0 ? 0 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
+    return bytes == 0 ? 1 : (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
 }
 
 /* Ends an exchange that cannot complete. Its receives still pending are
@@ -189,7 +190,11 @@ static td_status give_up(td_procs *p, size_t n, td_status status, const char *wh
 static td_status post_on(td_procs *p, MPI_Comm comm, int tag, bool send, void *data, size_t bytes, uint32_t peer,
                          size_t *n)
 {
-    for (size_t at = 0; at < bytes; at += PIECE_BYTES) {
+    /* An empty block still goes as an empty message: a bucket's window
+     * may miss a process's block, and without a message the exchange
+     * would not wait for that process -- the others would then time out
+     * on each other, naming a healthy peer instead of the silent one. */
+    for (size_t at = 0; at < bytes || (at == 0 && bytes == 0); at += PIECE_BYTES) {
         const int len = (int)(bytes - at < PIECE_BYTES ? bytes - at : PIECE_BYTES);
         char *ptr = (char *)data + at;
         const int rc = send ? MPI_Isend(ptr, len, MPI_BYTE, (int)peer, tag, comm, &p->requests[*n])
@@ -440,20 +445,22 @@ td_status td_procs_allgather_blocks(td_procs *p, float *x, const size_t *offsets
     return s == TD_OK ? wait_requests(p, n, "the all-gather between processes", should_stop, user) : s;
 }
 
-td_status td_procs_exchange_blocks(td_procs *p, const float *x, const size_t *offsets, float *recv,
-                                   td_procs_stop_fn should_stop, void *user)
+td_status td_procs_exchange_blocks(td_procs *p, const void *x, const size_t *offsets, size_t element_bytes,
+                                   void *recv, td_procs_stop_fn should_stop, void *user)
 {
-    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(largest_block(p, offsets) * sizeof(float)) + 1);
+    const size_t e = element_bytes;
+    td_status s = begin(p, 2 * (size_t)p->count * pieces_of(largest_block(p, offsets) * e) + 1);
     size_t n = 0;
     const size_t own = offsets[p->rank + 1] - offsets[p->rank];
+    const char *xb = x;
+    char *rb = recv;
     if (own)
-        memcpy(recv + (size_t)p->rank * own, x + offsets[p->rank], own * sizeof(float));
+        memcpy(rb + (size_t)p->rank * own * e, xb + offsets[p->rank] * e, own * e);
     for (uint32_t q = 0; q < p->count && s == TD_OK; q++) {
         if (q == p->rank)
             continue;
-        if ((s = post(p, false, recv + (size_t)q * own, own * sizeof(float), q, &n)) == TD_OK)
-            s = post(p, true, (void *)(uintptr_t)(x + offsets[q]), (offsets[q + 1] - offsets[q]) * sizeof(float),
-                     q, &n);
+        if ((s = post(p, false, rb + (size_t)q * own * e, own * e, q, &n)) == TD_OK)
+            s = post(p, true, (void *)(uintptr_t)(xb + offsets[q] * e), (offsets[q + 1] - offsets[q]) * e, q, &n);
     }
     return s == TD_OK ? wait_requests(p, n, "the reduce-scatter between processes", should_stop, user) : s;
 }

@@ -80,10 +80,10 @@ td_status td_procs_allgather_blocks(td_procs *procs, float *x, const size_t *off
     return TD_ERR_UNSUPPORTED;
 }
 
-td_status td_procs_exchange_blocks(td_procs *procs, const float *x, const size_t *offsets, float *recv,
-                                   td_procs_stop_fn should_stop, void *user)
+td_status td_procs_exchange_blocks(td_procs *procs, const void *x, const size_t *offsets, size_t element_bytes,
+                                   void *recv, td_procs_stop_fn should_stop, void *user)
 {
-    (void)procs, (void)x, (void)offsets, (void)recv, (void)should_stop, (void)user;
+    (void)procs, (void)x, (void)offsets, (void)element_bytes, (void)recv, (void)should_stop, (void)user;
     return TD_ERR_UNSUPPORTED;
 }
 

@@ -12,7 +12,11 @@ static td_status program_job(void *arg, uint32_t pos)
     td_status s = p->job(p, pos);
     if (s != TD_OK && s != TD_ERR_ABORTED)
         td_ring_abort(p->ring, s); /* wake the peers waiting on this device */
-    return s;
+    /* A bucket's exchange between processes still in flight (the job's
+     * hook settles it; a failed job did not get there): ended before the
+     * job is, so no thread but the caller's is in MPI between jobs. */
+    const td_status settled = td_ring_settle(p->ring, pos, s != TD_OK);
+    return s != TD_OK ? s : settled;
 }
 
 td_status td_program_on_devices(td_program *p, td_program_device_fn fn)

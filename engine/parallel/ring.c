@@ -39,6 +39,64 @@ void td_ring_divide(float *data, size_t count, uint32_t divisor)
         data[i] = data[i] / d;
 }
 
+/* Static: a cloned function's ifunc resolver would otherwise be exported. */
+TD_RING_CLONES static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = td_ring_bf16(x[i]);
+}
+
+void td_ring_round_bf16(float *x, size_t n)
+{
+    round_bf16(x, n);
+}
+
+static inline uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_widen(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* The ring proper's bf16 wire: d = r(x) as 2-byte values (the chunk a
+ * rank sends first) ... */
+TD_RING_CLONES static void wire_load(uint16_t *restrict d, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i]));
+}
+
+/* ... d = r(x + p), p the predecessor's 2-byte sums (a sum sent on) ... */
+TD_RING_CLONES static void wire_add_send(uint16_t *restrict d, const float *restrict x, const uint16_t *restrict p,
+                                         size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i] + bf16_widen(p[i])));
+}
+
+/* ... and x = r(x + p), the owner's complete sum, as a float. */
+TD_RING_CLONES static void wire_add_last(float *restrict x, const uint16_t *restrict p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = td_ring_bf16(x[i] + bf16_widen(p[i]));
+}
+
+/* ... or from a predecessor that sends floats: d = r(x + p). */
+TD_RING_CLONES static void wire_add_send_floats(uint16_t *restrict d, const float *restrict x,
+                                                const float *restrict p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = bf16_bits(td_ring_bf16(x[i] + p[i]));
+}
+
 size_t td_ring_slice_elements(void)
 {
     return SLICE_ELEMENTS;
@@ -111,6 +169,7 @@ static void ring_destroy(void *collectives)
         if (rr->staging && md->dev && !(md->wedged && td_mesh_device_drain(ring->mesh, i) == TD_ERR_TIMEOUT))
             md->ops->staging_destroy(md->dev, rr->staging);
         td_free(ctx, rr->tickets);
+        td_free(ctx, rr->wire);
         td_mutex_destroy(&rr->lock);
         td_cond_destroy(&rr->cond);
     }
@@ -169,6 +228,19 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes)
     td_status ds = td_ring_direct_reserve(ring, bytes);
     if (ds != TD_OK)
         return ds;
+    /* The ring proper's 2-byte partial sums for a bf16 wire: half the
+     * bytes each reduce-scatter step reads from the predecessor. Not for
+     * a direct ring, which never passes sums along (a ring switched to
+     * the ring proper later rounds in place instead: the same bits). */
+    const size_t elems = bytes / sizeof(float);
+    if (!td_ring_direct(ring) && ring->n > 1 && elems > rr->wire_elems) {
+        uint16_t *w = td_alloc(ctx, elems * sizeof *w);
+        if (!w)
+            return TD_OOM(ctx, "the ring's bf16 wire", elems * sizeof *w);
+        td_free(ctx, rr->wire);
+        rr->wire = w;
+        rr->wire_elems = elems;
+    }
     if (md->ops->caps & TD_BACKEND_HOST_BUFFERS)
         return TD_OK; /* works on device memory directly */
     if (bytes <= rr->staging_bytes)
@@ -207,6 +279,8 @@ int td_ring_failed(td_ring *ring)
 
 void td_ring_reset(td_ring *ring)
 {
+    for (uint32_t i = 0; i < ring->n; i++)
+        (void)td_ring_settle(ring, i, true); /* a failed job's window: dropped, its exchange waited out */
     for (uint32_t i = 0; i < ring->n; i++) {
         td_mutex_lock(&ring->ranks[i].lock);
         ring->ranks[i].progress = 0;
@@ -560,10 +634,16 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
         }
     }
 
+    /* On a bf16 wire a rank sends its partial sums as 2-byte values when
+     * it holds the memory (rings that run the ring proper reserve it);
+     * each rank decides for itself and says so with its pointers, and its
+     * successor reads whichever it sends: the same values either way. */
+    const bool wire16 = op->bf16 && op->kind == OP_ALLREDUCE && n > 1 && me->wire && me->wire_elems >= op->count;
     const uint64_t base = (uint64_t)(++me->op) << 32;
     td_mutex_lock(&me->lock);
     me->work = work;
     me->gather = gather;
+    me->sends_wire = wire16;
     td_mutex_unlock(&me->lock);
     publish(me, base | 0);
 
@@ -584,9 +664,19 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             return fail(ring, r, s); \
     } while (0)
 
-    /* Load: the chunk this rank sends first must be on the host. */
+    /* Load: the chunk this rank sends first must be on the host -- on a
+     * bf16 wire as it travels, rounded (it is only ever sent: this rank
+     * receives the chunk's result into gather). */
     for (size_t k = 0; k < op->slices; k++) {
         WAIT_OWN(first, k);
+        if (op->bf16) {
+            size_t lo, hi;
+            slice_range(op, n, first, k, &lo, &hi);
+            if (wire16)
+                wire_load(me->wire + lo, work + lo, hi - lo);
+            else
+                td_ring_round_bf16(work + lo, hi - lo);
+        }
         publish(me, base | u_load(&um, k));
     }
     if (!direct) {
@@ -612,7 +702,17 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 WAIT_OWN(c, k);
                 size_t lo, hi;
                 slice_range(op, n, c, k, &lo, &hi);
-                add_into(work + lo, pr->work + lo, hi - lo);
+                const bool from_wire = op->bf16 && pr->sends_wire; /* published with its unit 0 */
+                if (wire16 && step + 2 < n && from_wire) /* the sum travels on: 2 bytes in, 2 out */
+                    wire_add_send(me->wire + lo, work + lo, pr->wire + lo, hi - lo);
+                else if (wire16 && step + 2 < n)
+                    wire_add_send_floats(me->wire + lo, work + lo, pr->work + lo, hi - lo);
+                else if (from_wire) /* complete, or sent on as floats */
+                    wire_add_last(work + lo, pr->wire + lo, hi - lo);
+                else
+                    add_into(work + lo, pr->work + lo, hi - lo);
+                if (op->bf16 && !from_wire && !(wire16 && step + 2 < n))
+                    td_ring_round_bf16(work + lo, hi - lo);
                 publish(me, base | u_rs(&um, step, k));
                 if (step + 2 == n && across)
                     deposit_slice(ring, op, work, owned, k);
@@ -746,12 +846,14 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
     return s;
 }
 
+/* Every op begins here: the rank's begun window, if any, is ended first,
+ * so each rank runs its ops (and the leader its MPI calls) in one order. */
 static td_status check_rank(td_ring *ring, uint32_t rank)
 {
     if (rank >= ring->n)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank,
                             ring->n);
-    return TD_OK;
+    return td_ring_settle(ring, rank, false);
 }
 
 /* The all-reduce op over `count` elements, whole or (windowed) later. */
@@ -773,14 +875,26 @@ static ring_op allreduce_op(const td_ring *ring, td_buffer *in, uint64_t in_offs
     };
 }
 
+static td_status check_wire(td_ring *ring, uint32_t rank, td_ring_wire wire)
+{
+    if (wire == TD_RING_WIRE_FP32 || wire == TD_RING_WIRE_BF16)
+        return TD_OK;
+    return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                        "ring rank %u: wire %d, expected TD_RING_WIRE_FP32 (0) or TD_RING_WIRE_BF16 (1)", rank,
+                        (int)wire);
+}
+
 static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                            uint64_t out_offset, size_t count, td_ring_partial_fn partial, td_ring_total_fn total,
-                           td_ring_finalize_fn finalize, void *user, int consume)
+                           td_ring_finalize_fn finalize, void *user, int consume, td_ring_wire wire)
 {
     td_status s = check_rank(ring, rank);
+    if (s == TD_OK)
+        s = check_wire(ring, rank, wire);
     if (s != TD_OK)
         return s;
     ring_op op = allreduce_op(ring, in, in_offset, out, out_offset, count, finalize, user, consume);
+    op.bf16 = wire == TD_RING_WIRE_BF16 && ring->global_n > 1;
     op.partial = partial;
     op.total = total;
     if (td_ring_direct(ring))
@@ -791,24 +905,26 @@ static td_status allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t
 td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
                             uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 0);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 0,
+                     TD_RING_WIRE_FP32);
 }
 
 td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user)
+                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user,
+                                    td_ring_wire wire)
 {
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 1);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, NULL, NULL, finalize, user, 1, wire);
 }
 
 td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                           td_buffer *out, uint64_t out_offset, size_t count,
                                           td_ring_partial_fn partial, td_ring_total_fn total,
-                                          td_ring_finalize_fn finalize, void *user)
+                                          td_ring_finalize_fn finalize, void *user, td_ring_wire wire)
 {
     if (!partial || !total)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_ring_allreduce_consume_total: partial or total is NULL");
-    return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1);
+    return allreduce(ring, rank, in, in_offset, out, out_offset, count, partial, total, finalize, user, 1, wire);
 }
 
 int td_ring_can_window(const td_ring *ring)
@@ -818,9 +934,12 @@ int td_ring_can_window(const td_ring *ring)
 
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
-                                           size_t win_hi, td_ring_finalize_fn finalize, void *user)
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user,
+                                           td_ring_wire wire)
 {
-    td_status s = check_rank(ring, rank);
+    td_status s = rank < ring->n ? td_ring_settle_for_window(ring, rank) : check_rank(ring, rank);
+    if (s == TD_OK)
+        s = check_wire(ring, rank, wire);
     if (s != TD_OK)
         return s;
     if (!td_ring_can_window(ring))
@@ -836,6 +955,7 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
     op.windowed = true;
     op.win_lo = win_lo;
     op.win_hi = win_hi;
+    op.bf16 = wire == TD_RING_WIRE_BF16 && ring->global_n > 1;
     return td_ring_allreduce_direct(ring, rank, &op);
 }
 

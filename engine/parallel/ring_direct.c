@@ -196,14 +196,51 @@ static void add_before(float *restrict t, const float *restrict x, size_t n)
         t[i] = x[i] + t[i];
 }
 
+/* t = r(x) and t = r(x + t) for the bf16 wire (r = td_ring_bf16): own
+ * loops with distinct operands, so that they vectorize without a run-time
+ * aliasing check (which sent the whole sum to scalar code). */
+TD_RING_CLONES static void round_into(float *restrict t, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = td_ring_bf16(x[i]);
+}
+
+TD_RING_CLONES static void add_round(float *restrict t, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = td_ring_bf16(x[i] + t[i]);
+}
+
+/* The same sum on a bf16 wire, each partial sum rounded where the ring
+ * proper would send it and the complete one before the finalize:
+ * s = r(x[c]); s = r(x[c+j] + s). Nothing travels here, but a mesh must
+ * give the same bits whichever path its all-reduce takes. */
+static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
+{
+    const uint32_t n = ring->n;
+    const ring_rank *ranks = ring->ranks;
+    float running[SUM_BLOCK];
+    for (size_t a = lo; a < hi; a += SUM_BLOCK) {
+        const size_t len = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
+        round_into(running, ranks[c].work + a, len);
+        for (uint32_t j = 1; j < n; j++)
+            add_round(running, ranks[(c + j) % n].work + a, len);
+        memcpy(dst + a, running, len * sizeof(float));
+    }
+}
+
 /* dst[lo, hi) = chunk c's sum over the ranks' inputs, associated as the
  * ring does: s = x[c]; s = x[c+j] + s for j = 1 .. N-1. dst is the
  * owner's output, which is either the owner's input itself (x[c+N-1]: in
  * place) or memory no input uses. */
-static void sum_slice(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
+static void sum_slice(td_ring *ring, const ring_op *op, uint32_t c, float *dst, size_t lo, size_t hi)
 {
     const uint32_t n = ring->n;
     const ring_rank *ranks = ring->ranks;
+    if (op->bf16) {
+        sum_slice_bf16(ring, c, dst, lo, hi);
+        return;
+    }
     if (n == 1) {
         if (dst != ranks[c].work)
             memcpy(dst + lo, ranks[c].work + lo, (hi - lo) * sizeof(float));
@@ -246,7 +283,7 @@ static void run_task(direct_job *job, uint32_t c, uint32_t k)
     const uint32_t owner = (c + n - op->shift % n) % n;
     float *out = ring->ranks[owner].gather;
     if (job->phase == 1) {
-        sum_slice(ring, c, job->across ? ring->host : out, lo, hi);
+        sum_slice(ring, op, c, job->across ? ring->host : out, lo, hi);
         atomic_fetch_add_explicit(&job->bytes, (uint64_t)(n - 1) * (hi - lo) * sizeof(float), memory_order_relaxed);
         if (job->across)
             return; /* summed over the processes, finalized and gathered there */
@@ -494,7 +531,11 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
             return td_ring_fail(ring, r, s);
     }
     const uint64_t reduced = tr ? td_trace_now() : 0;
-    if (across && (s = td_ring_allreduce_across(ring, r, op, base, out, 1)) != TD_OK)
+    /* A window (a bucket during backward) only begins its exchange
+     * between processes: the rank goes back to backward's kernels, and
+     * its next ring op or td_ring_settle ends it. */
+    if (across && (s = op->windowed ? td_ring_allreduce_across_begin(ring, r, op, base, out)
+                                     : td_ring_allreduce_across(ring, r, op, base, out, 1)) != TD_OK)
         return td_ring_fail(ring, r, s);
     if (tr) {
         const uint64_t end = td_trace_now();

@@ -19,7 +19,12 @@
  * bandwidth-optimal amount, as a flat ring's, but in one round of P-1
  * concurrent messages instead of 2(P-1) dependent steps. Sums run in a
  * fixed order (the local ring's, then process 0, 1, ...), so every device
- * of every process receives bitwise the same result. */
+ * of every process receives bitwise the same result. On a bf16 wire
+ * (td_ring_wire) step 2 sends 2-byte values (the local sums are bfloat16
+ * already) and step 3 rounds its float sum to bfloat16 before the
+ * finalize; step 4 carries finalized values (the trainer's parameters) as
+ * floats. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tandem/processes.h"
@@ -140,6 +145,8 @@ uint32_t td_ring_process_devices(const td_ring *ring, uint32_t process, uint32_t
     return ring->device_offset[process + 1] - ring->device_offset[process];
 }
 
+static td_exchange_thread *exchange_thread(td_ring *ring);
+
 td_status td_ring_join_processes(td_ring *ring)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -172,16 +179,28 @@ td_status td_ring_join_processes(td_ring *ring)
     ring->proc = td_procs_rank(procs);
     ring->n_procs = P;
     ring->global_n = (uint32_t)total;
+    ring->pending_ops = td_alloc_zeroed(ctx, sizeof *ring->pending_ops * (ring->n + 1));
+    ring->gather_blocks = td_alloc(ctx, sizeof *ring->gather_blocks * (P + 1));
+    if (!ring->pending_ops || !ring->gather_blocks)
+        return TD_OOM(ctx, "the ranks' begun windows", sizeof *ring->pending_ops * (ring->n + 1));
+    exchange_thread(ring);
     return TD_OK;
 }
 
 void td_ring_leave_processes(td_ring *ring)
 {
     td_context *ctx = ring->mesh->ctx;
+    td_ring_exchange_stop(ring);
+    td_free(ctx, ring->pending_ops);
+    td_free(ctx, ring->gather_blocks);
+    ring->pending_ops = NULL;
+    ring->gather_blocks = NULL;
     td_free(ctx, ring->device_offset);
     td_free(ctx, ring->blocks);
     td_free(ctx, ring->host);
     td_free(ctx, ring->received);
+    td_free(ctx, ring->packed);
+    ring->packed = NULL;
     ring->device_offset = NULL;
     ring->blocks = NULL;
     ring->host = ring->received = NULL;
@@ -198,12 +217,17 @@ td_status td_ring_reserve_processes(td_ring *ring, size_t bytes)
     td_mutex_lock(&ring->host_lock);
     if (elems > ring->host_elems) {
         float *h = td_alloc(ctx, elems * sizeof(float));
-        if (h) {
+        /* A bf16 wire's 2-byte values for the exchange (td_ring_wire). */
+        uint16_t *packed = h ? td_alloc(ctx, elems * sizeof *packed) : NULL;
+        if (h && packed) {
             td_free(ctx, ring->host);
+            td_free(ctx, ring->packed);
             ring->host = h;
+            ring->packed = packed;
             ring->host_elems = elems;
         } else {
-            s = TD_OOM(ctx, "the process's copy of a collective", elems * sizeof(float));
+            td_free(ctx, h);
+            s = TD_OOM(ctx, "the process's copy of a collective", elems * (sizeof(float) + sizeof *packed));
         }
     }
     if (s == TD_OK && received > ring->received_elems) {
@@ -265,8 +289,106 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
     return wait_all_local(ring, r, base | UNIT_DONE);
 }
 
-td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
-                                   int direct)
+/* dst[i] = the upper half of src[i]'s bits (src holds bfloat16 values
+ * already): dst and src are disjoint, so the loop vectorizes. */
+TD_RING_CLONES static void pack_block(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, src + i, sizeof bits);
+        dst[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+/* dst = the bfloat16 values at src, widened (exact). */
+TD_RING_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t bits = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &bits, sizeof bits);
+    }
+}
+
+/* dst += the bfloat16 values at src, widened: a float addition. */
+TD_RING_CLONES static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t bits = (uint32_t)src[i] << 16;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        dst[i] += v;
+    }
+}
+
+/* The exchange thread's job: step 2 for the window the leader began. */
+static td_status exchange_job(void *arg)
+{
+    td_ring *ring = arg;
+    return td_procs_exchange_blocks(ring->procs, ring->exchange_send, ring->blocks, ring->exchange_element_bytes,
+                                    ring->received, ring_aborted, ring);
+}
+
+/* The ring's exchange thread, started when the ring joins the processes;
+ * NULL when it cannot run or is switched off (then the exchanges are made
+ * inline, on the leader's worker). */
+static td_exchange_thread *exchange_thread(td_ring *ring)
+{
+    if (!ring->exchange_tried) {
+        ring->exchange_tried = true;
+        const char *env = getenv("TANDEM_EXCHANGE_THREAD");
+        ring->exchange_inline = env && strcmp(env, "0") == 0;
+        if (!ring->exchange_inline)
+            ring->exchange = td_exchange_thread_start(ring->mesh->ctx);
+    }
+    return ring->exchange;
+}
+
+/* The thread's gather job: step 4 for a window whose finalize is done. */
+static td_status gather_job(void *arg)
+{
+    td_ring *ring = arg;
+    return td_procs_allgather_blocks(ring->procs, ring->host, ring->gather_blocks, ring_aborted, ring);
+}
+
+static td_status submit(td_ring *ring, td_exchange_fn fn, uint64_t *ticket)
+{
+    td_status s = td_exchange_thread_submit(ring->exchange, fn, ring, ticket);
+    if (s != TD_OK)
+        return td_error_set(ring->mesh->ctx, s, "ring rank 0: the exchange thread's queue is full (%d jobs)",
+                            TD_EXCHANGE_THREAD_DEPTH);
+    ring->last_ticket = *ticket;
+    ring->jobs_on_thread++;
+    return TD_OK;
+}
+
+/* A job's status. The job is bounded by twice the timeout itself; the
+ * wait a little longer, so the job's own message (naming the process that
+ * did not answer) is the one reported. */
+static td_status wait_job(td_ring *ring, uint64_t ticket, const char *what)
+{
+    const uint64_t bound = 3ull * td_context_timeout_ms(ring->mesh->ctx);
+    td_status job = TD_OK;
+    if (td_exchange_thread_wait(ring->exchange, ticket, bound, &job) != TD_OK)
+        return td_error_set(ring->mesh->ctx, TD_ERR_TIMEOUT,
+                            "ring rank 0: the exchange thread did not end %s in %llu ms", what,
+                            (unsigned long long)bound);
+    return job;
+}
+
+uint64_t td_ring_exchanges_on_thread(const td_ring *ring)
+{
+    return ring->jobs_on_thread;
+}
+
+void td_ring_exchange_stop(td_ring *ring)
+{
+    td_exchange_thread_stop(ring->exchange, 3ull * td_context_timeout_ms(ring->mesh->ctx));
+    ring->exchange = NULL;
+}
+
+/* Steps 1-2: the rank's sums deposited; the leader exchanges the blocks,
+ * inline or (`async`) on the exchange thread. */
+static td_status across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, bool async)
 {
     ring_rank *me = &ring->ranks[r];
     const size_t count = op->count;
@@ -275,13 +397,39 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     if (s != TD_OK)
         return s;
     td_ring_publish(me, unit(op, ring->n, base, X_DEPOSITED));
+    if (r != 0)
+        return TD_OK;
+    if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
+        return s;
+    for (uint32_t q = 0; q <= P; q++)
+        ring->blocks[q] = window_clip(op, part_lo(count, P, q));
+    ring->exchange_send = ring->host;
+    ring->exchange_element_bytes = sizeof(float);
+    if (op->bf16) {
+        /* The local sums are bfloat16 values already (rounded as they left
+         * the local ring): their upper halves go out, from a buffer of
+         * their own -- the process's copy may be written by the next
+         * window, or read by a gather, while this exchange is on the
+         * exchange thread. */
+        pack_block(ring->packed + ring->blocks[0], ring->host + ring->blocks[0], ring->blocks[P] - ring->blocks[0]);
+        ring->exchange_send = ring->packed;
+        ring->exchange_element_bytes = sizeof(uint16_t);
+    }
+    s = async ? submit(ring, exchange_job, &ring->exchange_ticket) : exchange_job(ring);
+    return s != TD_OK ? leader_failed(ring, s) : TD_OK;
+}
+
+/* Steps 3-5, once the leader's exchange is done (waited for here when it
+ * ran on the exchange thread). */
+static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                               int direct, bool async)
+{
+    ring_rank *me = &ring->ranks[r];
+    const size_t count = op->count;
+    const uint32_t P = ring->n_procs;
+    td_status s;
     if (r == 0) {
-        if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
-            return s;
-        for (uint32_t q = 0; q <= P; q++)
-            ring->blocks[q] = window_clip(op, part_lo(count, P, q));
-        if ((s = td_procs_exchange_blocks(ring->procs, ring->host, ring->blocks, ring->received, ring_aborted,
-                                          ring)) != TD_OK)
+        if (async && (s = wait_job(ring, ring->exchange_ticket, "a bucket's exchange")) != TD_OK)
             return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
@@ -294,7 +442,16 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     lo = window_clip(op, lo);
     hi = window_clip(op, hi);
     const size_t b_lo = ring->blocks[ring->proc], b_len = ring->blocks[ring->proc + 1] - b_lo;
-    for (size_t at = lo; at < hi; at += SLICE_ELEMENTS) {
+    for (size_t at = lo; op->bf16 && at < hi; at += SLICE_ELEMENTS) {
+        const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
+        float *dst = ring->host + at;
+        const uint16_t *rows = (const uint16_t *)(const void *)ring->received;
+        widen_bf16(dst, rows + (at - b_lo), end - at);
+        for (uint32_t q = 1; q < P; q++)
+            add_bf16(dst, rows + (size_t)q * b_len + (at - b_lo), end - at);
+        td_ring_round_bf16(dst, end - at);
+    }
+    for (size_t at = lo; !op->bf16 && at < hi; at += SLICE_ELEMENTS) {
         const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
         float *dst = ring->host + at;
         memcpy(dst, ring->received + (at - b_lo), (end - at) * sizeof(float));
@@ -341,6 +498,19 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
     if (r == 0) {
         if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_FINAL))) != TD_OK)
             return s;
+        if (async && ring->n == 1) {
+            /* The gather goes to the thread as well, and the window is
+             * placed at the next settle. Only with one local rank: no
+             * peer waits for this op's GATHERED and DONE, which would
+             * otherwise come after the next op's first units. */
+            memcpy(ring->gather_blocks, ring->blocks, sizeof *ring->blocks * (P + 1));
+            if ((s = submit(ring, gather_job, &ring->gather_ticket)) != TD_OK)
+                return leader_failed(ring, s);
+            ring->pending_ops[ring->n] = *op;
+            ring->gather_out = gather;
+            ring->gather_pending = true;
+            return TD_OK;
+        }
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
             return leader_failed(ring, s);
         td_ring_publish(me, unit(op, ring->n, base, X_GATHERED));
@@ -353,6 +523,89 @@ td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op,
                           op->out_offset + first, placed)) != TD_OK)
         return s;
     return finish(ring, r, base, !direct);
+}
+
+td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
+                                   int direct)
+{
+    td_status s = across_begin(ring, r, op, base, false);
+    return s != TD_OK ? s : across_finish(ring, r, op, base, gather, direct, false);
+}
+
+td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather)
+{
+    /* Every local rank takes the same path: the thread was started (or
+     * not) with the ring, before any job. */
+    if (!ring->exchange)
+        return td_ring_allreduce_across(ring, r, op, base, gather, 1);
+    td_status s = across_begin(ring, r, op, base, true);
+    if (s != TD_OK)
+        return s;
+    ring_rank *me = &ring->ranks[r];
+    ring->pending_ops[r] = *op;
+    me->pending = true;
+    me->pending_base = base;
+    me->pending_gather = gather;
+    return TD_OK;
+}
+
+/* Step 5 for the window whose gather was left on the thread: one local
+ * rank, so its DONE has no reader, and the window's part of the process's
+ * copy is not reused before this (the next window's is another part; any
+ * other op settles first). */
+static td_status place_gathered(td_ring *ring)
+{
+    if (!ring->gather_pending)
+        return TD_OK;
+    ring->gather_pending = false;
+    td_status s = wait_job(ring, ring->gather_ticket, "a bucket's gather");
+    if (s != TD_OK)
+        return leader_failed(ring, s);
+    const ring_op *op = &ring->pending_ops[ring->n];
+    return place_result(ring, 0, ring->host + op->win_lo, ring->gather_out + op->win_lo, op->out,
+                        op->out_offset + op->win_lo, op->win_hi - op->win_lo);
+}
+
+static td_status settle(td_ring *ring, uint32_t rank, bool failed, bool keep_gather)
+{
+    ring_rank *me = rank < ring->n ? &ring->ranks[rank] : NULL;
+    if (!me)
+        return TD_OK;
+    if (failed) {
+        /* Nothing of the windows is used; only MPI must be free again. The
+         * failure aborted the ring, which stops the thread's polling. */
+        me->pending = false;
+        if (rank == 0 && ring->exchange && ring->last_ticket) {
+            ring->gather_pending = false;
+            td_status ignored;
+            (void)td_exchange_thread_wait(ring->exchange, ring->last_ticket,
+                                          3ull * td_context_timeout_ms(ring->mesh->ctx), &ignored);
+        }
+        return TD_OK;
+    }
+    td_status s = TD_OK;
+    if (me->pending) {
+        me->pending = false;
+        /* The older window's gather first (the thread runs jobs in order),
+         * which frees its slot for this window's. */
+        if (rank == 0)
+            s = place_gathered(ring);
+        if (s == TD_OK)
+            s = across_finish(ring, rank, &ring->pending_ops[rank], me->pending_base, me->pending_gather, 1, true);
+    }
+    if (s == TD_OK && rank == 0 && !keep_gather)
+        s = place_gathered(ring);
+    return s != TD_OK ? td_ring_fail(ring, rank, s) : TD_OK;
+}
+
+td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed)
+{
+    return settle(ring, rank, failed, false);
+}
+
+td_status td_ring_settle_for_window(td_ring *ring, uint32_t rank)
+{
+    return settle(ring, rank, false, true);
 }
 
 /* The rank's input, `count` floats, into the process's copy at `at`. */

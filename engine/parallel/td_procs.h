@@ -40,13 +40,14 @@ td_status td_procs_allgather(td_procs *procs, const void *mine, void *all, size_
 td_status td_procs_allgather_blocks(td_procs *procs, float *x, const size_t *offsets, td_procs_stop_fn should_stop,
                                     void *user);
 
-/* The reduce-scatter's exchange: sends block q of x (blocks as above) to
- * process q, and receives in recv, row q (this process's block length each),
- * process q's copy of this process's block -- its own row included, so
- * summing the rows in order gives bitwise the same sum on whichever
- * process does it. */
-td_status td_procs_exchange_blocks(td_procs *procs, const float *x, const size_t *offsets, float *recv,
-                                   td_procs_stop_fn should_stop, void *user);
+/* The reduce-scatter's exchange: sends block q of x (blocks as above, in
+ * elements of `element_bytes` bytes: 4 for floats, 2 for bfloat16 on a
+ * bf16 wire) to process q, and receives in recv, row q (this process's
+ * block length each), process q's copy of this process's block -- its own
+ * row included, so summing the rows in order gives bitwise the same sum
+ * on whichever process does it. */
+td_status td_procs_exchange_blocks(td_procs *procs, const void *x, const size_t *offsets, size_t element_bytes,
+                                   void *recv, td_procs_stop_fn should_stop, void *user);
 
 /* As td_procs_allgather_blocks for bytes (offsets in bytes). */
 td_status td_procs_allgather_bytes(td_procs *procs, void *x, const size_t *offsets);

@@ -52,6 +52,25 @@ td_status td_ring_reserve(td_ring *ring, uint32_t rank, size_t bytes);
  * per-rank state of its own thread-safe. */
 typedef void (*td_ring_finalize_fn)(void *user, uint32_t rank, float *data, size_t offset, size_t count);
 
+/* How the operands of an all-reduce travel between ranks (the trainer's
+ * td_wire). FP32: as they are. BF16: every partial sum that crosses to
+ * another rank is rounded to bfloat16 first (round to nearest even,
+ * td_bf16_round), every addition is in float, and the complete sum is
+ * rounded once more before its owner finalizes it: for chunk c,
+ *     s = r(x[c]); s = r(x[c+j] + s) for j = 1 .. N-1,
+ * the ring's order with r = td_bf16_round, on every path (the ring
+ * proper, the direct all-reduce, which emulates it, and the local part of
+ * the hierarchical one). Between processes each process's sum travels as
+ * 2-byte values, the processes' copies are summed in process order in
+ * float and that sum is rounded again. With one device in the whole job
+ * nothing travels and nothing is rounded. The finalized values (the
+ * trainer's updated parameters) travel back as floats: every replica ends
+ * with the owner's bits. */
+typedef enum td_ring_wire {
+    TD_RING_WIRE_FP32 = 0,
+    TD_RING_WIRE_BF16 = 1,
+} td_ring_wire;
+
 /* Sums `count` floats at (in, in_offset) over all ranks, lets the chunk owner
  * finalize them, and leaves the result at (out, out_offset) on every rank.
  * `out` may be `in` (in place). finalize may be NULL (plain sum). */
@@ -62,7 +81,8 @@ td_status td_ring_allreduce(td_ring *ring, uint32_t rank, td_buffer *in, uint64_
  * afterwards: saves a pass over the data when the input is dead anyway (the
  * trainer's gradient bucket). */
 td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,
-                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user);
+                                    uint64_t out_offset, size_t count, td_ring_finalize_fn finalize, void *user,
+                                    td_ring_wire wire);
 
 /* For a finalize that needs one number of the whole reduced array first
  * (the trainer's global gradient norm, for clipping): `partial` runs on
@@ -71,7 +91,8 @@ td_status td_ring_allreduce_consume(td_ring *ring, uint32_t rank, td_buffer *in,
  * reduced its chunk, each rank receives `total`, the shares summed over the
  * ranks in rank order -- bitwise the same on every rank -- and only then
  * finalizes its slices. Costs one exchange of a double per rank, no extra
- * pass over the data. */
+ * pass over the data. With TD_RING_WIRE_BF16, partial sees the
+ * rounded sums. */
 typedef double (*td_ring_partial_fn)(void *user, uint32_t rank, float *data, size_t offset, size_t count);
 typedef void (*td_ring_total_fn)(void *user, uint32_t rank, double total);
 
@@ -80,7 +101,7 @@ typedef void (*td_ring_total_fn)(void *user, uint32_t rank, double total);
 td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                           td_buffer *out, uint64_t out_offset, size_t count,
                                           td_ring_partial_fn partial, td_ring_total_fn total,
-                                          td_ring_finalize_fn finalize, void *user);
+                                          td_ring_finalize_fn finalize, void *user, td_ring_wire wire);
 
 /* Part of td_ring_allreduce_consume: only elements [win_lo, win_hi) of the
  * `count`-element array are reduced, finalized and written out, each with
@@ -92,8 +113,21 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
  * clipped likewise); elsewhere TD_ERR_UNSUPPORTED. */
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
-                                           size_t win_hi, td_ring_finalize_fn finalize, void *user);
+                                           size_t win_hi, td_ring_finalize_fn finalize, void *user,
+                                           td_ring_wire wire);
 int td_ring_can_window(const td_ring *ring);
+/* Across processes a window's exchange between processes runs on the
+ * ring's exchange thread while the rank goes on (the next bucket's
+ * kernels), and ends at the rank's next ring op or here: the window's
+ * finalize and placement are done when this returns. Every ring op
+ * settles first, so ops stay in one order; the trainer settles after
+ * backward. With `failed` (the rank's job failed) it only waits the
+ * exchange out, so nothing is inside MPI once the job has ended. */
+td_status td_ring_settle(td_ring *ring, uint32_t rank, bool failed);
+/* How many jobs between processes (windows' exchanges, and their gathers
+ * where the process has one device) ran on the exchange thread since the
+ * ring was made (tests: the overlap did happen). */
+uint64_t td_ring_exchanges_on_thread(const td_ring *ring);
 
 /* [*lo, *hi): the elements of a `count`-element all-reduce whose reduced
  * value rank `rank` owns and finalizes. The trainer keeps the optimizer

@@ -5,7 +5,9 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
+#include "td_exchange_thread.h"
 #include "td_platform.h"
 #include "td_procs.h"
 #include "td_ring.h"
@@ -19,6 +21,7 @@ typedef struct ring_rank {
     uint64_t progress;
     float *work;   /* reduce-scatter memory of the current op */
     float *gather; /* memory that holds final values of the current op */
+    bool sends_wire; /* the current op's partial sums go out through `wire` (below) */
     double partial; /* this rank's share of the current op's total; read by peers after PART */
     /* Below: touched by the rank's own thread only. */
     uint32_t op;
@@ -29,6 +32,17 @@ typedef struct ring_rank {
     size_t ticket_capacity;
     uint64_t direct_tasks; /* tasks of the direct all-reduce's phases this rank has run through */
     uint64_t recent_wait_ns; /* its waits for peers, spun or slept: a longer one sets it, a shorter one halves the gap (td_ring_note_wait) */
+    /* The ring proper's outgoing partial sums on a bf16 wire, 2 bytes
+     * each, at their elements' indices: what the successor reads instead
+     * of `work`. Reserved only for rings that run the ring proper; read by
+     * the successor during an op, sized between jobs. */
+    uint16_t *wire;
+    size_t wire_elems;
+    /* A windowed all-reduce between processes begun but not settled: its
+     * exchange is on the exchange thread (td_ring_settle ends it). */
+    bool pending; /* the op is ring->pending_ops[rank] */
+    uint64_t pending_base;
+    float *pending_gather;
 } ring_rank;
 
 /* The direct all-reduce (ring_direct.c): when every rank is a CPU device
@@ -76,10 +90,31 @@ struct td_ring {
     uint32_t *device_offset; /* n_procs + 1: process q's devices are [q], [q+1] */
     td_mutex host_lock;      /* reserve calls of several ranks at once */
     float *host;             /* the process's copy of a whole collective */
+    uint16_t *packed;        /* host_elems: a bf16 wire's 2-byte values for the exchange */
+    const void *exchange_send;     /* what the current exchange sends: host, or packed */
+    size_t exchange_element_bytes; /* and its elements' size */
     float *received;         /* the other processes' blocks of this process's part */
     size_t host_elems, received_elems;
     size_t *blocks;          /* n_procs + 1: the current op's blocks per process */
     double process_total;    /* the current op's total over every device, for `total` */
+    /* The exchanges of windowed all-reduces (the buckets) on a thread of
+     * their own (ring_procs.c), started with the ring when the job has
+     * other processes; NULL in one process, with TANDEM_EXCHANGE_THREAD=0,
+     * or when it could not start (then they run inline on the leader). */
+    td_exchange_thread *exchange;
+    struct ring_op *pending_ops; /* n + 1: each rank's begun window (ring_rank.pending), then the gathered one's */
+    bool exchange_tried;
+    /* Below: the leader's (rank 0's) only. */
+    uint64_t jobs_on_thread;  /* exchanges and gathers the thread made */
+    uint64_t exchange_ticket; /* the begun window's exchange job */
+    uint64_t last_ticket;     /* the last job handed to the thread */
+    /* With one local rank the window's gather between processes is left
+     * on the thread too, and placed at the rank's next settle. */
+    bool gather_pending;
+    uint64_t gather_ticket;
+    float *gather_out;     /* the rank's output (host memory: windows are direct) */
+    size_t *gather_blocks; /* n_procs + 1: that window's blocks (ring->blocks moves on) */
+    bool exchange_inline; /* TANDEM_EXCHANGE_THREAD=0: never start it (measurement) */
     ring_direct direct;
 };
 
@@ -103,7 +138,41 @@ typedef struct ring_op {
      * array's chunk, so with that chunk's order and owner. */
     bool windowed;
     size_t win_lo, win_hi;
+    /* TD_RING_WIRE_BF16 and more than one device in the job: partial sums
+     * are rounded to bfloat16 where they cross to another rank, and the
+     * complete sum before its finalize (td_ring_wire). */
+    bool bf16;
 } ring_op;
+
+/* td_bf16_round's bits (nearest even, NaN quietened, past the range
+ * infinity) without its branch, so that the compiler vectorizes the
+ * loops of the bf16 wire (a select of two integer results per lane);
+ * test_ring_wire.c holds it to td_bf16_round bitwise. */
+static inline float td_ring_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Copies of the bf16 wire's loops for AVX-512 and AVX2, chosen at load
+ * time, as td_fixed_math.h's (TD_FIXED_MATH_CLONES says when ifuncs
+ * work): the rounding is integer arithmetic per lane and the adds are one
+ * per element, so every copy gives the same bits -- at baseline SSE2 the
+ * rounding made a 64 MiB all-reduce 2-4x slower. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
+    !defined(__SANITIZE_THREAD__)
+#define TD_RING_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TD_RING_CLONES
+#endif
+
+/* x[0, n) = td_ring_bf16(x[i]): what a partial sum becomes on a bf16 wire. */
+void td_ring_round_bf16(float *x, size_t n);
 
 typedef struct unit_map {
     uint32_t n;
@@ -167,6 +236,16 @@ td_status td_ring_reserve_processes(td_ring *ring, size_t bytes);
  * gathered back, and the whole result goes to the rank's output. */
 td_status td_ring_allreduce_across(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather,
                                    int direct);
+/* The same for a window, split at the leader's exchange: begin deposits
+ * the rank's sums and (leader) hands the exchange to the exchange thread,
+ * then returns; the rank's next ring op, or td_ring_settle, ends it. Runs
+ * td_ring_allreduce_across whole when there is no exchange thread. */
+td_status td_ring_allreduce_across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint64_t base, float *gather);
+/* Stops the exchange thread (ring destruction). */
+void td_ring_exchange_stop(td_ring *ring);
+/* td_ring_settle, but a window's gather may stay in flight (the next
+ * window's begin: its exchange queues behind that gather). */
+td_status td_ring_settle_for_window(td_ring *ring, uint32_t rank);
 /* all_gather and broadcast over every device of every process. */
 td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, uint64_t in_offset, td_buffer *out,
                                     uint64_t out_offset, size_t count);

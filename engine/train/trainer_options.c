@@ -12,6 +12,9 @@
 /* The programs take td_precision as it is, as a td_gemm_precision. */
 _Static_assert((int)TD_PRECISION_FP32 == (int)TD_GEMM_FP32 && (int)TD_PRECISION_BF16 == (int)TD_GEMM_BF16,
                "td_precision and td_gemm_precision must agree");
+/* And td_wire as a td_ring_wire. */
+_Static_assert((int)TD_WIRE_FP32 == (int)TD_RING_WIRE_FP32 && (int)TD_WIRE_BF16 == (int)TD_RING_WIRE_BF16,
+               "td_wire and td_ring_wire must agree");
 
 td_status td_trainer_options_init(td_trainer_options *o)
 {
@@ -106,6 +109,9 @@ td_status td_trainer_check_options(td_context *ctx, const td_trainer_options *o)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
                             "td_trainer_create: precision %d, expected TD_PRECISION_FP32 (0) or TD_PRECISION_BF16 (1)",
                             (int)o->precision);
+    if (o->wire != TD_WIRE_FP32 && o->wire != TD_WIRE_BF16)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "td_trainer_create: wire %d, expected TD_WIRE_FP32 (0) or TD_WIRE_BF16 (1)", (int)o->wire);
     if (o->accumulate_steps < 1)
         return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_trainer_create: accumulate_steps %u must be >= 1",
                             o->accumulate_steps);

@@ -252,7 +252,7 @@ static td_status update_bucket(void *user, uint32_t pos, uint32_t bucket)
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
     return td_ring_allreduce_consume_window(t->ring, pos, grads, 0, params, 0, t->param_elems,
                                             t->bucket_bounds[bucket], t->bucket_bounds[bucket + 1], update_finalize,
-                                            t);
+                                            t, (td_ring_wire)t->options.wire);
 }
 
 td_status td_trainer_plan_buckets(td_trainer *t)
@@ -295,7 +295,9 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
     if (t->n_buckets && td_program_buckets_done(t->program, pos) == t->n_buckets) {
         /* Every bucket reduced and updated during backward; across
          * processes the others' new values are in the parameter buffer. */
-        s = t->processes > 1 ? take_gathered(t, pos, params) : TD_OK;
+        s = td_ring_settle(t->ring, pos, false); /* the last bucket's exchange between processes */
+        if (s == TD_OK && t->processes > 1)
+            s = take_gathered(t, pos, params);
         if (s == TD_OK && pos == 0)
             t->allreduces++;
         return s;
@@ -307,9 +309,10 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
     }
     if (t->options.max_norm > 0.0f)
         s = td_ring_allreduce_consume_total(t->ring, pos, grads, 0, params, 0, t->param_elems, clip_partial,
-                                            clip_total, update_finalize, t);
+                                            clip_total, update_finalize, t, (td_ring_wire)t->options.wire);
     else
-        s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t);
+        s = td_ring_allreduce_consume(t->ring, pos, grads, 0, params, 0, t->param_elems, update_finalize, t,
+                                      (td_ring_wire)t->options.wire);
     if (s == TD_OK && t->processes > 1)
         s = take_gathered(t, pos, params);
     if (s == TD_OK && pos == 0)

@@ -137,6 +137,9 @@ typedef struct td_fit_options {
     /* Since 0.2. td_trainer_options.overlap_bucket_bytes: the gradient
      * all-reduce in buckets during backward; 0 (the default) = after it. */
     uint64_t overlap_bucket_bytes;
+    /* Since 0.2. td_trainer_options.wire: the gradients between devices
+     * as floats (TD_WIRE_FP32, the default) or bfloat16 (TD_WIRE_BF16). */
+    td_wire wire;
 } td_fit_options;
 
 /* The defaults above.

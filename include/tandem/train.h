@@ -55,6 +55,26 @@ typedef enum td_precision {
     TD_PRECISION_BF16 = 1,
 } td_precision;
 
+/* How the gradients travel between devices in the all-reduce. Since 0.2.
+ *   FP32  as computed: the default.
+ *   BF16  each partial sum is rounded to bfloat16 (round to nearest even)
+ *         where it passes to another device, every addition is in float,
+ *         and the complete sum is rounded to bfloat16 once more before the
+ *         optimizer uses it; between processes the sums travel as 2-byte
+ *         values (half the bytes of the reduce half of the exchange). The
+ *         updated parameters travel back as floats, so every replica holds
+ *         the same bits. Inside one process CPU devices read each other's
+ *         memory in place, so nothing is saved there: the gradients are
+ *         rounded the same way (the same bits on every path). A mesh with
+ *         GPUs passes the sums between its devices' host staging as 2-byte
+ *         values (half a float more host memory per gradient element and
+ *         device). With one device in the job nothing travels and nothing
+ *         is rounded. */
+typedef enum td_wire {
+    TD_WIRE_FP32 = 0,
+    TD_WIRE_BF16 = 1,
+} td_wire;
+
 /* Since 0.1. */
 typedef struct td_trainer_options {
     size_t struct_size; /* sizeof(td_trainer_options): growth-safe, see tandem/export.h */
@@ -144,8 +164,13 @@ typedef struct td_trainer_options {
      * all-reduce. Taken where every device of the process is a CPU device
      * (across processes too), without clipping (max_norm) and accumulation
      * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce.
-     * Not faster on CPU devices (bench/RESULTS.md), hence off. */
+     * Across processes each bucket's exchange runs on a thread of its
+     * own while backward goes on. Not faster in one process
+     * (bench/RESULTS.md), hence off. */
     uint64_t overlap_bucket_bytes;
+    /* Since 0.2. The gradients on the ring in FP32 (the default) or BF16
+     * (td_wire): bfloat16 between devices, float sums. */
+    td_wire wire;
 } td_trainer_options;
 
 /* What the trainer has done: td_trainer_step calls that succeeded, optimizer

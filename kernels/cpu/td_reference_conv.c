@@ -13,6 +13,7 @@
 
 #include "td_fixed_math.h"
 #include "td_reference.h"
+#include "td_reference_pool_tiled.h"
 
 static int64_t tap_y(const td_conv_params *p, int64_t oy, int64_t i)
 {
@@ -323,6 +324,8 @@ static void pool_row_blocks(float *restrict out_row, const float *restrict a, co
  * fixed-width functions above. */
 void td_reference_pool(float *out, const float *a, const td_pool_params *pp)
 {
+    if (td_reference_pool_tiled(out, a, pp))
+        return;
     const td_conv_params *p = &pp->geo;
     const int64_t c = p->c, full = c - c % POOL_LANES;
     const bool max = pp->mode == TD_POOL_MAX;
@@ -465,6 +468,8 @@ static bool tiles_exactly(const td_conv_params *p)
 void td_reference_pool_backward(float *gx, const float *x, const float *y, const float *gy,
                                  const td_pool_params *pp)
 {
+    if (td_reference_pool_backward_tiled(gx, x, y, gy, pp))
+        return;
     const td_conv_params *p = &pp->geo;
     const int64_t c = p->c, full = c - c % POOL_LANES;
     const bool max = pp->mode == TD_POOL_MAX;

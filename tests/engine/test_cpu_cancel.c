@@ -453,3 +453,49 @@ Test(cpu_cancel, a_gemm_outlasting_the_timeout_is_cancelled_and_everything_is_fr
     td_tensor_destroy(ys);
     cr_assert_eq(counter.live, 0, "%zu blocks left allocated", counter.live);
 }
+
+/* Which calls the pool may run side by side (td_cpu_calls_conflict): a
+ * convolution's bias gradient (a REDUCE over dY) and its kernel gradient
+ * (a GEMM reading dY) may; not where one writes what the other reads or
+ * writes, not an in-place REDUCE, not any other kernel. Buffers are only
+ * compared by address here. */
+Test(cpu_cancel, calls_that_may_run_side_by_side)
+{
+    static char buffers[3];
+    td_buffer *dy = (td_buffer *)&buffers[0], *patches = (td_buffer *)&buffers[1], *grads = (td_buffer *)&buffers[2];
+    /* dY [100 x 32]; bias gradient into grads[0, 32); kernel gradient
+     * patches^T [9 x 100] x dY into grads[32, 32 + 288). */
+    td_kernel_call bias = {.kernel = TD_KERNEL_REDUCE, .out = {grads, 0}, .a = {dy, 0}};
+    bias.p.reduce = (td_reduce_params){.alpha = 1.0f,
+                                       .out_dims = {1, 1, 1, 32},
+                                       .out_strides = {0, 0, 0, 1},
+                                       .red_dims = {1, 1, 1, 100},
+                                       .red_strides = {0, 0, 0, 32}};
+    td_kernel_call kernel = {.kernel = TD_KERNEL_GEMM, .out = {grads, 32}, .a = {patches, 0}, .b = {dy, 0}};
+    kernel.p.gemm = (td_gemm_params){.trans_a = 1, .m = 9, .n = 32, .k = 100, .lda = 9, .ldb = 32, .ldc = 32,
+                                     .alpha = 1.0f};
+    cr_assert_not(td_cpu_calls_conflict(&bias, &bias));
+    cr_assert_not(td_cpu_calls_conflict(&bias, &kernel));
+    cr_assert_not(td_cpu_calls_conflict(&kernel, &bias));
+    /* The bias gradient's output one element into the kernel gradient's. */
+    td_kernel_call late = bias;
+    late.out.offset = 32 + 287;
+    cr_assert(td_cpu_calls_conflict(&late, &kernel));
+    cr_assert(td_cpu_calls_conflict(&kernel, &late));
+    /* The GEMM writing the last element of dY the REDUCE reads. */
+    td_kernel_call over = kernel;
+    over.out = (td_arg){dy, 100 * 32 - 1};
+    cr_assert(td_cpu_calls_conflict(&bias, &over));
+    td_kernel_call past = kernel;
+    past.out = (td_arg){dy, 100 * 32};
+    cr_assert_not(td_cpu_calls_conflict(&bias, &past));
+    /* A REDUCE over its own output, a negative stride, another kernel. */
+    td_kernel_call in_place = bias;
+    in_place.out = (td_arg){dy, 3199};
+    cr_assert(td_cpu_calls_conflict(&in_place, &in_place));
+    td_kernel_call backwards = bias;
+    backwards.p.reduce.red_strides[3] = -32;
+    cr_assert(td_cpu_calls_conflict(&backwards, &kernel));
+    td_kernel_call fill = {.kernel = TD_KERNEL_FILL, .n = 4, .out = {grads, 1000}};
+    cr_assert(td_cpu_calls_conflict(&fill, &kernel));
+}

@@ -234,6 +234,216 @@ Test(cpu_epilogue, chain_ending_in_a_pool_is_bitwise_the_calls_one_by_one)
     check_fused_pool(2, true, true);
 }
 
+/* A convolution's input gradient: patch gradients = GEMM, then COL2IM
+ * summing them into the image, run in blocks of whole images. */
+typedef struct col2im_shape {
+    int64_t images, h, w, c, k, window, stride, pad;
+    const char *what;
+} col2im_shape;
+
+static const col2im_shape col2im_shapes[] = {
+    {9, 14, 14, 32, 64, 3, 1, 1, "conv2-like: 3x3 SAME over 14x14x32, k = 64 (granule 588 rows: 3 images)"},
+    {7, 9, 11, 5, 6, 3, 2, 0, "3x3 stride 2 unpadded over 9x11x5 (20 windows an image)"},
+    {4, 6, 6, 16, 9, 5, 1, 2, "5x5 SAME over 6x6x16: every pixel in many windows"},
+};
+
+static void check_fused_col2im(uint32_t threads, bool split_everything, bool deterministic)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof col2im_shapes / sizeof col2im_shapes[0]; t++) {
+        const col2im_shape *cs = &col2im_shapes[t];
+        const int64_t oh = (cs->h + 2 * cs->pad - cs->window) / cs->stride + 1;
+        const int64_t ow = (cs->w + 2 * cs->pad - cs->window) / cs->stride + 1;
+        const shape s = {cs->images * oh * ow, cs->window * cs->window * cs->c, cs->k, cs->what};
+        const size_t mn = (size_t)(s.m * s.n), image = (size_t)(cs->images * cs->h * cs->w * cs->c);
+        td_buffer *x = filled(ops, dev, ctx, (size_t)(s.m * s.k), 21 + t, true);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(s.k * s.n), 22 + t, false);
+        const size_t all = mn + image;
+        td_buffer *y = filled(ops, dev, ctx, all, 23 + t, false); /* [patch gradients | image gradient] */
+        td_kernel_call col2im = {.kernel = TD_KERNEL_COL2IM, .out = {y, mn}, .a = {y, 0}};
+        col2im.p.conv = (td_conv_params){.n = cs->images, .h = cs->h, .w = cs->w, .c = cs->c, .kh = cs->window,
+                                         .kw = cs->window, .oh = oh, .ow = ow, .stride_h = cs->stride,
+                                         .stride_w = cs->stride, .pad_top = cs->pad, .pad_left = cs->pad,
+                                         .dil_h = 1, .dil_w = 1};
+        const td_kernel_call calls[2] = {gemm_call(x, w, y, &s), col2im};
+        cr_assert_eq(td_cpu_epilogue_length(calls, 2, 0), 1, "%s: the chain takes the COL2IM", s.what);
+        float *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+        float *initial = malloc(all * sizeof *initial);
+        for (size_t i = 0; i < all; i++)
+            initial[i] = (float)(i % 11) - 5.5f;
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < 2; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, 2);
+        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
+                 deterministic ? ", own GEMM" : "");
+        expect_same_bits(got, want, all, what);
+        free(want);
+        free(got);
+        free(initial);
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, chain_ending_in_a_col2im_is_bitwise_the_calls_one_by_one)
+{
+    check_fused_col2im(1, false, false);
+    check_fused_col2im(2, false, false);
+    check_fused_col2im(3, true, false);
+    check_fused_col2im(2, true, true);
+}
+
+/* A convolution's forward as the seed lowers it: IM2COL, GEMM, bias add,
+ * ReLU, 2x2 max pool; the IM2COL runs as the GEMM's prologue, images at a
+ * time. With `pool` false the chain is IM2COL and GEMM alone. */
+typedef struct conv_shape {
+    int64_t images, h, w, c, c_out;
+    const char *what;
+} conv_shape;
+
+static const conv_shape conv_shapes[] = {
+    {5, 28, 28, 1, 32, "conv1-like: 28x28x1 -> 32 (granule 2352 rows: 3 images)"},
+    {7, 14, 14, 32, 64, "conv2-like: 14x14x32 -> 64 (granule 588: 3 images, a tail of 1)"},
+    {4, 6, 10, 3, 16, "6x10x3 -> 16"},
+};
+
+static void check_fused_im2col(uint32_t threads, bool split_everything, bool deterministic, bool pool)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *hp = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(hp, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(hp, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof conv_shapes / sizeof conv_shapes[0]; t++) {
+        const conv_shape *cs = &conv_shapes[t];
+        const int64_t pixels = cs->images * cs->h * cs->w, k = 9 * cs->c;
+        const shape s = {pixels, cs->c_out, k, cs->what};
+        const size_t image = (size_t)(pixels * cs->c), patches = (size_t)(pixels * k), mn = (size_t)(s.m * s.n);
+        const size_t pooled = (size_t)(pixels / 4 * cs->c_out);
+        td_buffer *x = filled(ops, dev, ctx, image, 31 + t, true);
+        td_buffer *w = filled(ops, dev, ctx, (size_t)(k * s.n), 32 + t, false);
+        td_buffer *bias = filled(ops, dev, ctx, (size_t)s.n, 33 + t, false);
+        const size_t all = patches + mn + pooled;
+        td_buffer *y = filled(ops, dev, ctx, all, 34 + t, false); /* [patches | activations | pooled] */
+        td_kernel_call im2col = {.kernel = TD_KERNEL_IM2COL, .out = {y, 0}, .a = {x, 0}};
+        im2col.p.conv = (td_conv_params){.n = cs->images, .h = cs->h, .w = cs->w, .c = cs->c, .kh = 3, .kw = 3,
+                                         .oh = cs->h, .ow = cs->w, .stride_h = 1, .stride_w = 1, .pad_top = 1,
+                                         .pad_left = 1, .dil_h = 1, .dil_w = 1};
+        td_kernel_call gemm = gemm_call(y, w, y, &s);
+        gemm.out.offset = patches;
+        td_kernel_call pool_call = {.kernel = TD_KERNEL_POOL, .out = {y, patches + mn}, .a = {y, patches}};
+        pool_call.p.pool = (td_pool_params){
+            .geo = {.n = cs->images, .h = cs->h, .w = cs->w, .c = cs->c_out, .kh = 2, .kw = 2, .oh = cs->h / 2,
+                    .ow = cs->w / 2, .stride_h = 2, .stride_w = 2, .dil_h = 1, .dil_w = 1},
+            .mode = TD_POOL_MAX};
+        const td_arg act = {y, patches};
+        const td_kernel_call calls[5] = {
+            im2col,
+            gemm,
+            ew_call(TD_EW_ADD, act, act, (td_arg){bias, 0}, s.m, s.n, true),
+            ew_call(TD_EW_RELU, act, act, (td_arg){NULL, 0}, s.m, s.n, false),
+            pool_call,
+        };
+        const size_t count = pool ? 5 : 2;
+        cr_assert_eq(td_cpu_epilogue_length(calls, count, 1), pool ? 3 : 0);
+        cr_assert(td_cpu_prologue_im2col(calls, count, 1, pool ? 3 : 0), "%s: the IM2COL is a prologue", s.what);
+        float *want = malloc(all * sizeof *want), *got = malloc(all * sizeof *got);
+        float *initial = malloc(all * sizeof *initial);
+        for (size_t i = 0; i < all; i++)
+            initial[i] = (float)(i % 11) - 5.5f;
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < count; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, count);
+        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s%s, threads %u%s%s", s.what, pool ? ", to the pool" : "", threads,
+                 split_everything ? ", split" : "", deterministic ? ", own GEMM" : "");
+        expect_same_bits(got, want, all, what);
+        free(want);
+        free(got);
+        free(initial);
+        ops->buffer_destroy(dev, x);
+        ops->buffer_destroy(dev, w);
+        ops->buffer_destroy(dev, bias);
+        ops->buffer_destroy(dev, y);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, im2col_prologue_is_bitwise_the_calls_one_by_one)
+{
+    for (int pool = 0; pool < 2; pool++) {
+        check_fused_im2col(1, false, false, pool);
+        check_fused_im2col(2, false, false, pool);
+        check_fused_im2col(3, true, false, pool);
+        check_fused_im2col(2, true, true, pool);
+    }
+}
+
+/* The prologue's rules on calls alone: A exactly the patches, and nothing
+ * the chain writes over the image or the patches. */
+Test(cpu_epilogue, im2col_prologue_rules)
+{
+    static char buffers[4];
+    td_buffer *img = (td_buffer *)&buffers[0], *pat = (td_buffer *)&buffers[1], *wt = (td_buffer *)&buffers[2],
+              *act = (td_buffer *)&buffers[3];
+    td_kernel_call im2col = {.kernel = TD_KERNEL_IM2COL, .out = {pat, 0}, .a = {img, 0}};
+    im2col.p.conv = (td_conv_params){.n = 2, .h = 4, .w = 4, .c = 2, .kh = 3, .kw = 3, .oh = 4, .ow = 4,
+                                     .stride_h = 1, .stride_w = 1, .pad_top = 1, .pad_left = 1, .dil_h = 1,
+                                     .dil_w = 1};
+    const shape s = {32, 8, 18, ""};
+    td_kernel_call calls[3] = {im2col, gemm_call(pat, wt, act, &s),
+                               ew_call(TD_EW_RELU, (td_arg){act, 0}, (td_arg){act, 0}, (td_arg){NULL, 0}, 32, 8,
+                                       false)};
+    cr_assert(td_cpu_prologue_im2col(calls, 3, 1, 1));
+    cr_assert_not(td_cpu_prologue_im2col(calls, 3, 0, 0), "no call before the first");
+    cr_assert_not(td_cpu_prologue_im2col(calls, 3, 2, 0), "not before an elementwise call");
+    td_kernel_call shifted[3] = {calls[0], calls[1], calls[2]};
+    shifted[1].a.offset = 1;
+    cr_assert_not(td_cpu_prologue_im2col(shifted, 3, 1, 1), "A is not the patches");
+    td_kernel_call onto_image[3] = {calls[0], calls[1], calls[2]};
+    onto_image[2].out = (td_arg){img, 0};
+    cr_assert_not(td_cpu_prologue_im2col(onto_image, 3, 1, 1), "the epilogue writes the image");
+    td_kernel_call onto_patches[3] = {calls[0], calls[1], calls[2]};
+    onto_patches[1].out = (td_arg){pat, 32 * 18 - 1};
+    cr_assert_not(td_cpu_prologue_im2col(onto_patches, 3, 1, 0), "C over the patches");
+    td_kernel_call transposed[3] = {calls[0], calls[1], calls[2]};
+    transposed[1].p.gemm.trans_a = 1;
+    cr_assert_not(td_cpu_prologue_im2col(transposed, 3, 1, 0), "A transposed");
+}
+
 Test(cpu_epilogue, fused_is_bitwise_the_calls_one_by_one)
 {
     check_fused(1, false, false);

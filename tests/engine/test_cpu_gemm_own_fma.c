@@ -129,6 +129,10 @@ Test(cpu_gemm_own_fma, every_path_is_bitwise_the_rule)
         {9, 32, 1500, 0, 1.0f, 0.0f},     {50, 32, 700, 0, 0.5f, 1.0f},    {30, 16, 1100, 0, 1.0f, 0.0f},
         /* Narrow C and k over several blocks: blocks of more than MC rows. */
         {1700, 40, 600, 3, 1.0f, 0.5f},
+        /* A conv's kernel gradient (288 x 64 over a long k): with A
+         * transposed the kernel prefetches A's lines ahead of k, past the
+         * block's and the matrix's end at the last steps. */
+        {288, 64, 1100, 0, 1.0f, 0.0f},   {300, 64, 530, 4, 1.0f, 0.5f},
     };
     static const td_gemm_fma_isa isas[] = {TD_GEMM_FMA_PORTABLE, TD_GEMM_FMA_AVX2, TD_GEMM_FMA_AVX512};
     int paths = 0;

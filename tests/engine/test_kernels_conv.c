@@ -12,6 +12,7 @@
 #include "engine_test_util.h"
 #include "td_backend.h"
 #include "td_reference.h"
+#include "td_reference_pool_tiled.h"
 
 /* oh for input size h, window k, stride s, dilation d and paddings lo/hi. */
 static int64_t out_size(int64_t h, int64_t k, int64_t s, int64_t d, int64_t lo, int64_t hi)
@@ -76,6 +77,11 @@ static const geo_case pool_cases[] = {
     {2, 7, 9, 16, 2, 3, 2, 3, 0, 0, 0, 0, 1, 1, "odd size: the last row and column in no window"},
     {1, 7, 8, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, "16 channels, overlapping 3x3 windows, padding"},
     {1, 5, 6, 32, 2, 2, 3, 3, 1, 0, 0, 1, 1, 1, "32 channels, stride 3 over 2x2: gaps, padding"},
+    /* Other windows that tile exactly with whole vectors of channels: the
+     * vector path for tiling max pools (td_reference_pool_tiled.c). */
+    {2, 9, 6, 16, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, "3x3 stride 3 tiling 9x6, 16 channels"},
+    {1, 4, 6, 48, 1, 2, 1, 2, 0, 0, 0, 0, 1, 1, "1x2 stride 1x2, 48 channels"},
+    {3, 2, 2, 16, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, "one 2x2 window per image"},
 };
 #define N_POOL (sizeof pool_cases / sizeof pool_cases[0])
 
@@ -295,6 +301,12 @@ Test(conv_reference, pool_matches_naive_every_mode)
             /* Ties (the first maximum takes the gradient), a NaN, -inf. */
             for (int64_t i = 0; i < ni; i += 5)
                 x[i] = 1.5f;
+            /* Signed zeros in one channel's neighbouring taps: the max keeps
+             * the first of equal values, +0.0 before -0.0. */
+            for (int64_t i = 2; i + p->c < ni; i += 11) {
+                x[i] = 0.0f;
+                x[i + p->c] = -0.0f;
+            }
             if (ni > 7) {
                 x[7] = NAN;
                 x[3] = -INFINITY;
@@ -326,6 +338,38 @@ Test(conv_reference, pool_matches_naive_every_mode)
 
 /* Average pooling is linear: <avg_pool(x), g> = <x, pool_backward(g)>. Max
  * pooling hands each window's gradient to exactly one input. */
+/* The vector path for tiling max pools is taken exactly where it applies
+ * (on a CPU with AVX-512; elsewhere it declines everything), and declines
+ * averages, windows that do not tile and partial vectors of channels. */
+Test(conv_reference, tiled_max_pool_path_is_taken_where_it_applies)
+{
+    const td_conv_params seed = geo_of(&pool_cases[7]);
+    td_pool_params max = {.geo = seed, .mode = TD_POOL_MAX};
+    td_pool_params avg = {.geo = seed, .mode = TD_POOL_AVG};
+    td_pool_params odd = {.geo = geo_of(&pool_cases[9]), .mode = TD_POOL_MAX};  /* 35 channels */
+    td_pool_params gaps = {.geo = geo_of(&pool_cases[12]), .mode = TD_POOL_MAX}; /* stride 3 over 2x2 */
+    const int64_t ni = td_conv_image_count(&seed), no = td_conv_pooled_count(&seed);
+    float *x = random_floats(99, ni), *y = malloc((size_t)no * 4), *gy = random_floats(98, no);
+    float *gx = malloc((size_t)ni * 4);
+    cr_assert(y && gx);
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    const bool vectors = __builtin_cpu_supports("avx512f");
+#else
+    const bool vectors = false;
+#endif
+    cr_assert_eq(td_reference_pool_tiled(y, x, &max), vectors);
+    cr_assert_eq(td_reference_pool_backward_tiled(gx, x, y, gy, &max), vectors);
+    cr_assert_not(td_reference_pool_tiled(y, x, &avg));
+    cr_assert_not(td_reference_pool_backward_tiled(gx, x, y, gy, &avg));
+    cr_assert_not(td_reference_pool_tiled(y, x, &odd));
+    cr_assert_not(td_reference_pool_tiled(y, x, &gaps));
+    free(x);
+    free(y);
+    free(gy);
+    free(gx);
+}
+
 Test(conv_reference, pool_backward_identities)
 {
     for (size_t k = 0; k < N_POOL; k++) {

@@ -185,7 +185,7 @@ static td_status rank_job(void *arg, uint32_t r)
             break;
         case KIND_ALLREDUCE_TOTAL:
             s = td_ring_allreduce_consume_total(ring, r, in, IN_OFFSET, out, out_offset, job->count, square_partial,
-                                                record_total, scale_chunk, job->finalize);
+                                                record_total, scale_chunk, job->finalize, TD_RING_WIRE_FP32);
             break;
         case KIND_ALL_GATHER:
             s = td_ring_all_gather(ring, r, in, IN_OFFSET, out, out_offset, job->count);

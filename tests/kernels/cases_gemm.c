@@ -136,9 +136,58 @@ static void add_epilogue_case(td_case_list *list)
     td_case_call(c, pool, (td_case_args){.out = pooled, .a = act}, TD_COMPARE_NMSE);
 }
 
+/* A convolution's forward with its IM2COL in the same segment: the CPU
+ * backend writes the patches of each block of whole images right before
+ * the GEMM multiplies them (td_cpu_prologue_im2col), then the bias add and
+ * ReLU as above (a case holds at most 4 calls: the pool's end of the chain
+ * is the case above's, and tests/engine/test_cpu_epilogue.c runs all
+ * five). 4 images of 10 x 12 pixels, 3 channels, 3x3 SAME to 16. */
+static void add_prologue_case(td_case_list *list)
+{
+    enum { IMAGES = 4, H = 10, W = 12, C = 3, C_OUT = 16, K = 9 * C, M = IMAGES * H * W };
+    td_kernel_call im2col = {.kernel = TD_KERNEL_IM2COL};
+    im2col.p.conv = (td_conv_params){.n = IMAGES, .h = H, .w = W, .c = C, .kh = 3, .kw = 3, .oh = H, .ow = W,
+                                     .stride_h = 1, .stride_w = 1, .pad_top = 1, .pad_left = 1, .dil_h = 1,
+                                     .dil_w = 1};
+    td_kernel_call gemm = {.kernel = TD_KERNEL_GEMM};
+    gemm.p.gemm = (td_gemm_params){.m = M, .n = C_OUT, .k = K, .lda = K, .ldb = C_OUT, .ldc = C_OUT, .alpha = 1.0f};
+    td_kernel_call bias = {.kernel = TD_KERNEL_ELEMENTWISE};
+    bias.p.ew = (td_ew_params){.op = TD_EW_ADD, .dims = {1, 1, M, C_OUT}, .a_strides = {0, 0, C_OUT, 1},
+                               .b_strides = {0, 0, 0, 1}};
+    td_kernel_call relu = {.kernel = TD_KERNEL_ELEMENTWISE};
+    relu.p.ew = (td_ew_params){.op = TD_EW_RELU, .dims = {1, 1, M, C_OUT}, .a_strides = {0, 0, C_OUT, 1}};
+    const td_case_at image = {0, 0}, patches = {1, 0}, w = {2, 0}, act = {3, 1}, b = {4, 0};
+    td_conformance_case *c = td_case_add(list, "im2col, gemm %dx%dx%d, bias add and ReLU in one segment", M, C_OUT, K);
+    td_case_call(c, im2col, (td_case_args){.out = patches, .a = image}, TD_COMPARE_BITWISE);
+    td_case_call(c, gemm, (td_case_args){.out = act, .a = patches, .b = w}, TD_COMPARE_NMSE);
+    td_case_call(c, bias, (td_case_args){.out = act, .a = act, .b = b}, TD_COMPARE_NMSE);
+    td_case_call(c, relu, (td_case_args){.out = act, .a = act}, TD_COMPARE_NMSE);
+}
+
+/* A convolution's input gradient in one segment: GEMM (patch gradients)
+ * and COL2IM of its output, which the CPU backend runs on blocks of whole
+ * images as the GEMM computes them (5 images of 7 x 9 windows, 3x3 SAME
+ * over 4 channels: 63 rows an image, blocks of 4 images). */
+static void add_col2im_case(td_case_list *list)
+{
+    enum { IMAGES = 5, H = 7, W = 9, C = 4, K = 8, N = 9 * C, M = IMAGES * H * W };
+    td_kernel_call gemm = {.kernel = TD_KERNEL_GEMM};
+    gemm.p.gemm = (td_gemm_params){.m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N, .alpha = 1.0f};
+    td_kernel_call col2im = {.kernel = TD_KERNEL_COL2IM};
+    col2im.p.conv = (td_conv_params){.n = IMAGES, .h = H, .w = W, .c = C, .kh = 3, .kw = 3, .oh = H, .ow = W,
+                                     .stride_h = 1, .stride_w = 1, .pad_top = 1, .pad_left = 1, .dil_h = 1,
+                                     .dil_w = 1};
+    const td_case_at dy = {0, 0}, w = {1, 0}, grads = {2, 0}, image = {3, 1};
+    td_conformance_case *c = td_case_add(list, "gemm %dx%dx%d and col2im of its output in one segment", M, N, K);
+    td_case_call(c, gemm, (td_case_args){.out = grads, .a = dy, .b = w}, TD_COMPARE_NMSE);
+    td_case_call(c, col2im, (td_case_args){.out = image, .a = grads}, TD_COMPARE_NMSE);
+}
+
 void td_cases_gemm(td_case_list *list)
 {
     add_epilogue_case(list);
+    add_prologue_case(list);
+    add_col2im_case(list);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         add_transposes_and_betas(list, &rows[i]);
     enum { SIZES = sizeof grid_sizes / sizeof grid_sizes[0] };

@@ -25,6 +25,10 @@ static const struct pool_row {
      * gradient where the windows tile the image. */
     {"2x2 stride 2 over 32 channels (the seed's pooling)", {2, 6, 8, 32, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1}},
     {"3x3 stride 2 padding 1 over 19 channels (a block and a tail)", {1, 7, 6, 19, 3, 3, 2, 2, 1, 1, 1, 0, 1, 1}},
+    /* Other windows that tile the image over whole vectors of channels:
+     * the CPU reference's AVX-512 path for them (td_reference_pool_tiled.c). */
+    {"3x3 stride 3 tiling 9x6 over 16 channels", {2, 9, 6, 16, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1}},
+    {"1x2 stride 1x2 over 48 channels", {1, 4, 6, 48, 1, 2, 1, 2, 0, 0, 0, 0, 1, 1}},
 };
 
 static const struct pool_mode {

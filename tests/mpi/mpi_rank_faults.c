@@ -31,6 +31,10 @@
  *              bounded form: not tested.)
  *   hang-mesh  process 1 stops before td_mesh_create (whose all-gather of
  *              device counts then waits for it)
+ *   hang-overlap  as hang, with the all-reduce in buckets during backward
+ *              (overlap_bucket_bytes): the others' step 3 fails in a
+ *              bucket's exchange on the ring's exchange thread, with the
+ *              same status, message and bounds
  *
  * Files in DIR: `fault` (process 1: the wall-clock time it failed) and
  * `process-Q` for each survivor Q (the failed call, its status, how long
@@ -59,7 +63,15 @@ enum { BATCH = 24, IN = 5, HIDDEN = 1024, OUT = 3, STEPS = 6, FAULT_STEP = 3, FA
  * while healthy (a step takes about a millisecond). */
 #define TIMEOUT_MS 2000u
 
-typedef enum { MODE_NONE, MODE_KILL, MODE_HANG, MODE_HANG_EXIT, MODE_HANG_JOIN, MODE_HANG_MESH } mode;
+typedef enum {
+    MODE_NONE,
+    MODE_KILL,
+    MODE_HANG,
+    MODE_HANG_EXIT,
+    MODE_HANG_JOIN,
+    MODE_HANG_MESH,
+    MODE_HANG_OVERLAP
+} mode;
 
 typedef struct model {
     td_graph *g;
@@ -221,11 +233,11 @@ static int32_t y_at(uint64_t row)
 
 static mode parse_mode(const char *s)
 {
-    static const char *names[] = {"none", "kill", "hang", "hang-exit", "hang-join", "hang-mesh"};
+    static const char *names[] = {"none", "kill", "hang", "hang-exit", "hang-join", "hang-mesh", "hang-overlap"};
     for (int m = 0; m < (int)(sizeof names / sizeof names[0]); m++)
         if (strcmp(s, names[m]) == 0)
             return (mode)m;
-    fprintf(stderr, "unknown mode '%s' (none, kill, hang, hang-exit, hang-join, hang-mesh)\n", s);
+    fprintf(stderr, "unknown mode '%s' (none, kill, hang, hang-exit, hang-join, hang-mesh, hang-overlap)\n", s);
     exit(2);
 }
 
@@ -291,6 +303,8 @@ int main(int argc, char **argv)
     td_trainer_options_init(&to);
     to.optimizer = TD_OPTIMIZER_ADAM;
     to.learning_rate = 0.01f;
+    if (j.mode == MODE_HANG_OVERLAP)
+        to.overlap_bucket_bytes = 4096; /* the wide layer's own bucket, and the rest */
     td_trainer *t = NULL;
     MT_OK(&run, ctx, td_trainer_create(m.g, mesh, m.loss, 4, m.params, &to, &t));
     const uint64_t rows = BATCH / global * local, row0 = BATCH / global * first;

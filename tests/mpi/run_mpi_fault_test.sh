@@ -103,7 +103,7 @@ else
             check "$(is le $((2000 * timeout_s)) "${ms:-0}")" "process $q: waited at least 2x the timeout (${ms} ms)"
             check "$(is le "${ms:-1e9}" $((3000 * timeout_s)))" "process $q: failed within 3x the timeout (${ms} ms)"
             case $mode in
-            hang | hang-exit) want=3 ;;
+            hang | hang-exit | hang-overlap) want=3 ;;
             *) want=0 ;;
             esac
             check "$(is test "$(field "$f" steps_ok)" = "$want")" "process $q: $want steps succeeded before"

@@ -484,6 +484,17 @@ if expect_rc 0 "bf16, 1 thread" "$tandem" train "${prec[@]}" --precision bf16 --
 fi
 expect_usage_error "--precision" "an unknown precision" "$tandem" train --precision fp16
 
+echo "== --wire bf16: gradients rounded between devices, replicas identical, other bits than fp32's"
+wire=(--model cnn --data generated --limit 128 --batch 32 --seed 3 --devices cpu:2 --epochs 1 --eval-limit 64)
+if expect_rc 0 "wire bf16" "$tandem" train "${wire[@]}" --wire bf16 --checkpoint wb &&
+  { [ "$(json_field out replicas_bitwise_identical)" = True ] || fail "--wire bf16: replicas differ: $(tail -1 out)"; } &&
+  expect_rc 0 "wire fp32" "$tandem" train "${wire[@]}" --wire fp32 --checkpoint wf; then
+  cmp -s wb/ckpt-00000004.safetensors wf/ckpt-00000004.safetensors && fail "--wire bf16 trained fp32's bits"
+fi
+expect_usage_error "--wire" "an unknown wire" "$tandem" train --wire bf8
+grep -qF "got 'bf8'" err || fail "--wire bf8: the message does not name the value: $(cat err)"
+expect_usage_error "--wire" "an unknown wire for the GPT" "$tandem" train --model gpt --wire fp16
+
 echo "== SIGTERM"
 long=(--model mlp --data generated --limit 4096 --batch 32 --seed 5 --devices cpu:2 --schedule constant)
 if expect_rc 0 "reference" "$tandem" train "${long[@]}" --epochs 1 --checkpoint ref; then
