@@ -50,15 +50,6 @@ struct td_host_pool {
     atomic_bool split_everything;
 };
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
 static int64_t now_ns(void)
 {
     return (int64_t)td_platform_now_ns();
@@ -103,7 +94,7 @@ static void helper_main(void *arg)
             int64_t until = now_ns() + SPIN_NS;
             while (atomic_load_explicit(&pool->generation, memory_order_acquire) == seen && now_ns() < until) {
                 for (int i = 0; i < 64; i++)
-                    cpu_relax();
+                    td_platform_spin_pause();
                 /* On a machine busy with other work, give its threads the
                  * core rather than spin them off it. */
                 td_platform_yield();
@@ -275,7 +266,7 @@ void td_host_pool_run(td_host_pool *pool, int64_t count, td_host_task_fn fn, voi
     /* The helpers still inside are finishing their last task: short. */
     int64_t until = now_ns() + SPIN_NS;
     while (atomic_load_explicit(&job.helpers_inside, memory_order_acquire) && now_ns() < until)
-        cpu_relax();
+        td_platform_spin_pause();
     if (atomic_load_explicit(&job.helpers_inside, memory_order_acquire)) {
         td_mutex_lock(&pool->lock);
         while (atomic_load_explicit(&job.helpers_inside, memory_order_acquire))

@@ -123,15 +123,6 @@ static void cancel_device(td_mesh_device *md)
         md->ops->cancel(md->dev);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
 /* Watches *word until it differs from `value` or `ns` pass; whether it
  * did. SPIN_PAUSES pauses between clock reads, and the core is offered
  * to any other ready thread each round (td_platform_yield): with another
@@ -169,7 +160,7 @@ static bool spin_while_u64(td_worker_pool *pool, const uint64_t *word, uint64_t 
         for (int i = 0; i < SPIN_PAUSES; i++) {
             if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value)
                 return true;
-            cpu_relax();
+            td_platform_spin_pause();
         }
         if (td_platform_now_ns() >= until || !spin_yield(pool))
             return false;
@@ -184,7 +175,7 @@ static bool spin_until_zero_u32(td_worker_pool *pool, const uint32_t *word, uint
         for (int i = 0; i < SPIN_PAUSES; i++) {
             if (__atomic_load_n(word, __ATOMIC_ACQUIRE) == 0)
                 return true;
-            cpu_relax();
+            td_platform_spin_pause();
         }
         if (td_platform_now_ns() >= until || !spin_yield(pool))
             return false;
@@ -201,7 +192,7 @@ static void lock_after_spin(td_mutex *lock)
     for (int i = 0; i < 4096; i++) {
         if (td_mutex_try_lock(lock))
             return;
-        cpu_relax();
+        td_platform_spin_pause();
     }
     td_mutex_lock(lock);
 }

@@ -325,9 +325,7 @@ static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t
             td_ring_note_wait(ring, me, wait_begin);
             return TD_OK;
         }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        td_platform_spin_pause();
         if (i % ring->yield_every == ring->yield_every - 1) {
             if (td_platform_now_ns() >= spin_end || !td_ring_spin_yield(ring))
                 break;

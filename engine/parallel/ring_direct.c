@@ -368,9 +368,7 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
             td_ring_note_wait(ring, r, wait_begin);
             return TD_OK;
         }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        td_platform_spin_pause();
         if (i % ring->yield_every == ring->yield_every - 1) {
             if (td_platform_now_ns() >= spin_end || !td_ring_spin_yield(ring))
                 break;

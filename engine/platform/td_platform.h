@@ -74,6 +74,18 @@ static inline bool td_platform_yield_was_long(uint64_t long_ns)
     return td_platform_now_ns() - before > long_ns;
 }
 
+/* One pause of a busy-wait: tells the core this thread spins (x86's
+ * PAUSE, AArch64's YIELD), so its sibling hyperthread and the memory
+ * system are not flooded; nothing elsewhere. */
+static inline void td_platform_spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 /* ---- mutexes, condition variables, once ---- */
 
 /* A mutex may also be set up with TD_MUTEX_INITIALIZER. Init returns 0

@@ -323,3 +323,44 @@ float *test_read_trained(td_context *ctx, td_graph *g, td_trainer *t, uint32_t n
     *count = total;
     return values;
 }
+
+void test_classifier_create(td_context *ctx, const char *model, int64_t B, uint64_t model_seed, uint64_t batch_seed,
+                            test_classifier *out)
+{
+    memset(out, 0, sizeof *out);
+    const int64_t img_dims[4] = {B, 28, 28, 1};
+    TEST_OK(ctx, td_graph_create(ctx, &out->g));
+    TEST_OK(ctx, td_graph_input(out->g, "images", TD_U8, 4, img_dims, TD_SHARDED, &out->images));
+    TEST_OK(ctx, td_graph_input(out->g, "labels", TD_I32, 1, &B, TD_SHARDED, &out->labels));
+    TEST_OK(ctx, td_graph_input(out->g, "mask", TD_F32, 1, &B, TD_SHARDED, &out->mask));
+    td_model_options mo;
+    TEST_OK(ctx, td_model_options_init(&mo));
+    mo.seed = model_seed;
+    TEST_OK(ctx, td_model_classification(out->g, model, out->images, out->labels, out->mask, &mo, &out->loss,
+                                         &out->accuracy));
+    TEST_OK(ctx, td_graph_params(out->g, TEST_CLASSIFIER_MAX_PARAMS, out->params, &out->n_params));
+    td_tensor *im = test_tensor(ctx, TD_U8, 4, img_dims), *lb = test_tensor(ctx, TD_I32, 1, &B);
+    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
+    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
+    test_rng rng = {batch_seed};
+    void *pixel_data = NULL;
+    TEST_OK(ctx, td_tensor_data(im, &pixel_data));
+    uint8_t *pixels = pixel_data;
+    for (int64_t i = 0; i < B * 28 * 28; i++)
+        pixels[i] = (uint8_t)(test_rng_next(&rng) >> 56);
+    for (int64_t i = 0; i < B; i++)
+        test_i32(lb)[i] = (int32_t)(test_rng_next(&rng) % 10);
+    out->batch[0] = im;
+    out->batch[1] = lb;
+    out->batch[2] = mk;
+    out->bindings[0] = (td_binding){out->images, im};
+    out->bindings[1] = (td_binding){out->labels, lb};
+    out->bindings[2] = (td_binding){out->mask, mk};
+}
+
+void test_classifier_destroy(test_classifier *c)
+{
+    for (int i = 0; i < 3; i++)
+        td_tensor_destroy(c->batch[i]);
+    memset(c, 0, sizeof *c);
+}

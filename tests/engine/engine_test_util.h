@@ -130,4 +130,23 @@ td_tensor *test_read_output(td_context *ctx, td_program *p, uint32_t index, uint
 float *test_read_trained(td_context *ctx, td_graph *g, td_trainer *t, uint32_t n, const td_node *params,
                          uint32_t device, size_t *count);
 
+/* A seed image classifier ("mlp" or "cnn", td_model_classification) of
+ * B 28x28x1 images, its inputs sharded, and one batch of random pixels
+ * and labels for it with every example counted: the model the precision,
+ * wire and deterministic tests train and compare bitwise. */
+enum { TEST_CLASSIFIER_MAX_PARAMS = 32 };
+typedef struct test_classifier {
+    td_graph *g;
+    td_node images, labels, mask, loss, accuracy;
+    td_node params[TEST_CLASSIFIER_MAX_PARAMS];
+    uint32_t n_params;
+    td_tensor *batch[3]; /* images, labels, mask */
+    td_binding bindings[3];
+} test_classifier;
+/* `model_seed` initialises the parameters, `batch_seed` draws the batch. */
+void test_classifier_create(td_context *ctx, const char *model, int64_t B, uint64_t model_seed, uint64_t batch_seed,
+                            test_classifier *out);
+/* Frees the batch (the graph belongs to the context). */
+void test_classifier_destroy(test_classifier *c);
+
 #endif

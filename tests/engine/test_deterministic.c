@@ -310,43 +310,18 @@ static void train_mlp(const char *spec, int64_t B, bool deterministic, uint32_t 
 {
     td_context *ctx = context_with(deterministic, threads);
     td_mesh *mesh = test_mesh(ctx, spec);
-    const int64_t img_dims[4] = {B, 28, 28, 1};
-    td_graph *g;
-    td_node images, labels, mask, loss, accuracy, params[16];
-    uint32_t n_params;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    TEST_OK(ctx, td_graph_input(g, "images", TD_U8, 4, img_dims, TD_SHARDED, &images));
-    TEST_OK(ctx, td_graph_input(g, "labels", TD_I32, 1, &B, TD_SHARDED, &labels));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
-    td_model_options mo;
-    TEST_OK(ctx, td_model_options_init(&mo));
-    mo.seed = 7;
-    TEST_OK(ctx, td_model_classification(g, "mlp", images, labels, mask, &mo, &loss, &accuracy));
-    TEST_OK(ctx, td_graph_params(g, 16, params, &n_params));
+    test_classifier m;
+    test_classifier_create(ctx, "mlp", B, 7, 0x3A11u, &m);
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAM;
     td_trainer *t;
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
-    td_tensor *im = test_tensor(ctx, TD_U8, 4, img_dims), *lb = test_tensor(ctx, TD_I32, 1, &B);
-    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
-    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
-    test_rng rng = {0x3A11u};
-    void *pixel_data = NULL;
-    TEST_OK(ctx, td_tensor_data(im, &pixel_data));
-    uint8_t *pixels = pixel_data;
-    td_binding b[3] = {{images, im}, {labels, lb}, {mask, mk}};
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     /* one batch, again and again: the loss must fall as it is learnt */
-    for (int64_t i = 0; i < B * 28 * 28; i++)
-        pixels[i] = (uint8_t)(test_rng_next(&rng) >> 56);
-    for (int64_t i = 0; i < B; i++)
-        test_i32(lb)[i] = (int32_t)(test_rng_next(&rng) % 10);
     for (int step = 0; step < MLP_STEPS; step++)
-        TEST_OK(ctx, td_trainer_step(t, 3, b, &out->losses[step]));
-    out->params = test_read_trained(ctx, g, t, n_params, params, 0, &out->n_values);
-    td_tensor_destroy(im);
-    td_tensor_destroy(lb);
-    td_tensor_destroy(mk);
+        TEST_OK(ctx, td_trainer_step(t, 3, m.bindings, &out->losses[step]));
+    out->params = test_read_trained(ctx, m.g, t, m.n_params, m.params, 0, &out->n_values);
+    test_classifier_destroy(&m);
     td_context_destroy(ctx);
 }
 

@@ -15,7 +15,7 @@
 #include "tandem/eval.h"
 #include "tandem/models.h"
 
-enum { STEPS = 3, MAX_PARAMS = 16 };
+enum { STEPS = 3 };
 
 /* Nonzero: the trainer options' struct_size, as an older caller's. */
 static size_t options_size;
@@ -46,19 +46,8 @@ static void train_cnn(const char *spec, int64_t B, td_precision precision, bool 
 {
     td_context *ctx = context_with(deterministic, threads);
     td_mesh *mesh = test_mesh(ctx, spec);
-    const int64_t img_dims[4] = {B, 28, 28, 1};
-    td_graph *g;
-    td_node images, labels, mask, loss, accuracy, params[MAX_PARAMS];
-    uint32_t n_params;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    TEST_OK(ctx, td_graph_input(g, "images", TD_U8, 4, img_dims, TD_SHARDED, &images));
-    TEST_OK(ctx, td_graph_input(g, "labels", TD_I32, 1, &B, TD_SHARDED, &labels));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
-    td_model_options mo;
-    TEST_OK(ctx, td_model_options_init(&mo));
-    mo.seed = 5;
-    TEST_OK(ctx, td_model_classification(g, "cnn", images, labels, mask, &mo, &loss, &accuracy));
-    TEST_OK(ctx, td_graph_params(g, MAX_PARAMS, params, &n_params));
+    test_classifier m;
+    test_classifier_create(ctx, "cnn", B, 5, 0xB16u, &m);
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAM;
@@ -66,33 +55,19 @@ static void train_cnn(const char *spec, int64_t B, td_precision precision, bool 
     if (options_size)
         to.struct_size = options_size;
     td_trainer *t;
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     td_evaluator *e;
-    TEST_OK(ctx, td_evaluator_create(g, mesh, mask, 1, &loss, &e));
+    TEST_OK(ctx, td_evaluator_create(m.g, mesh, m.mask, 1, &m.loss, &e));
     TEST_OK(ctx, td_evaluator_set_precision(e, precision));
-    td_tensor *im = test_tensor(ctx, TD_U8, 4, img_dims), *lb = test_tensor(ctx, TD_I32, 1, &B);
-    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
-    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
-    test_rng rng = {0xB16u};
-    void *pixel_data = NULL;
-    TEST_OK(ctx, td_tensor_data(im, &pixel_data));
-    uint8_t *pixels = pixel_data;
-    for (int64_t i = 0; i < B * 28 * 28; i++)
-        pixels[i] = (uint8_t)(test_rng_next(&rng) >> 56);
-    for (int64_t i = 0; i < B; i++)
-        test_i32(lb)[i] = (int32_t)(test_rng_next(&rng) % 10);
-    td_binding b[3] = {{images, im}, {labels, lb}, {mask, mk}};
     for (int step = 0; step < STEPS; step++)
-        TEST_OK(ctx, td_trainer_step(t, 3, b, &out->losses[step]));
+        TEST_OK(ctx, td_trainer_step(t, 3, m.bindings, &out->losses[step]));
     TEST_OK(ctx, td_evaluator_load(e, t));
-    TEST_OK(ctx, td_evaluator_run(e, 3, b));
+    TEST_OK(ctx, td_evaluator_run(e, 3, m.bindings));
     double examples = 0.0;
     TEST_OK(ctx, td_evaluator_result(e, 1, &out->eval_loss, &examples));
     cr_assert_eq(examples, (double)B);
-    out->params = test_read_trained(ctx, g, t, n_params, params, 0, &out->n_values);
-    td_tensor_destroy(im);
-    td_tensor_destroy(lb);
-    td_tensor_destroy(mk);
+    out->params = test_read_trained(ctx, m.g, t, m.n_params, m.params, 0, &out->n_values);
+    test_classifier_destroy(&m);
     td_context_destroy(ctx);
 }
 

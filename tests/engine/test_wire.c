@@ -17,7 +17,7 @@
 #include "td_mesh_internal.h"
 #include "td_ring.h"
 
-enum { STEPS = 3, MAX_PARAMS = 16 };
+enum { STEPS = 3 };
 
 typedef struct config {
     const char *spec;
@@ -49,19 +49,8 @@ static void train_cnn(const config *c, run *out)
         TEST_OK(ctx, td_mesh_ring(mesh, &ring));
         td_ring_set_direct(ring, 0);
     }
-    const int64_t B = 32, img_dims[4] = {B, 28, 28, 1};
-    td_graph *g;
-    td_node images, labels, mask, loss, accuracy, params[MAX_PARAMS];
-    uint32_t n_params;
-    TEST_OK(ctx, td_graph_create(ctx, &g));
-    TEST_OK(ctx, td_graph_input(g, "images", TD_U8, 4, img_dims, TD_SHARDED, &images));
-    TEST_OK(ctx, td_graph_input(g, "labels", TD_I32, 1, &B, TD_SHARDED, &labels));
-    TEST_OK(ctx, td_graph_input(g, "mask", TD_F32, 1, &B, TD_SHARDED, &mask));
-    td_model_options mo;
-    TEST_OK(ctx, td_model_options_init(&mo));
-    mo.seed = 5;
-    TEST_OK(ctx, td_model_classification(g, "cnn", images, labels, mask, &mo, &loss, &accuracy));
-    TEST_OK(ctx, td_graph_params(g, MAX_PARAMS, params, &n_params));
+    test_classifier m;
+    test_classifier_create(ctx, "cnn", 32, 5, 0x317Eu, &m);
     td_trainer_options to;
     TEST_OK(ctx, td_trainer_options_init(&to));
     to.optimizer = TD_OPTIMIZER_ADAM;
@@ -70,29 +59,15 @@ static void train_cnn(const config *c, run *out)
     if (c->options_size)
         to.struct_size = c->options_size;
     td_trainer *t;
-    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
-    td_tensor *im = test_tensor(ctx, TD_U8, 4, img_dims), *lb = test_tensor(ctx, TD_I32, 1, &B);
-    td_tensor *mk = test_tensor(ctx, TD_F32, 1, &B);
-    TEST_OK(ctx, td_data_batch_mask(ctx, mk, (size_t)B));
-    test_rng rng = {0x317Eu};
-    void *pixel_data = NULL;
-    TEST_OK(ctx, td_tensor_data(im, &pixel_data));
-    uint8_t *pixels = pixel_data;
-    for (int64_t i = 0; i < B * 28 * 28; i++)
-        pixels[i] = (uint8_t)(test_rng_next(&rng) >> 56);
-    for (int64_t i = 0; i < B; i++)
-        test_i32(lb)[i] = (int32_t)(test_rng_next(&rng) % 10);
-    td_binding b[3] = {{images, im}, {labels, lb}, {mask, mk}};
+    TEST_OK(ctx, td_trainer_create(m.g, mesh, m.loss, m.n_params, m.params, &to, &t));
     for (int step = 0; step < STEPS; step++) {
-        TEST_OK(ctx, td_trainer_step(t, 3, b, &out->losses[step]));
+        TEST_OK(ctx, td_trainer_step(t, 3, m.bindings, &out->losses[step]));
         bool identical = false;
         TEST_OK(ctx, td_trainer_replicas_identical(t, &identical));
         cr_assert(identical, "%s wire %d: replicas differ after step %d", c->spec, (int)c->wire, step);
     }
-    out->params = test_read_trained(ctx, g, t, n_params, params, 0, &out->n_values);
-    td_tensor_destroy(im);
-    td_tensor_destroy(lb);
-    td_tensor_destroy(mk);
+    out->params = test_read_trained(ctx, m.g, t, m.n_params, m.params, 0, &out->n_values);
+    test_classifier_destroy(&m);
     td_context_destroy(ctx);
 }
 
