@@ -364,3 +364,22 @@ void test_classifier_destroy(test_classifier *c)
         td_tensor_destroy(c->batch[i]);
     memset(c, 0, sizeof *c);
 }
+
+size_t test_floats_differing(const float *a, const float *b, size_t n)
+{
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return differ;
+}
+
+double test_relative_rms(const float *a, const float *b, size_t n)
+{
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        err += d * d;
+        norm += (double)b[i] * (double)b[i];
+    }
+    return sqrt(err / norm);
+}

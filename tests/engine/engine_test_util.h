@@ -149,4 +149,9 @@ void test_classifier_create(td_context *ctx, const char *model, int64_t B, uint6
 /* Frees the batch (the graph belongs to the context). */
 void test_classifier_destroy(test_classifier *c);
 
+/* How many of n floats differ bitwise between a and b (the bitwise model
+ * comparisons), and the root mean square of a - b over that of b. */
+size_t test_floats_differing(const float *a, const float *b, size_t n);
+double test_relative_rms(const float *a, const float *b, size_t n);
+
 #endif

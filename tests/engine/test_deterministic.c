@@ -328,12 +328,8 @@ static void train_mlp(const char *spec, int64_t B, bool deterministic, uint32_t 
 static size_t params_differing(const mlp_run *a, const mlp_run *b)
 {
     cr_assert_eq(a->n_values, b->n_values);
-    size_t differ = 0;
-    for (size_t i = 0; i < a->n_values; i++)
-        differ += memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0;
-    for (int s = 0; s < MLP_STEPS; s++)
-        differ += memcmp(&a->losses[s], &b->losses[s], sizeof(float)) != 0;
-    return differ;
+    return test_floats_differing(a->params, b->params, a->n_values) +
+           test_floats_differing(a->losses, b->losses, MLP_STEPS);
 }
 
 /* Deterministic mode ignores TD_CPU_GEMM (CBLAS where the build has it,

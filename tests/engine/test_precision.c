@@ -74,24 +74,14 @@ static void train_cnn(const char *spec, int64_t B, td_precision precision, bool 
 static size_t values_differing(const run *a, const run *b)
 {
     cr_assert_eq(a->n_values, b->n_values);
-    size_t differ = 0;
-    for (size_t i = 0; i < a->n_values; i++)
-        differ += memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0;
-    for (int s = 0; s < STEPS; s++)
-        differ += memcmp(&a->losses[s], &b->losses[s], sizeof(float)) != 0;
-    return differ + (memcmp(&a->eval_loss, &b->eval_loss, sizeof(float)) != 0);
+    return test_floats_differing(a->params, b->params, a->n_values) +
+           test_floats_differing(a->losses, b->losses, STEPS) + test_floats_differing(&a->eval_loss, &b->eval_loss, 1);
 }
 
 /* Root mean square of a - b over the root mean square of b. */
 static double relative_rms(const run *a, const run *b)
 {
-    double err = 0.0, norm = 0.0;
-    for (size_t i = 0; i < a->n_values; i++) {
-        const double d = (double)a->params[i] - (double)b->params[i];
-        err += d * d;
-        norm += (double)b->params[i] * (double)b->params[i];
-    }
-    return sqrt(err / norm);
+    return test_relative_rms(a->params, b->params, a->n_values);
 }
 
 /* 32 images: the convolutions' GEMMs have 25088 and 6272 rows, split by

@@ -74,23 +74,13 @@ static void train_cnn(const config *c, run *out)
 static size_t values_differing(const run *a, const run *b)
 {
     cr_assert_eq(a->n_values, b->n_values);
-    size_t differ = 0;
-    for (size_t i = 0; i < a->n_values; i++)
-        differ += memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0;
-    for (int s = 0; s < STEPS; s++)
-        differ += memcmp(&a->losses[s], &b->losses[s], sizeof(float)) != 0;
-    return differ;
+    return test_floats_differing(a->params, b->params, a->n_values) +
+           test_floats_differing(a->losses, b->losses, STEPS);
 }
 
 static double relative_rms(const run *a, const run *b)
 {
-    double err = 0.0, norm = 0.0;
-    for (size_t i = 0; i < a->n_values; i++) {
-        const double d = (double)a->params[i] - (double)b->params[i];
-        err += d * d;
-        norm += (double)b->params[i] * (double)b->params[i];
-    }
-    return sqrt(err / norm);
+    return test_relative_rms(a->params, b->params, a->n_values);
 }
 
 Test(wire, bf16_trains_the_cnn_near_fp32_and_the_same_on_every_path, .timeout = 300)
