@@ -134,25 +134,13 @@ static void cancel_device(td_mesh_device *md)
  * check every few tens of nanoseconds between yields for when each has
  * a core. */
 #define SPIN_PAUSES 8
-#define SPIN_LONG_YIELD_NS 50000u /* a yield that took longer lost a time slice */
-#define SPIN_QUIET_NS 100000000u  /* then nobody spins for 0.1 s */
-
-/* The spin's yield: false when another thread kept the core for a time
- * slice (another process busy on every core: each yield then loses 4 ms
- * here), and then the pool's waits sleep at once for SPIN_QUIET_NS. */
-static bool spin_yield(td_worker_pool *pool)
-{
-    if (!td_platform_yield_was_long(SPIN_LONG_YIELD_NS))
-        return true;
-    __atomic_store_n(&pool->spin_quiet_until, td_platform_now_ns() + SPIN_QUIET_NS, __ATOMIC_RELAXED);
-    return false;
-}
 
 /* Whether the pool's waits may spin now. */
 static bool may_spin(td_worker_pool *pool)
 {
-    return pool->spin_ns && td_platform_now_ns() >= __atomic_load_n(&pool->spin_quiet_until, __ATOMIC_RELAXED);
+    return pool->spin_ns && !td_spin_quiet(&pool->spin_quiet_until);
 }
+
 static bool spin_while_u64(td_worker_pool *pool, const uint64_t *word, uint64_t value, uint64_t ns)
 {
     const uint64_t until = td_platform_now_ns() + ns;
@@ -162,7 +150,7 @@ static bool spin_while_u64(td_worker_pool *pool, const uint64_t *word, uint64_t 
                 return true;
             td_platform_spin_pause();
         }
-        if (td_platform_now_ns() >= until || !spin_yield(pool))
+        if (td_platform_now_ns() >= until || !td_spin_yield(&pool->spin_quiet_until))
             return false;
     }
 }
@@ -177,7 +165,7 @@ static bool spin_until_zero_u32(td_worker_pool *pool, const uint32_t *word, uint
                 return true;
             td_platform_spin_pause();
         }
-        if (td_platform_now_ns() >= until || !spin_yield(pool))
+        if (td_platform_now_ns() >= until || !td_spin_yield(&pool->spin_quiet_until))
             return false;
     }
 }

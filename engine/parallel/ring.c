@@ -364,22 +364,17 @@ uint32_t td_ring_spins(const td_ring *ring, uint32_t me)
      * it sleeps at once, as before spinning was tried there. */
     if (ring->outnumbered && ring->ranks[me].recent_wait_ns > RING_SPIN_LIMIT_NS)
         return 0;
-    if (td_platform_now_ns() < __atomic_load_n(&ring->spin_quiet_until, __ATOMIC_RELAXED))
+    if (td_spin_quiet(&ring->spin_quiet_until))
         return 0;
     return ring->spin_iterations;
 }
 
 bool td_ring_spin_yield(td_ring *ring)
 {
-    /* Another process busy on every core gets the core at each yield for
-     * a whole time slice (4 ms here): measured, linreg on cpu:2, 4 and 8
-     * with two busy loops running took 4-15 ms a step, against 0.05-0.2 ms
-     * sleeping at once. So one slow yield stops every rank's spinning for
-     * a while. */
-    if (!td_platform_yield_was_long(SPIN_LONG_YIELD_NS))
-        return true;
-    __atomic_store_n(&ring->spin_quiet_until, td_platform_now_ns() + SPIN_QUIET_NS, __ATOMIC_RELAXED);
-    return false;
+    /* One slow yield stops every rank's spinning for a while (measured:
+     * linreg on cpu:2, 4 and 8 with two busy loops running took 4-15 ms a
+     * step spinning, 0.05-0.2 ms sleeping at once). */
+    return td_spin_yield(&ring->spin_quiet_until);
 }
 
 void td_ring_note_wait(td_ring *ring, uint32_t me, uint64_t since)

@@ -193,7 +193,7 @@ void td_ring_publish(ring_rank *rr, uint64_t value);
 td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms);
 /* Pauses rank `me` may spin on before it sleeps in its next wait (td_ring's spin fields). */
 uint32_t td_ring_spins(const td_ring *ring, uint32_t me);
-/* The spin's yield: false when it lost a time slice, and then no rank spins for SPIN_QUIET_NS. */
+/* The spin's yield: false when it lost a time slice, and then no rank spins for TD_SPIN_QUIET_NS. */
 bool td_ring_spin_yield(td_ring *ring);
 /* Rank `me` waited `since` (td_platform_now_ns) until now. */
 void td_ring_note_wait(td_ring *ring, uint32_t me, uint64_t since);
@@ -207,8 +207,6 @@ void td_ring_slice_range(const ring_op *op, uint32_t n, uint32_t c, size_t k, si
 /* Ops of at least this many bytes stream their copies (td_ring_copy_slice). */
 #define STREAM_THRESHOLD_BYTES ((size_t)16 << 20)
 #define RING_SPIN_LIMIT_NS 100000u /* 0.1 ms */
-#define SPIN_LONG_YIELD_NS 50000u  /* a yield that took longer lost a time slice */
-#define SPIN_QUIET_NS 100000000u   /* then nobody spins for 0.1 s */
 
 /* The direct all-reduce (ring_direct.c). init decides whether the ring
  * can take it (after the processes are known); the rest are the ring's

@@ -86,6 +86,29 @@ static inline void td_platform_spin_pause(void)
 #endif
 }
 
+/* The spinning waits' brake (the device workers' and the ring's): a spin
+ * yields now and then, and a yield that took longer than
+ * TD_SPIN_LONG_YIELD_NS lost a whole time slice to another thread --
+ * another process busy on every core, where each yield then costs a slice
+ * (4 ms here) and sleeping at once is 20-80x faster (bench/RESULTS.md,
+ * small steps). Then `*quiet_until` (a word the waits share, read and
+ * written atomically) stops every spin on it for TD_SPIN_QUIET_NS. */
+#define TD_SPIN_LONG_YIELD_NS 50000u
+#define TD_SPIN_QUIET_NS 100000000u
+/* Whether spins sharing `quiet_until` must sleep at once now. */
+static inline bool td_spin_quiet(const uint64_t *quiet_until)
+{
+    return td_platform_now_ns() < __atomic_load_n(quiet_until, __ATOMIC_RELAXED);
+}
+/* Yields; false if the yield lost a time slice (then quiet for a while). */
+static inline bool td_spin_yield(uint64_t *quiet_until)
+{
+    if (!td_platform_yield_was_long(TD_SPIN_LONG_YIELD_NS))
+        return true;
+    __atomic_store_n(quiet_until, td_platform_now_ns() + TD_SPIN_QUIET_NS, __ATOMIC_RELAXED);
+    return false;
+}
+
 /* ---- mutexes, condition variables, once ---- */
 
 /* A mutex may also be set up with TD_MUTEX_INITIALIZER. Init returns 0
