@@ -37,18 +37,23 @@ $(BUILD_ASAN)/build.ninja:
 # TD_TEST_SLOWDOWN: the few tests whose bounds are kernel time (a cancelled
 # GEMM ends within a tile) scale them; ASan instruments the own GEMMs, the
 # CPU devices' default engines, and they run several times slower.
+# --timeout-multiplier: meson's per-test timeouts are sized for the release
+# build; this debug (-O0) + ASan build runs the deterministic own GEMM
+# about 190x slower (one engine_cpu_cancel test: 0.7 s -> 131 s), so that
+# test took 270 s of its 300 on a quiet machine, and it and tools_cli ran
+# past their limits when another job shared the cores.
 test-asan: deps $(BUILD_ASAN)/build.ninja
 	ninja -C $(BUILD_ASAN) -j $(JOBS)
 	TD_TEST_SLOWDOWN=$${TD_TEST_SLOWDOWN:-10} \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
-	meson test -C $(BUILD_ASAN) --print-errorlogs --suite unit --suite slow --suite backend --num-processes $(JOBS)
+	meson test -C $(BUILD_ASAN) --timeout-multiplier 3 --print-errorlogs --suite unit --suite slow --suite backend --num-processes $(JOBS)
 	# The processes over Open MPI too; leak checks off there: Open MPI's
 	# own allocations outlive MPI_Finalize by design.
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	meson test -C $(BUILD_ASAN) --print-errorlogs --suite mpi --num-processes 1 --no-rebuild
+	meson test -C $(BUILD_ASAN) --timeout-multiplier 3 --print-errorlogs --suite mpi --num-processes 1 --no-rebuild
 
 # ThreadSanitizer over the threaded scenarios (ring, pmap, training,
 # faults, balance, host pool, CPU cancel, platform; the host pool's race
