@@ -543,21 +543,33 @@ static void run_task(void *arg, int64_t task)
 }
 
 /* Whether the run of `run` calls at c goes to the pool as its calls side by
- * side. A run of GEMMs always does (a batched product's balanced entries).
- * One with a REDUCE only where no call of it would split: conv1's bias
- * gradient (0.22 ms, one part) beside its kernel gradient (0.8 ms, one
- * part) takes the bias gradient off the step, but conv2's kernel gradient
- * (288 rows: two parts) is worth more split than beside its bias gradient. */
+ * side. Only when what the helpers would take -- the run less its largest
+ * call, which the device's own thread keeps busy -- is worth a part's
+ * hand-over (td_cpu_split_part_shares): a small step's runs (linear
+ * regression's 5 x 1 kernel gradient beside its 1-float bias gradient)
+ * otherwise woke a sleeping helper for a fraction of a microsecond of
+ * work, twice a step. Then a run of GEMMs always does (a batched product's
+ * balanced entries); one with a REDUCE only where no call of it would
+ * split: conv1's bias gradient (0.22 ms, one part) beside its kernel
+ * gradient (0.8 ms, one part) takes the bias gradient off the step, but
+ * conv2's kernel gradient (288 rows: two parts) is worth more split than
+ * beside its bias gradient. */
 static bool run_side_by_side(const td_kernel_call *c, size_t run, td_cpu_gemm_engine engine, uint32_t team,
                              bool any_size)
 {
     bool only_gemms = true, any_splits = false;
+    double shares = 0.0, largest = 0.0;
     for (size_t j = 0; j < run; j++) {
         const bool gemm = c[j].kernel == TD_KERNEL_GEMM;
         only_gemms = only_gemms && gemm;
         any_splits = any_splits || (gemm ? td_cpu_gemm_split_parts(&c[j], engine, team, any_size)
                                          : td_cpu_split_parts(&c[j], team, any_size)) > 1;
+        const double s = td_cpu_split_part_shares(&c[j]);
+        shares += s;
+        largest = s > largest ? s : largest;
     }
+    if (!any_size && shares - largest < 1.0)
+        return false;
     return only_gemms || !any_splits;
 }
 

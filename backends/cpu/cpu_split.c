@@ -124,13 +124,18 @@ int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size
     td_cpu_split s = td_cpu_split_of(c);
     if (s.units == 0)
         return 1;
-    double min_work = c->kernel == TD_KERNEL_GEMM ? MIN_PART_MACS : MIN_PART_ELEMS;
     int64_t parts = (s.units + s.granule - 1) / s.granule;
     if (parts > (int64_t)team)
         parts = team;
-    if (!any_size && (double)parts * min_work > s.work)
-        parts = (int64_t)(s.work / min_work);
+    const double shares = td_cpu_split_part_shares(c);
+    if (!any_size && (double)parts > shares)
+        parts = (int64_t)shares;
     return parts < 1 ? 1 : parts;
+}
+
+double td_cpu_split_part_shares(const td_kernel_call *c)
+{
+    return td_cpu_split_of(c).work / (c->kernel == TD_KERNEL_GEMM ? MIN_PART_MACS : MIN_PART_ELEMS);
 }
 
 static void move(td_arg *a, int64_t elements)

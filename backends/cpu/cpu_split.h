@@ -31,6 +31,11 @@ td_cpu_split td_cpu_split_of(const td_kernel_call *c);
  * each part keeps enough work to pay for its hand-over. 1: run it whole. */
 int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size);
 
+/* c's work in units of a part's minimum (what makes splitting it worth a
+ * hand-over to a helper): below 1, a helper would wait longer for its
+ * wake-up than the work takes. */
+double td_cpu_split_part_shares(const td_kernel_call *c);
+
 /* Part `part` of `parts` of c (parts <= ceil(units / granule)): *sub is c
  * over units [granule * floor(part * whole / parts), the next part's
  * start), whole = ceil(units / granule), the last part ending at `units`

@@ -92,8 +92,12 @@ static inline void td_platform_spin_pause(void)
  * another process busy on every core, where each yield then costs a slice
  * (4 ms here) and sleeping at once is 20-80x faster (bench/RESULTS.md,
  * small steps). Then `*quiet_until` (a word the waits share, read and
- * written atomically) stops every spin on it for TD_SPIN_QUIET_NS. */
-#define TD_SPIN_LONG_YIELD_NS 50000u
+ * written atomically) stops every spin on it for TD_SPIN_QUIET_NS.
+ * 1 ms, a quarter of that slice: on a quiet 2-vCPU VM, 50-80 yields of a
+ * 4000-step linreg run (0.1-0.3 s) took over 50 us, at most one over
+ * 250 us and none over 1 ms; at 50 us each of them silenced the spins for
+ * 0.1 s, so a small step's hand-offs slept nearly always. */
+#define TD_SPIN_LONG_YIELD_NS 1000000u
 #define TD_SPIN_QUIET_NS 100000000u
 /* Whether spins sharing `quiet_until` must sleep at once now. */
 static inline bool td_spin_quiet(const uint64_t *quiet_until)
