@@ -51,7 +51,8 @@ for workload, precision, size, n in configs:
     loss = {p: median(r['loss'] for r in mine if r['peer'] == p) for p in PEERS}
     flops = next((r['flops'] for r in mine if r.get('flops')), None)
     frac = {p: (flops / (ms[p] * 1e-3) / (peak * 1e9) if flops and ms[p] else None) for p in PEERS}
-    print(f'| {workload} | {precision} | {size} | {n} | ' + ' | '.join(fmt(ms[p], '.2f') for p in PEERS) +
+    # Three significant figures: a linreg step is hundredths of a millisecond.
+    print(f'| {workload} | {precision} | {size} | {n} | ' + ' | '.join(fmt(ms[p], '.3g') for p in PEERS) +
           f' | {fmt(ratio["jax"], ".2f")} | {fmt(ratio["torch"], ".2f")} | ' +
           ' / '.join(fmt(frac[p], '.2f') for p in PEERS) + ' | ' +
           ' / '.join(fmt(loss[p], '.3f') for p in PEERS) + ' |')
