@@ -217,6 +217,11 @@ void td_host_pool_set_split_everything(td_host_pool *pool, bool on)
     atomic_store(&pool->split_everything, on);
 }
 
+uint32_t td_host_pool_offers(const td_host_pool *pool)
+{
+    return atomic_load_explicit(&pool->generation, memory_order_relaxed);
+}
+
 bool td_host_pool_split_everything(const td_host_pool *pool)
 {
     return atomic_load_explicit(&pool->split_everything, memory_order_relaxed);

@@ -56,6 +56,11 @@ void td_host_pool_run(td_host_pool *pool, int64_t count, td_host_task_fn fn, voi
 void td_host_pool_set_split_everything(td_host_pool *pool, bool on);
 bool td_host_pool_split_everything(const td_host_pool *pool);
 
+/* For tests: how many runs have been offered to the helpers so far (a
+ * count that wraps; compare differences). A run kept on the calling
+ * thread -- one task, or a team of one -- is not offered. */
+uint32_t td_host_pool_offers(const td_host_pool *pool);
+
 /* The default size: `requested` when nonzero, else the online cores
  * divided by the processes Open MPI started on this machine
  * (OMPI_COMM_WORLD_LOCAL_SIZE), at least one. */

@@ -1,7 +1,8 @@
 /* The host thread pool (engine/core/td_host_pool.h) and the CPU devices
  * that lend their spare cores through it: every task runs exactly once
  * whoever calls, teams follow the devices open, and a GPT trains to the
- * same bits with one thread or several, allocating nothing per step. (The
+ * same bits with one thread or several, allocating nothing per step, while
+ * a small step leaves the helpers asleep. (The
  * kernel conformance suite runs every kernel case split into parts.) */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -223,4 +224,55 @@ Test(host_pool, two_devices_sharing_four_threads_train_to_their_bits_alone, .tim
 Test(host_pool, three_devices_on_one_thread_train_to_their_bits_on_three, .timeout = 120)
 {
     check_same_bits("cpu:3", 24, 1, 3);
+}
+
+/* How many runs the pool's helpers were offered over `steps` SGD steps
+ * (after one to settle) of linear regression from `features` inputs at
+ * batch B, on cpu:1 with a pool of two threads. */
+static uint32_t linreg_offers(int64_t features, int64_t B, int steps)
+{
+    td_context *ctx = context_with_threads(2, NULL);
+    td_mesh *mesh = test_mesh(ctx, "cpu:1");
+    const int64_t xd[2] = {B, features}, yd[2] = {B, 1};
+    td_graph *g;
+    td_node x, y, pred, loss, params[2];
+    uint32_t n_params;
+    TEST_OK(ctx, td_graph_create(ctx, &g));
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, xd, TD_SHARDED, &x));
+    TEST_OK(ctx, td_graph_input(g, "y", TD_F32, 2, yd, TD_SHARDED, &y));
+    TEST_OK(ctx, td_model_linreg(g, x, &pred));
+    TEST_OK(ctx, td_graph_mse(g, pred, y, &loss));
+    TEST_OK(ctx, td_graph_params(g, 2, params, &n_params));
+    td_trainer_options to;
+    TEST_OK(ctx, td_trainer_options_init(&to));
+    to.optimizer = TD_OPTIMIZER_SGD;
+    td_trainer *t;
+    TEST_OK(ctx, td_trainer_create(g, mesh, loss, n_params, params, &to, &t));
+    td_tensor *xt = test_tensor(ctx, TD_F32, 2, xd), *yt = test_tensor(ctx, TD_F32, 2, yd);
+    td_binding b[2] = {{x, xt}, {y, yt}};
+    float l;
+    TEST_OK(ctx, td_trainer_step(t, 2, b, &l));
+    td_host_pool *pool = td_context_host_pool_in_use(ctx);
+    cr_assert_not_null(pool, "the CPU device holds no pool");
+    const uint32_t before = td_host_pool_offers(pool);
+    for (int s = 0; s < steps; s++)
+        TEST_OK(ctx, td_trainer_step(t, 2, b, &l));
+    const uint32_t offers = td_host_pool_offers(pool) - before;
+    td_tensor_destroy(xt);
+    td_tensor_destroy(yt);
+    td_context_destroy(ctx);
+    return offers;
+}
+
+/* A small step (the seed's linear regression: 5 features, batch 128) has
+ * no call nor run of calls worth a helper's wake-up, so the helper sleeps
+ * through it: it was woken twice a step for the 5 x 1 kernel gradient
+ * beside the 1-float bias gradient, costing more than the step's work.
+ * The same model 4096 features wide (2 Mi multiply-adds a GEMM) does
+ * hand parts over, so the count is live. */
+Test(host_pool, small_steps_leave_the_helpers_asleep, .timeout = 60)
+{
+    const uint32_t small = linreg_offers(5, 128, 10), wide = linreg_offers(4096, 512, 10);
+    cr_assert_eq(small, 0, "linreg 5 -> 1 at batch 128 offered %u runs to the helpers in 10 steps", small);
+    cr_assert_geq(wide, 10, "linreg 4096 -> 1 at batch 512 offered only %u runs in 10 steps", wide);
 }
