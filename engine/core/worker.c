@@ -186,11 +186,15 @@ static void lock_after_spin(td_mutex *lock)
 }
 
 /* How long a worker watches for its next job, and the caller for a job's
- * end, before sleeping: 50 us when the workers and the caller each have a
- * core of their own (devices < the context's CPU threads: cpu:1 on 2
- * cores), else 0: there a spinning worker takes turns from the caller or
- * from a worker still in its job (the collectives' waits, which know
- * whether their last wait was short, spin there instead: ring.c).
+ * end, before sleeping: 50 us when each worker has a core of its own
+ * (devices <= the context's CPU threads: cpu:1 and cpu:2 on 2 cores; at
+ * cpu:2 the caller shares a core with the workers only between jobs, when
+ * the spins' yields hand it over: linreg 40-43 -> 12-21 us a step, quiet,
+ * and 33 -> 19-22 us with two busy loops), else 0: there a spinning
+ * worker takes turns from the caller or from a worker still in its job
+ * (cpu:4 on 2 cores: 56-60 -> 32-37 us quiet but 58-67 -> 79-126 us beside
+ * two busy loops; the collectives' waits, which know whether their last
+ * wait was short, spin there instead: ring.c).
  * TD_WORKER_SPIN_US overrides it (0 turns it off; for measurements). */
 static uint64_t worker_spin_ns(const td_mesh *mesh)
 {
@@ -204,7 +208,7 @@ static uint64_t worker_spin_ns(const td_mesh *mesh)
                env);
     }
     const uint32_t threads = td_host_pool_default_threads(mesh->ctx->options.cpu_threads);
-    return mesh->count < threads ? 50000u : 0u;
+    return mesh->count <= threads ? 50000u : 0u;
 }
 
 static void worker_main(void *p)
