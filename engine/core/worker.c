@@ -187,7 +187,7 @@ static void lock_after_spin(td_mutex *lock)
 
 /* How long a worker watches for its next job, and the caller for a job's
  * end, before sleeping: 50 us when each worker has a core of its own
- * (devices <= the context's CPU threads: cpu:1 and cpu:2 on 2 cores; at
+ * (devices <= the context's CPU threads, two or more: cpu:1 and cpu:2 on 2 cores; at
  * cpu:2 the caller shares a core with the workers only between jobs, when
  * the spins' yields hand it over: linreg 40-43 -> 12-21 us a step, quiet,
  * and 33 -> 19-22 us with two busy loops), else 0: there a spinning
@@ -208,7 +208,10 @@ static uint64_t worker_spin_ns(const td_mesh *mesh)
                env);
     }
     const uint32_t threads = td_host_pool_default_threads(mesh->ctx->options.cpu_threads);
-    return mesh->count <= threads ? 50000u : 0u;
+    /* One thread (one core, or a core's share among processes): the
+     * caller and the worker always share it; that case was not measured
+     * with the spins on, so it keeps sleeping at once. */
+    return mesh->count < threads || (mesh->count == threads && threads > 1) ? 50000u : 0u;
 }
 
 static void worker_main(void *p)
