@@ -117,6 +117,12 @@ td_cpu_split td_cpu_split_of(const td_kernel_call *c)
     return s;
 }
 
+/* work (td_cpu_split_of's) in units of a part's minimum for c's kernel. */
+static double part_shares(const td_kernel_call *c, double work)
+{
+    return work / (c->kernel == TD_KERNEL_GEMM ? MIN_PART_MACS : MIN_PART_ELEMS);
+}
+
 int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size)
 {
     if (team <= 1)
@@ -127,7 +133,7 @@ int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size
     int64_t parts = (s.units + s.granule - 1) / s.granule;
     if (parts > (int64_t)team)
         parts = team;
-    const double shares = td_cpu_split_part_shares(c);
+    const double shares = part_shares(c, s.work);
     if (!any_size && (double)parts > shares)
         parts = (int64_t)shares;
     return parts < 1 ? 1 : parts;
@@ -135,7 +141,7 @@ int64_t td_cpu_split_parts(const td_kernel_call *c, uint32_t team, bool any_size
 
 double td_cpu_split_part_shares(const td_kernel_call *c)
 {
-    return td_cpu_split_of(c).work / (c->kernel == TD_KERNEL_GEMM ? MIN_PART_MACS : MIN_PART_ELEMS);
+    return part_shares(c, td_cpu_split_of(c).work);
 }
 
 static void move(td_arg *a, int64_t elements)

@@ -211,7 +211,7 @@ static uint64_t worker_spin_ns(const td_mesh *mesh)
     /* One thread (one core, or a core's share among processes): the
      * caller and the worker always share it; that case was not measured
      * with the spins on, so it keeps sleeping at once. */
-    return mesh->count < threads || (mesh->count == threads && threads > 1) ? 50000u : 0u;
+    return threads > 1 && mesh->count <= threads ? 50000u : 0u;
 }
 
 static void worker_main(void *p)
