@@ -52,6 +52,11 @@ typedef struct ring_job {
     scale_finalize *finalize;
     uint32_t odd_rank; /* behaves as `behaviour`; others are normal */
     rank_behaviour behaviour;
+    /* RANK_LATE: ranks about to enter the collective. The late rank's
+     * 20 ms count from when every other rank is there: on a loaded
+     * machine a thread can start more than 20 ms late and would then
+     * not wait at all. */
+    atomic_uint entering;
     float *results[MAX_RANKS]; /* output elements, read back per rank */
     td_status status[MAX_RANKS];
     double seconds[MAX_RANKS]; /* time inside the collective */
@@ -175,8 +180,14 @@ static td_status rank_job(void *arg, uint32_t r)
         td_ring_abort(ring, TD_ERR_BACKEND);
         s = TD_ERR_BACKEND;
     } else if (s == TD_OK && !(r == job->odd_rank && job->behaviour == RANK_NEVER_ARRIVES)) {
-        if (r == job->odd_rank && job->behaviour == RANK_LATE)
+        if (job->behaviour == RANK_LATE && r != job->odd_rank)
+            atomic_fetch_add(&job->entering, 1);
+        if (r == job->odd_rank && job->behaviour == RANK_LATE) {
+            const double give_up = now_seconds() + 10.0;
+            while (atomic_load(&job->entering) + 1 < job->n && now_seconds() < give_up)
+                nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
             nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL); /* 20 ms: far past any spin */
+        }
         double start = now_seconds();
         switch (job->kind) {
         case KIND_ALLREDUCE:
