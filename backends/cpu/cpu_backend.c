@@ -441,6 +441,9 @@ static td_status cpu_segment_create(td_device *dev, const td_kernel_call *calls,
     for (size_t i = 0; i < count && epilogues; i++)
         if (run_end[i] == i + 1)
             epilogue[i] = (uint8_t)td_cpu_epilogue_length(copy, count, i);
+    for (size_t i = 0; i < count && epilogues; i++)
+        if (copy[i].kernel == TD_KERNEL_POOL_BACKWARD)
+            epilogue[i] = (uint8_t)td_cpu_pool_backward_epilogue_length(copy, count, i);
     for (size_t i = 1; i < count && epilogues; i++)
         if (run_end[i] == i + 1 && run_end[i - 1] == i && !prologue[i - 1])
             prologue[i] = td_cpu_prologue_im2col(copy, count, i, epilogue[i]);
@@ -478,7 +481,32 @@ typedef struct shared_run {
     size_t epilogue;             /* calls after calls[0] run on each block of its rows */
     int64_t granule;             /* with an epilogue: parts and blocks start at multiples of it */
     const td_kernel_call *im2col; /* with an epilogue: its prologue, or NULL */
+    bool pool_chain;             /* calls[0] a POOL_BACKWARD with `epilogue` calls, in parts of images */
 } shared_run;
+
+/* Images [image0, image0 + images) of POOL_BACKWARD calls[0] in blocks,
+ * each followed by the chain's calls[1..epilogue] over the same images'
+ * pixels (cpu_epilogue.h): ReLU's gradient reads the pooling's gradient
+ * and the activation from cache, not memory. */
+static bool run_pool_backward_chain(td_device *dev, td_cpu_gemm_engine gemm_engine, const td_kernel_call *calls,
+                                    size_t epilogue, int64_t image0, int64_t images)
+{
+    const td_conv_params *g = &calls[0].p.pool.geo;
+    const int64_t block = td_cpu_pool_backward_block_images(&calls[0]), pixels = g->h * g->w;
+    int64_t n;
+    for (int64_t i = image0; i < image0 + images; i += n) {
+        n = image0 + images - i < block ? image0 + images - i : block;
+        td_kernel_call sub;
+        td_cpu_pool_backward_images(&calls[0], i, n, &sub);
+        if (!run_call(dev, gemm_engine, &sub))
+            return false;
+        for (size_t e = 1; e <= epilogue; e++) {
+            td_cpu_epilogue_rows(&calls[e], g->c, i * pixels, n * pixels, &sub);
+            run_call(dev, gemm_engine, &sub);
+        }
+    }
+    return true;
+}
 
 /* GEMM `part` (calls[0] or a part of it) in blocks of rows, each followed
  * by the epilogue calls calls[1..epilogue] over the same rows while the
@@ -526,6 +554,12 @@ static void run_task(void *arg, int64_t task)
     }
     td_kernel_call part;
     const td_kernel_call *c = &r->calls[task];
+    if (r->pool_chain) {
+        const int64_t n = r->calls[0].p.pool.geo.n, first = task * n / r->parts, next = (task + 1) * n / r->parts;
+        if (!run_pool_backward_chain(r->dev, r->gemm_engine, r->calls, r->epilogue, first, next - first))
+            __atomic_store_n(&r->stopped, true, __ATOMIC_RELEASE);
+        return;
+    }
     if (r->parts && (r->epilogue || r->im2col)) {
         td_cpu_epilogue_part(&r->calls[0], r->granule, r->parts, task, &part);
         c = &part;
@@ -597,6 +631,19 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
         const bool any_size = td_host_pool_split_everything(dev->pool);
         if (run > 1 && team > 1 && !run_side_by_side(c, run, seg->gemm_engine, team, any_size))
             run = 1; /* this call alone, split; the rest of the run is looked at again */
+        if (c->kernel == TD_KERNEL_POOL_BACKWARD && seg->epilogue[i]) {
+            /* A pooling's gradient and its chain: parts of whole images. */
+            const int64_t parts = team > 1 ? td_cpu_split_parts(c, team, any_size) : 1;
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], 0, NULL, true};
+            if (parts > 1)
+                td_host_pool_run(dev->pool, parts, run_task, &r);
+            else if (!run_pool_backward_chain(dev, seg->gemm_engine, c, r.epilogue, 0, c->p.pool.geo.n))
+                r.stopped = true;
+            if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
+                return TD_ERR_DEVICE_LOST;
+            i += 1 + r.epilogue;
+            continue;
+        }
         if (seg->epilogue[i] || im2col) {
             /* A GEMM and its epilogue (and prologue): its parts (or the
              * whole) in blocks, at multiples of the chain's granule. */
@@ -606,7 +653,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
             int64_t parts = team > 1 ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size) : 1;
             if (parts > (c->p.gemm.m + granule - 1) / granule)
                 parts = (c->p.gemm.m + granule - 1) / granule;
-            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule, im2col};
+            shared_run r = {dev, seg->gemm_engine, c, parts, false, seg->epilogue[i], granule, im2col, false};
             if (parts > 1)
                 td_host_pool_run(dev->pool, parts, run_task, &r);
             else if (!run_gemm_with_epilogue(dev, seg->gemm_engine, c, c, r.epilogue, granule, im2col))
@@ -621,7 +668,7 @@ static td_status cpu_segment_run(td_device *dev, td_segment *seg)
             parts = c->kernel == TD_KERNEL_GEMM ? td_cpu_gemm_split_parts(c, seg->gemm_engine, team, any_size)
                                                 : td_cpu_split_parts(c, team, any_size);
         if (team > 1 && (run > 1 || parts > 1)) {
-            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0, NULL};
+            shared_run r = {dev, seg->gemm_engine, c, run > 1 ? 0 : parts, false, 0, 0, NULL, false};
             td_host_pool_run(dev->pool, run > 1 ? (int64_t)run : parts, run_task, &r);
             if (__atomic_load_n(&r.stopped, __ATOMIC_ACQUIRE))
                 return TD_ERR_DEVICE_LOST;

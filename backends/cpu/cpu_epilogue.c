@@ -111,9 +111,9 @@ static bool same_as_any(region x, const region *list, size_t count)
 /* What the chain so far writes (C, then each call's output) and what it or
  * its GEMM reads that it must never write. */
 typedef struct chain {
-    region written[1 + MAX_CHAIN];
+    region written[2 + MAX_CHAIN]; /* C, or a pooling gradient's gx and x; one a call */
     size_t n_written;
-    region read[2 + 2 * MAX_CHAIN];
+    region read[2 + 2 * MAX_CHAIN]; /* a GEMM's A and B, or a pooling gradient's y and gy; two a call */
     size_t n_read;
 } chain;
 
@@ -242,6 +242,54 @@ size_t td_cpu_epilogue_length(const td_kernel_call *calls, size_t count, size_t 
             break;
     }
     return length;
+}
+
+size_t td_cpu_pool_backward_epilogue_length(const td_kernel_call *calls, size_t count, size_t i)
+{
+    const td_kernel_call *pb = &calls[i];
+    if (pb->kernel != TD_KERNEL_POOL_BACKWARD)
+        return 0;
+    const td_conv_params *g = &pb->p.pool.geo;
+    const int64_t pixels = g->n * g->h * g->w, pooled = g->n * g->oh * g->ow * g->c;
+    if (g->n <= 0 || pixels <= 0 || g->c <= 0 || pooled <= 0)
+        return 0;
+    /* x counts as a chain output: the pooling reads it at the block's
+     * images only, so a call may overwrite it pixel for pixel (ReLU's
+     * gradient written over the activation, dead by then). y and gy have
+     * the pooled shape: nothing of the chain may write them. */
+    chain ch = {.n_written = 2, .n_read = 2};
+    ch.written[0] = region_of(&pb->out, (uint64_t)(pixels * g->c));
+    ch.written[1] = region_of(&pb->a, (uint64_t)(pixels * g->c));
+    ch.read[0] = region_of(&pb->b, (uint64_t)pooled);
+    ch.read[1] = region_of(&pb->c, (uint64_t)pooled);
+    if (overlap(ch.written[0], ch.written[1]) || overlaps_any(ch.written[0], ch.read, 2) ||
+        overlaps_any(ch.written[1], ch.read, 2))
+        return 0;
+    size_t length = 0;
+    for (size_t j = i + 1; j < count && length < MAX_CHAIN; j++, length++)
+        if (calls[j].kernel != TD_KERNEL_ELEMENTWISE || !join(&ch, &calls[j], pixels, g->c))
+            break;
+    return length;
+}
+
+int64_t td_cpu_pool_backward_block_images(const td_kernel_call *pool_backward)
+{
+    const td_conv_params *g = &pool_backward->p.pool.geo;
+    const int64_t image = g->h * g->w * g->c, images = BLOCK_FLOATS / (image > 0 ? image : 1);
+    return images > 1 ? images : 1;
+}
+
+void td_cpu_pool_backward_images(const td_kernel_call *pool_backward, int64_t image0, int64_t images,
+                                 td_kernel_call *sub)
+{
+    const td_conv_params *g = &pool_backward->p.pool.geo;
+    const int64_t image = g->h * g->w * g->c, pooled = g->oh * g->ow * g->c;
+    *sub = *pool_backward;
+    sub->p.pool.geo.n = images;
+    sub->out.offset += (uint64_t)(image0 * image);
+    sub->a.offset += (uint64_t)(image0 * image);
+    sub->b.offset += (uint64_t)(image0 * pooled);
+    sub->c.offset += (uint64_t)(image0 * pooled);
 }
 
 /* What call e writes, for the prologue's check: C, an elementwise call's

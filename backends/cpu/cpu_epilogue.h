@@ -72,4 +72,23 @@ int64_t td_cpu_prologue_granule(const td_kernel_call *im2col, int64_t granule);
 /* *sub = the IM2COL of rows [row0, row0 + rows) of patches (whole images). */
 void td_cpu_prologue_rows(const td_kernel_call *im2col, int64_t row0, int64_t rows, td_kernel_call *sub);
 
+/* Pooling backward chains: the elementwise calls after POOL_BACKWARD
+ * calls[i] that work on its output gx ([N, H, W, C]) pixel by pixel (an
+ * activation's gradient: ReLU's mask of the pooled layer) run on each
+ * block of whole images right after the pooling's gradient wrote it, while
+ * it is in cache. Each image's gradient is its own (windows never cross
+ * images), so a block of images is the call's own work for them; the
+ * chain rules are the GEMM epilogue's, with gx for C (H x W x C rows of C
+ * channels an image) and the pooling's x, y and gy among what the chain
+ * must never write. How many calls after calls[i] form the chain: 0 when
+ * calls[i] is not a POOL_BACKWARD or none may join. */
+size_t td_cpu_pool_backward_epilogue_length(const td_kernel_call *calls, size_t count, size_t i);
+
+/* Images of a block: gx of a block about BLOCK_FLOATS, at least one image. */
+int64_t td_cpu_pool_backward_block_images(const td_kernel_call *pool_backward);
+
+/* *sub = POOL_BACKWARD `pool_backward` over images [image0, image0 + images). */
+void td_cpu_pool_backward_images(const td_kernel_call *pool_backward, int64_t image0, int64_t images,
+                                 td_kernel_call *sub);
+
 #endif

@@ -234,6 +234,148 @@ Test(cpu_epilogue, chain_ending_in_a_pool_is_bitwise_the_calls_one_by_one)
     check_fused_pool(2, true, true);
 }
 
+/* A pooling's gradient and the activation's gradient after it: POOL_BACKWARD
+ * into gx, then ReLU's gradient written over the activation x (dead by then,
+ * as the lowering does it) and a per-channel add, run in blocks of whole
+ * images, against the calls one segment each. */
+typedef struct pool_backward_shape {
+    int64_t images, h, w, c, window, stride, pad;
+    int32_t mode;
+    const char *what;
+} pool_backward_shape;
+
+static const pool_backward_shape pool_backward_shapes[] = {
+    {5, 28, 28, 32, 2, 2, 0, TD_POOL_MAX, "conv1-like, 2x2 / 2 max: an image a block"},
+    {7, 14, 14, 64, 2, 2, 0, TD_POOL_MAX, "conv2-like, 2x2 / 2 max: 2 images a block, 3 and a half blocks"},
+    {6, 9, 12, 16, 3, 2, 1, TD_POOL_MAX, "3x3 / 2 max, padded: overlapping windows"},
+    {4, 10, 10, 8, 3, 1, 1, TD_POOL_AVG, "3x3 / 1 average, padded: every pixel in 9 windows"},
+};
+
+static td_kernel_call pool_backward_call(const pool_backward_shape *ps, td_arg gx, td_arg x, td_arg y, td_arg gy)
+{
+    td_kernel_call c = {.kernel = TD_KERNEL_POOL_BACKWARD, .out = gx, .a = x, .b = y, .c = gy};
+    const int64_t oh = (ps->h + 2 * ps->pad - ps->window) / ps->stride + 1;
+    const int64_t ow = (ps->w + 2 * ps->pad - ps->window) / ps->stride + 1;
+    c.p.pool = (td_pool_params){
+        .geo = {.n = ps->images, .h = ps->h, .w = ps->w, .c = ps->c, .kh = ps->window, .kw = ps->window, .oh = oh,
+                .ow = ow, .stride_h = ps->stride, .stride_w = ps->stride, .pad_top = ps->pad, .pad_left = ps->pad,
+                .dil_h = 1, .dil_w = 1},
+        .mode = ps->mode};
+    return c;
+}
+
+static void check_fused_pool_backward(uint32_t threads, bool split_everything)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    const td_backend_ops *ops = &td_cpu_backend;
+    td_host_pool *pool = td_context_host_pool_acquire(ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
+    td_context_host_pool_release(ctx);
+    for (size_t t = 0; t < sizeof pool_backward_shapes / sizeof pool_backward_shapes[0]; t++) {
+        const pool_backward_shape *ps = &pool_backward_shapes[t];
+        /* One buffer: [z | x | gx | y | gy], z the pre-activation. */
+        td_kernel_call pb = pool_backward_call(ps, (td_arg){NULL, 0}, (td_arg){NULL, 0}, (td_arg){NULL, 0},
+                                               (td_arg){NULL, 0});
+        const td_conv_params *g = &pb.p.pool.geo;
+        const uint64_t pixels = (uint64_t)(g->n * g->h * g->w), image = pixels * (uint64_t)g->c;
+        const uint64_t pooled = (uint64_t)(g->n * g->oh * g->ow * g->c);
+        const uint64_t z0 = 0, x0 = image, gx0 = 2 * image, y0 = 3 * image, gy0 = 3 * image + pooled;
+        const size_t all = (size_t)(3 * image + 2 * pooled);
+        td_buffer *buf = filled(ops, dev, ctx, all, 31 + t, false);
+        td_buffer *bias = filled(ops, dev, ctx, (size_t)g->c, 41 + t, true);
+        /* x = relu(z), y = pool(x): what the forward left. */
+        const td_kernel_call forward[2] = {
+            ew_call(TD_EW_RELU, (td_arg){buf, x0}, (td_arg){buf, z0}, (td_arg){NULL, 0}, (int64_t)pixels, g->c,
+                    false),
+            {.kernel = TD_KERNEL_POOL, .out = {buf, y0}, .a = {buf, x0}, .p.pool = pb.p.pool},
+        };
+        run_segment(ops, dev, ctx, &forward[0], 1);
+        run_segment(ops, dev, ctx, &forward[1], 1);
+        pb.out = (td_arg){buf, gx0};
+        pb.a = (td_arg){buf, x0};
+        pb.b = (td_arg){buf, y0};
+        pb.c = (td_arg){buf, gy0};
+        const td_kernel_call calls[3] = {
+            pb,
+            ew_call(TD_EW_RELU_GRAD, (td_arg){buf, x0}, (td_arg){buf, z0}, (td_arg){buf, gx0}, (int64_t)pixels,
+                    g->c, false),
+            ew_call(TD_EW_ADD, (td_arg){buf, x0}, (td_arg){buf, x0}, (td_arg){bias, 0}, (int64_t)pixels, g->c,
+                    true),
+        };
+        cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 3, 0), 2, "%s: the chain takes both calls",
+                     ps->what);
+        float *initial = malloc(all * sizeof *initial), *want = malloc(all * sizeof *want),
+              *got = malloc(all * sizeof *got);
+        TEST_OK(ctx, ops->read(dev, buf, 0, initial, all * sizeof(float)));
+        for (size_t c = 0; c < 3; c++)
+            run_segment(ops, dev, ctx, &calls[c], 1);
+        TEST_OK(ctx, ops->read(dev, buf, 0, want, all * sizeof(float)));
+        TEST_OK(ctx, ops->write(dev, buf, 0, initial, all * sizeof(float)));
+        run_segment(ops, dev, ctx, calls, 3);
+        TEST_OK(ctx, ops->read(dev, buf, 0, got, all * sizeof(float)));
+        char what[256];
+        snprintf(what, sizeof what, "%s, threads %u%s", ps->what, threads, split_everything ? ", split" : "");
+        expect_same_bits(got, want, all, what);
+        free(initial);
+        free(want);
+        free(got);
+        ops->buffer_destroy(dev, buf);
+        ops->buffer_destroy(dev, bias);
+    }
+    ops->close(dev);
+    td_context_destroy(ctx);
+}
+
+Test(cpu_epilogue, pool_backward_chain_is_bitwise_the_calls_one_by_one)
+{
+    check_fused_pool_backward(1, false);
+    check_fused_pool_backward(2, false);
+    check_fused_pool_backward(3, true);
+}
+
+/* What a pooling gradient's chain takes: calls over gx or x pixel for pixel;
+ * not a call that writes y or gy (read by later blocks' pooling), not one
+ * over another shape, not a call that is not elementwise. */
+Test(cpu_epilogue, pool_backward_chain_rules)
+{
+    td_buffer *const buf = (td_buffer *)(uintptr_t)0x1000, *const bias = (td_buffer *)(uintptr_t)0x2000;
+    const pool_backward_shape ps = {4, 8, 8, 16, 2, 2, 0, TD_POOL_MAX, "rules"};
+    const int64_t pixels = 4 * 8 * 8, image = pixels * 16, pooled = 4 * 4 * 4 * 16;
+    const uint64_t z0 = 0, x0 = (uint64_t)image, gx0 = 2 * (uint64_t)image, y0 = 3 * (uint64_t)image,
+                   gy0 = y0 + (uint64_t)pooled;
+    const td_kernel_call pb = pool_backward_call(&ps, (td_arg){buf, gx0}, (td_arg){buf, x0}, (td_arg){buf, y0},
+                                                 (td_arg){buf, gy0});
+    const td_kernel_call relu_grad = ew_call(TD_EW_RELU_GRAD, (td_arg){buf, x0}, (td_arg){buf, z0},
+                                             (td_arg){buf, gx0}, pixels, 16, false);
+    td_kernel_call calls[3] = {pb, relu_grad, relu_grad};
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 0), 1, "ReLU's gradient over x");
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 1), 0, "not a POOL_BACKWARD");
+    calls[1].out = (td_arg){buf, gx0}; /* in place over gx */
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 0), 1, "in place over gx");
+    calls[1].out = (td_arg){buf, y0}; /* over y: later blocks' pooling reads it */
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 0), 0, "a call writing y");
+    calls[1] = ew_call(TD_EW_ADD, (td_arg){buf, gy0}, (td_arg){buf, gy0}, (td_arg){bias, 0}, pooled / 16, 16, true);
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 0), 0, "a call over gy's shape");
+    calls[1] = relu_grad;
+    calls[1].out = (td_arg){buf, x0 + 16}; /* x shifted by a pixel */
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 2, 0), 0, "x shifted by a pixel");
+    calls[1] = relu_grad;
+    calls[2] = ew_call(TD_EW_ADD, (td_arg){buf, z0}, (td_arg){buf, x0}, (td_arg){bias, 0}, pixels, 16, true);
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 3, 0), 1,
+                 "a call writing z, which ReLU's gradient read for every image");
+    calls[2].out = (td_arg){buf, x0};
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 3, 0), 2, "a bias add over x, in place");
+    calls[2] = (td_kernel_call){.kernel = TD_KERNEL_FILL, .out = {buf, x0}, .n = (uint64_t)image};
+    cr_assert_eq(td_cpu_pool_backward_epilogue_length(calls, 3, 0), 1, "a FILL is not elementwise");
+}
+
 /* A convolution's input gradient: patch gradients = GEMM, then COL2IM
  * summing them into the image, run in blocks of whole images. */
 typedef struct col2im_shape {
