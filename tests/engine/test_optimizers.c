@@ -696,3 +696,102 @@ Test(schedules, named_schedules_for_a_run)
     TEST_FAILS(ctx, TD_ERR_INVALID_ARGUMENT, "'linear'", td_schedule_for_run(ctx, "linear", 0.5f, 100, &s));
     td_context_destroy(ctx);
 }
+
+/* The Adam update's vector loops (engine/train/optim_adam.c) against the
+ * rule one element at a time, written out here: bitwise at lengths that
+ * leave every tail, with and without weight decay, on the first step and a
+ * late one, through zeros, signed zeros, subnormals, huge values,
+ * infinities and NaNs (NaN for NaN: which NaN's payload survives is not
+ * the rule's business). */
+#include "td_fixed_double.h"
+#include "td_optimizer.h"
+
+static float adam_rule_value(float g, float p, float m, float v, float *m_next, float *v_next, float b1, float b2,
+                             float bc1, float bc2, float eps, float lr, float wd)
+{
+    float mi = (1.0f - b1) * g + b1 * m;
+    float vi = (1.0f - b2) * (g * g) + b2 * v;
+    *m_next = mi;
+    *v_next = vi;
+    float u = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    if (wd != 0.0f)
+        u = u + wd * p;
+    return p - lr * u;
+}
+
+static bool same_float(float a, float b)
+{
+    return (a != a && b != b) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+static float awkward_value(test_rng *r, size_t i)
+{
+    static const float specials[] = {0.0f, -0.0f, 1e-40f, -3e-39f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN, 1.0f};
+    if (i % 13 == 5)
+        return specials[(i / 13) % (sizeof specials / sizeof specials[0])];
+    return test_rng_uniform(r, -2.0f, 2.0f);
+}
+
+/* args' results against the rule (width 0: the update itself). */
+static void check_adam_against_the_rule(const td_optimizer_args *args, size_t n, int width)
+{
+    const td_trainer_options *o = args->options;
+    const float bc1 = (float)(1.0 - td_fixed_pow_whole((double)o->b1, args->count_inc));
+    const float bc2 = (float)(1.0 - td_fixed_pow_whole((double)o->b2, args->count_inc));
+    for (size_t i = 0; i < n; i++) {
+        float m_next, v_next;
+        const float want = adam_rule_value(args->grad[i], args->param[i], args->state[i], args->state[n + i], &m_next,
+                                           &v_next, o->b1, o->b2, bc1, bc2, o->eps, args->learning_rate,
+                                           o->weight_decay);
+        cr_assert(same_float(args->next[i], want) && same_float(args->next_state[i], m_next) &&
+                      same_float(args->next_state[n + i], v_next),
+                  "length %zu, element %zu (%s, step %llu, width %d): param %a, m %a, v %a; the rule gives %a, %a, %a",
+                  n, i, o->weight_decay != 0.0f ? "adamw" : "adam", (unsigned long long)args->count_inc, width,
+                  (double)args->next[i], (double)args->next_state[i], (double)args->next_state[n + i], (double)want,
+                  (double)m_next, (double)v_next);
+    }
+}
+
+Test(optimizers, adam_vector_loops_are_bitwise_the_rule)
+{
+    static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
+    for (int decayed = 0; decayed < 2; decayed++)
+        for (int late = 0; late < 2; late++)
+            for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+                const size_t n = lengths[l];
+                td_trainer_options o;
+                td_trainer_options_init(&o);
+                o.weight_decay = decayed ? 0.01f : 0.0f;
+                test_rng r = {1000 + n * 4 + (size_t)decayed * 2 + (size_t)late};
+                const size_t size = n ? n : 1;
+                float *grad = malloc(size * sizeof *grad), *param = malloc(size * sizeof *param);
+                float *next = malloc(size * sizeof *next), *state = malloc(2 * size * sizeof *state);
+                float *next_state = malloc(2 * size * sizeof *next_state);
+                for (size_t i = 0; i < n; i++) {
+                    grad[i] = awkward_value(&r, i);
+                    param[i] = awkward_value(&r, i + 3);
+                    state[i] = awkward_value(&r, i + 6);
+                    state[n + i] = fabsf(awkward_value(&r, i + 9)); /* v >= 0 (or NaN) */
+                }
+                const td_optimizer_args args = {.options = &o,
+                                                .count = n,
+                                                .grad = grad,
+                                                .param = param,
+                                                .next = next,
+                                                .state = state,
+                                                .next_state = next_state,
+                                                .state_stride = n,
+                                                .learning_rate = 0.003f,
+                                                .count_inc = late ? 1000 : 1};
+                (decayed ? td_optimizer_adamw : td_optimizer_adam).update(&args);
+                check_adam_against_the_rule(&args, n, 0);
+                for (int width = 1; width <= 16; width *= 2)
+                    if (td_optimizer_adam_width(&args, o.weight_decay, width))
+                        check_adam_against_the_rule(&args, n, width);
+                free(grad);
+                free(param);
+                free(next);
+                free(state);
+                free(next_state);
+            }
+}
