@@ -49,7 +49,8 @@ struct td_segment {
      * independent GEMMs starting at call i (i + 1 when none follows). */
     uint32_t *run_end;
     /* epilogue[i]: how many elementwise calls after GEMM call i run on
-     * each block of its rows as soon as it is computed (cpu_epilogue.h);
+     * each block of its rows as soon as it is computed, or after
+     * POOL_BACKWARD call i on each block of its images (cpu_epilogue.h);
      * 0 for every other call. */
     uint8_t *epilogue;
     /* prologue[i]: IM2COL call i - 1 runs block by block before GEMM call
