@@ -496,6 +496,8 @@ static bool run_pool_backward_chain(td_device *dev, td_cpu_gemm_engine gemm_engi
     const int64_t block = td_cpu_pool_backward_block_images(&calls[0]), pixels = g->h * g->w;
     int64_t n;
     for (int64_t i = image0; i < image0 + images; i += n) {
+        if (__atomic_load_n(&dev->cancelled, __ATOMIC_ACQUIRE)) /* between blocks, as between GEMM tiles */
+            return false;
         n = image0 + images - i < block ? image0 + images - i : block;
         td_kernel_call sub;
         td_cpu_pool_backward_images(&calls[0], i, n, &sub);
