@@ -3,8 +3,9 @@
  * gives bitwise what the three calls give run one segment each, at the
  * seed models' shapes and at row counts that cut the blocks unevenly, on
  * both GEMM engines, with the host pool splitting the GEMM or not, with
- * and without a tiling pool at the chain's end; and the chain rules take
- * exactly the calls that cannot see a difference. */
+ * and without a tiling pool at the chain's end; likewise a pooling's
+ * gradient with the activation's gradient after it; and the chain rules
+ * take exactly the calls that cannot see a difference. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -66,6 +67,25 @@ static td_buffer *filled(const td_backend_ops *ops, td_device *dev, td_context *
     return b;
 }
 
+/* A CPU device of a context of `threads` threads, whose host pool splits
+ * every call it can when split_everything (set while the pool is held
+ * across the open, so that the flag stays with the device's pool). */
+static td_device *open_cpu_device(uint32_t threads, bool split_everything, bool deterministic, td_context **ctx)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.cpu_threads = threads;
+    options.deterministic = deterministic;
+    cr_assert_eq(td_context_create(&options, ctx), TD_OK);
+    td_host_pool *pool = td_context_host_pool_acquire(*ctx);
+    cr_assert_not_null(pool, "%s", td_last_error(*ctx));
+    td_host_pool_set_split_everything(pool, split_everything);
+    td_device *dev = NULL;
+    TEST_OK(*ctx, td_cpu_backend.open(*ctx, 0, 0, &dev));
+    td_context_host_pool_release(*ctx);
+    return dev;
+}
+
 static void run_segment(const td_backend_ops *ops, td_device *dev, td_context *ctx, const td_kernel_call *calls,
                         size_t count)
 {
@@ -76,6 +96,21 @@ static void run_segment(const td_backend_ops *ops, td_device *dev, td_context *c
     TEST_OK(ctx, ops->submit(dev, &ticket));
     TEST_OK(ctx, ops->wait(dev, ticket, 10000));
     ops->segment_destroy(dev, seg);
+}
+
+/* From `initial` (n floats of buf) each time: the calls one segment
+ * each, read into want, then all of them in one segment, read into got. */
+static void run_alone_then_together(td_context *ctx, td_device *dev, td_buffer *buf, const float *initial, size_t n,
+                                    const td_kernel_call *calls, size_t count, float *want, float *got)
+{
+    const td_backend_ops *ops = &td_cpu_backend;
+    TEST_OK(ctx, ops->write(dev, buf, 0, initial, n * sizeof(float)));
+    for (size_t c = 0; c < count; c++)
+        run_segment(ops, dev, ctx, &calls[c], 1);
+    TEST_OK(ctx, ops->read(dev, buf, 0, want, n * sizeof(float)));
+    TEST_OK(ctx, ops->write(dev, buf, 0, initial, n * sizeof(float)));
+    run_segment(ops, dev, ctx, calls, count);
+    TEST_OK(ctx, ops->read(dev, buf, 0, got, n * sizeof(float)));
 }
 
 static void expect_same_bits(const float *got, const float *want, size_t n, const char *what)
@@ -90,20 +125,9 @@ static void expect_same_bits(const float *got, const float *want, size_t n, cons
  * buffer. */
 static void check_fused(uint32_t threads, bool split_everything, bool deterministic)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.cpu_threads = threads;
-    options.deterministic = deterministic;
     td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_device *dev = open_cpu_device(threads, split_everything, deterministic, &ctx);
     const td_backend_ops *ops = &td_cpu_backend;
-    /* Held across the open so the flag stays with the device's pool. */
-    td_host_pool *pool = td_context_host_pool_acquire(ctx);
-    cr_assert_not_null(pool, "%s", td_last_error(ctx));
-    td_host_pool_set_split_everything(pool, split_everything);
-    td_device *dev = NULL;
-    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
-    td_context_host_pool_release(ctx);
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const shape *s = &shapes[t];
         const size_t mn = (size_t)(s->m * s->n);
@@ -123,13 +147,7 @@ static void check_fused(uint32_t threads, bool split_everything, bool determinis
             float *initial = malloc(3 * mn * sizeof *initial);
             for (size_t i = 0; i < 3 * mn; i++)
                 initial[i] = (float)(i % 13) - 6.5f; /* both runs start from these */
-            TEST_OK(ctx, ops->write(dev, y, 0, initial, 3 * mn * sizeof(float)));
-            for (size_t c = 0; c < 3; c++)
-                run_segment(ops, dev, ctx, &calls[c], 1);
-            TEST_OK(ctx, ops->read(dev, y, 0, want, 3 * mn * sizeof(float)));
-            TEST_OK(ctx, ops->write(dev, y, 0, initial, 3 * mn * sizeof(float)));
-            run_segment(ops, dev, ctx, calls, 3);
-            TEST_OK(ctx, ops->read(dev, y, 0, got, 3 * mn * sizeof(float)));
+            run_alone_then_together(ctx, dev, y, initial, 3 * mn, calls, 3, want, got);
             char what[256];
             snprintf(what, sizeof what, "%s, threads %u%s%s%s", s->what, threads, split_everything ? ", split" : "",
                      deterministic ? ", own GEMM" : "", in_place ? ", in place" : "");
@@ -163,19 +181,9 @@ static const pool_shape pool_shapes[] = {
 
 static void check_fused_pool(uint32_t threads, bool split_everything, bool deterministic)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.cpu_threads = threads;
-    options.deterministic = deterministic;
     td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_device *dev = open_cpu_device(threads, split_everything, deterministic, &ctx);
     const td_backend_ops *ops = &td_cpu_backend;
-    td_host_pool *pool = td_context_host_pool_acquire(ctx);
-    cr_assert_not_null(pool, "%s", td_last_error(ctx));
-    td_host_pool_set_split_everything(pool, split_everything);
-    td_device *dev = NULL;
-    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
-    td_context_host_pool_release(ctx);
     for (size_t t = 0; t < sizeof pool_shapes / sizeof pool_shapes[0]; t++) {
         const pool_shape *ps = &pool_shapes[t];
         const shape s = {ps->images * ps->h * ps->w, ps->c, ps->k, ps->what};
@@ -203,13 +211,7 @@ static void check_fused_pool(uint32_t threads, bool split_everything, bool deter
         float *initial = malloc(all * sizeof *initial);
         for (size_t i = 0; i < all; i++)
             initial[i] = (float)(i % 11) - 5.5f;
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        for (size_t c = 0; c < 4; c++)
-            run_segment(ops, dev, ctx, &calls[c], 1);
-        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        run_segment(ops, dev, ctx, calls, 4);
-        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        run_alone_then_together(ctx, dev, y, initial, all, calls, 4, want, got);
         char what[256];
         snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
                  deterministic ? ", own GEMM" : "");
@@ -266,18 +268,9 @@ static td_kernel_call pool_backward_call(const pool_backward_shape *ps, td_arg g
 
 static void check_fused_pool_backward(uint32_t threads, bool split_everything)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.cpu_threads = threads;
     td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_device *dev = open_cpu_device(threads, split_everything, false, &ctx);
     const td_backend_ops *ops = &td_cpu_backend;
-    td_host_pool *pool = td_context_host_pool_acquire(ctx);
-    cr_assert_not_null(pool, "%s", td_last_error(ctx));
-    td_host_pool_set_split_everything(pool, split_everything);
-    td_device *dev = NULL;
-    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
-    td_context_host_pool_release(ctx);
     for (size_t t = 0; t < sizeof pool_backward_shapes / sizeof pool_backward_shapes[0]; t++) {
         const pool_backward_shape *ps = &pool_backward_shapes[t];
         /* One buffer: [z | x | gx | y | gy], z the pre-activation. */
@@ -314,12 +307,7 @@ static void check_fused_pool_backward(uint32_t threads, bool split_everything)
         float *initial = malloc(all * sizeof *initial), *want = malloc(all * sizeof *want),
               *got = malloc(all * sizeof *got);
         TEST_OK(ctx, ops->read(dev, buf, 0, initial, all * sizeof(float)));
-        for (size_t c = 0; c < 3; c++)
-            run_segment(ops, dev, ctx, &calls[c], 1);
-        TEST_OK(ctx, ops->read(dev, buf, 0, want, all * sizeof(float)));
-        TEST_OK(ctx, ops->write(dev, buf, 0, initial, all * sizeof(float)));
-        run_segment(ops, dev, ctx, calls, 3);
-        TEST_OK(ctx, ops->read(dev, buf, 0, got, all * sizeof(float)));
+        run_alone_then_together(ctx, dev, buf, initial, all, calls, 3, want, got);
         char what[256];
         snprintf(what, sizeof what, "%s, threads %u%s", ps->what, threads, split_everything ? ", split" : "");
         expect_same_bits(got, want, all, what);
@@ -391,19 +379,9 @@ static const col2im_shape col2im_shapes[] = {
 
 static void check_fused_col2im(uint32_t threads, bool split_everything, bool deterministic)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.cpu_threads = threads;
-    options.deterministic = deterministic;
     td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_device *dev = open_cpu_device(threads, split_everything, deterministic, &ctx);
     const td_backend_ops *ops = &td_cpu_backend;
-    td_host_pool *pool = td_context_host_pool_acquire(ctx);
-    cr_assert_not_null(pool, "%s", td_last_error(ctx));
-    td_host_pool_set_split_everything(pool, split_everything);
-    td_device *dev = NULL;
-    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
-    td_context_host_pool_release(ctx);
     for (size_t t = 0; t < sizeof col2im_shapes / sizeof col2im_shapes[0]; t++) {
         const col2im_shape *cs = &col2im_shapes[t];
         const int64_t oh = (cs->h + 2 * cs->pad - cs->window) / cs->stride + 1;
@@ -425,13 +403,7 @@ static void check_fused_col2im(uint32_t threads, bool split_everything, bool det
         float *initial = malloc(all * sizeof *initial);
         for (size_t i = 0; i < all; i++)
             initial[i] = (float)(i % 11) - 5.5f;
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        for (size_t c = 0; c < 2; c++)
-            run_segment(ops, dev, ctx, &calls[c], 1);
-        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        run_segment(ops, dev, ctx, calls, 2);
-        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        run_alone_then_together(ctx, dev, y, initial, all, calls, 2, want, got);
         char what[256];
         snprintf(what, sizeof what, "%s, threads %u%s%s", s.what, threads, split_everything ? ", split" : "",
                  deterministic ? ", own GEMM" : "");
@@ -471,19 +443,9 @@ static const conv_shape conv_shapes[] = {
 
 static void check_fused_im2col(uint32_t threads, bool split_everything, bool deterministic, bool pool)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.cpu_threads = threads;
-    options.deterministic = deterministic;
     td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_device *dev = open_cpu_device(threads, split_everything, deterministic, &ctx);
     const td_backend_ops *ops = &td_cpu_backend;
-    td_host_pool *hp = td_context_host_pool_acquire(ctx);
-    cr_assert_not_null(hp, "%s", td_last_error(ctx));
-    td_host_pool_set_split_everything(hp, split_everything);
-    td_device *dev = NULL;
-    TEST_OK(ctx, ops->open(ctx, 0, 0, &dev));
-    td_context_host_pool_release(ctx);
     for (size_t t = 0; t < sizeof conv_shapes / sizeof conv_shapes[0]; t++) {
         const conv_shape *cs = &conv_shapes[t];
         const int64_t pixels = cs->images * cs->h * cs->w, k = 9 * cs->c;
@@ -521,13 +483,7 @@ static void check_fused_im2col(uint32_t threads, bool split_everything, bool det
         float *initial = malloc(all * sizeof *initial);
         for (size_t i = 0; i < all; i++)
             initial[i] = (float)(i % 11) - 5.5f;
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        for (size_t c = 0; c < count; c++)
-            run_segment(ops, dev, ctx, &calls[c], 1);
-        TEST_OK(ctx, ops->read(dev, y, 0, want, all * sizeof(float)));
-        TEST_OK(ctx, ops->write(dev, y, 0, initial, all * sizeof(float)));
-        run_segment(ops, dev, ctx, calls, count);
-        TEST_OK(ctx, ops->read(dev, y, 0, got, all * sizeof(float)));
+        run_alone_then_together(ctx, dev, y, initial, all, calls, count, want, got);
         char what[256];
         snprintf(what, sizeof what, "%s%s, threads %u%s%s", s.what, pool ? ", to the pool" : "", threads,
                  split_everything ? ", split" : "", deterministic ? ", own GEMM" : "");
