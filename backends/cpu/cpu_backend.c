@@ -500,7 +500,7 @@ static bool run_pool_backward_chain(td_device *dev, td_cpu_gemm_engine gemm_engi
             return false;
         n = image0 + images - i < block ? image0 + images - i : block;
         td_kernel_call sub;
-        td_cpu_pool_backward_images(&calls[0], i, n, &sub);
+        td_cpu_split_units(&calls[0], i, n, &sub);
         if (!run_call(dev, gemm_engine, &sub))
             return false;
         for (size_t e = 1; e <= epilogue; e++) {

@@ -279,19 +279,6 @@ int64_t td_cpu_pool_backward_block_images(const td_kernel_call *pool_backward)
     return images > 1 ? images : 1;
 }
 
-void td_cpu_pool_backward_images(const td_kernel_call *pool_backward, int64_t image0, int64_t images,
-                                 td_kernel_call *sub)
-{
-    const td_conv_params *g = &pool_backward->p.pool.geo;
-    const int64_t image = g->h * g->w * g->c, pooled = g->oh * g->ow * g->c;
-    *sub = *pool_backward;
-    sub->p.pool.geo.n = images;
-    sub->out.offset += (uint64_t)(image0 * image);
-    sub->a.offset += (uint64_t)(image0 * image);
-    sub->b.offset += (uint64_t)(image0 * pooled);
-    sub->c.offset += (uint64_t)(image0 * pooled);
-}
-
 /* What call e writes, for the prologue's check: C, an elementwise call's
  * elements, a pooling's or COL2IM's output. */
 static region output_of(const td_kernel_call *e)

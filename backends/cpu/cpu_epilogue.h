@@ -87,8 +87,4 @@ size_t td_cpu_pool_backward_epilogue_length(const td_kernel_call *calls, size_t 
 /* Images of a block: gx of a block about BLOCK_FLOATS, at least one image. */
 int64_t td_cpu_pool_backward_block_images(const td_kernel_call *pool_backward);
 
-/* *sub = POOL_BACKWARD `pool_backward` over images [image0, image0 + images). */
-void td_cpu_pool_backward_images(const td_kernel_call *pool_backward, int64_t image0, int64_t images,
-                                 td_kernel_call *sub);
-
 #endif

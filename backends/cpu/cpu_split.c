@@ -151,12 +151,16 @@ static void move(td_arg *a, int64_t elements)
 
 void td_cpu_split_part(const td_kernel_call *c, int64_t parts, int64_t part, td_kernel_call *sub)
 {
-    *sub = *c;
     td_cpu_split s = td_cpu_split_of(c);
     int64_t whole = (s.units + s.granule - 1) / s.granule;
     int64_t begin = s.granule * (part * whole / parts);
     int64_t end = part + 1 == parts ? s.units : s.granule * ((part + 1) * whole / parts);
-    int64_t n = end - begin;
+    td_cpu_split_units(c, begin, end - begin, sub);
+}
+
+void td_cpu_split_units(const td_kernel_call *c, int64_t begin, int64_t n, td_kernel_call *sub)
+{
+    *sub = *c;
     switch (c->kernel) {
     case TD_KERNEL_FILL:
     case TD_KERNEL_COPY:

@@ -43,6 +43,12 @@ double td_cpu_split_part_shares(const td_kernel_call *c);
  * rows is parts of 192 and 64). */
 void td_cpu_split_part(const td_kernel_call *c, int64_t parts, int64_t part, td_kernel_call *sub);
 
+/* *sub = c over units [begin, begin + n) of td_cpu_split_of(c) (rows,
+ * images, elements: the kernel's own unit), whatever the granule: the
+ * part above is this for its range, and a pooling gradient's chain
+ * (cpu_epilogue.h) runs its blocks of images through it. */
+void td_cpu_split_units(const td_kernel_call *c, int64_t begin, int64_t n, td_kernel_call *sub);
+
 /* Whether two calls may not run at once or in either order: true unless
  * both are GEMMs or REDUCEs and neither one's output overlaps the other's
  * operands or output (nor, for x == y, its own operands). */

@@ -129,36 +129,47 @@ static adam_constants constants_for(const td_optimizer_args *a, float weight_dec
     };
 }
 
-bool td_optimizer_adam_width(const td_optimizer_args *a, float weight_decay, int width)
+/* Whether this CPU has the vectors of a loop `width` elements wide. */
+static bool cpu_has_width(int width)
 {
-    const adam_constants k = constants_for(a, weight_decay);
-    size_t done = 0;
     switch (width) {
-    case 1: break;
+    case 1: return true;
 #if ADAM_X86
-    case 8:
-        __builtin_cpu_init();
-        if (!__builtin_cpu_supports("avx"))
-            return false;
-        done = adam_avx(a, &k);
-        break;
-    case 16:
-        __builtin_cpu_init();
-        if (!__builtin_cpu_supports("avx512f"))
-            return false;
-        done = adam_avx512(a, &k);
-        break;
+    case 8: __builtin_cpu_init(); return __builtin_cpu_supports("avx");
+    case 16: __builtin_cpu_init(); return __builtin_cpu_supports("avx512f");
 #endif
     default: return false;
     }
-    adam_elements(a, &k, done);
+}
+
+/* The update `width` elements at a time (a width cpu_has_width), the
+ * tail by the rule's own loop. */
+static void adam_with(const td_optimizer_args *a, const adam_constants *k, int width)
+{
+    size_t done = 0;
+#if ADAM_X86
+    if (width == 16)
+        done = adam_avx512(a, k);
+    else if (width == 8)
+        done = adam_avx(a, k);
+#endif
+    (void)width; /* only one loop without x86's vectors */
+    adam_elements(a, k, done);
+}
+
+bool td_optimizer_adam_width(const td_optimizer_args *a, float weight_decay, int width)
+{
+    if (!cpu_has_width(width))
+        return false;
+    const adam_constants k = constants_for(a, weight_decay);
+    adam_with(a, &k, width);
     return true;
 }
 
 static void adam_run(const td_optimizer_args *a, float weight_decay)
 {
-    if (!td_optimizer_adam_width(a, weight_decay, 16) && !td_optimizer_adam_width(a, weight_decay, 8))
-        td_optimizer_adam_width(a, weight_decay, 1);
+    const adam_constants k = constants_for(a, weight_decay);
+    adam_with(a, &k, cpu_has_width(16) ? 16 : cpu_has_width(8) ? 8 : 1);
 }
 
 static void adam_update(const td_optimizer_args *a)
