@@ -51,7 +51,8 @@
 #include "td_trace.h"
 
 #define NO_TASK UINT32_MAX
-#define SUM_BLOCK 2048 /* floats of the running sum kept in L1 for N > 2 */
+#define SUM_BLOCK 2048 /* floats of the running sum kept in L1 for N > SUM_TERMS_MAX + 1 */
+#define SUM_TERMS_MAX 15 /* inputs summed in one pass (sum_terms) before the last */
 #define DIRECT_TEAM_MIN_FLOATS 16384 /* smaller ops run their streams without the pool's helpers */
 
 td_status td_ring_direct_init(td_ring *ring)
@@ -196,6 +197,33 @@ static void add_before(float *restrict t, const float *restrict x, size_t n)
         t[i] = x[i] + t[i];
 }
 
+/* d = last + (x[N-2] + (... + (x[1] + x[0]))) over [lo, hi), the ring's
+ * association for N >= 3 (terms = the first N-1 inputs), every input read
+ * once in one pass: 16 elements' running sum stays in a register while
+ * each input's next cache line is loaded. One pass with N streams in
+ * flight instead of N-1 passes over L1 blocks took a 64 MiB all-reduce on
+ * cpu:4 from 17.0 to 15.4 ms (2 cores, medians of 8). d may be last (in
+ * place); no other operand overlaps d. */
+typedef float floats16 __attribute__((vector_size(64), aligned(4), may_alias));
+
+TD_RING_CLONES static void sum_terms(float *d, const float *last, const float *const *terms, uint32_t count,
+                                     size_t lo, size_t hi)
+{
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        floats16 s = *(const floats16 *)(terms[0] + i);
+        for (uint32_t j = 1; j < count; j++)
+            s = *(const floats16 *)(terms[j] + i) + s;
+        *(floats16 *)(d + i) = *(const floats16 *)(last + i) + s;
+    }
+    for (; i < hi; i++) {
+        float s = terms[0][i];
+        for (uint32_t j = 1; j < count; j++)
+            s = terms[j][i] + s;
+        d[i] = last[i] + s;
+    }
+}
+
 /* t = r(x) and t = r(x + t) for the bf16 wire (r = td_ring_bf16): own
  * loops with distinct operands, so that they vectorize without a run-time
  * aliasing check (which sent the whole sum to scalar code). */
@@ -244,6 +272,13 @@ static void sum_slice(td_ring *ring, const ring_op *op, uint32_t c, float *dst, 
     if (n == 1) {
         if (dst != ranks[c].work)
             memcpy(dst + lo, ranks[c].work + lo, (hi - lo) * sizeof(float));
+        return;
+    }
+    if (n > 2 && n <= SUM_TERMS_MAX + 1) {
+        const float *terms[SUM_TERMS_MAX];
+        for (uint32_t j = 0; j + 1 < n; j++)
+            terms[j] = ranks[(c + j) % n].work;
+        sum_terms(dst, ranks[(c + n - 1) % n].work, terms, n - 1, lo, hi);
         return;
     }
     float running[SUM_BLOCK];
