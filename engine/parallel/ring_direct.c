@@ -51,8 +51,7 @@
 #include "td_trace.h"
 
 #define NO_TASK UINT32_MAX
-#define SUM_BLOCK 2048 /* floats of the running sum kept in L1 for N > SUM_TERMS_MAX + 1 */
-#define SUM_TERMS_MAX 15 /* inputs summed in one pass (sum_terms) before the last */
+#define SUM_BLOCK 2048 /* floats of a bf16 wire's running sum kept in L1 */
 #define DIRECT_TEAM_MIN_FLOATS 16384 /* smaller ops run their streams without the pool's helpers */
 
 td_status td_ring_direct_init(td_ring *ring)
@@ -176,50 +175,34 @@ typedef struct direct_job {
     _Atomic uint64_t bytes; /* other ranks' memory this job's threads read and wrote */
 } direct_job;
 
-/* d = a + b: every operand distinct. */
-static void sum_into(float *restrict d, const float *restrict a, const float *restrict b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = a[i] + b[i];
-}
-
-/* d = d + s, the ring's own step when d is the owner's input. */
-static void add_into(float *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = d[i] + s[i];
-}
-
-/* t = x + t: the next rank's input added to the running sum. */
-static void add_before(float *restrict t, const float *restrict x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = x[i] + t[i];
-}
-
-/* d = last + (x[N-2] + (... + (x[1] + x[0]))) over [lo, hi), the ring's
- * association for N >= 3 (terms = the first N-1 inputs), every input read
- * once in one pass: 16 elements' running sum stays in a register while
- * each input's next cache line is loaded. One pass with N streams in
- * flight instead of N-1 passes over L1 blocks took a 64 MiB all-reduce on
- * cpu:4 from 17.0 to 15.4 ms (2 cores, medians of 8). d may be last (in
- * place); no other operand overlaps d. */
+/* d[lo, hi) = last + (x[c+N-2] + (... + (x[c+1] + x[c]))), the ring's
+ * association (x[q] = ranks[q].work, last = x[c+N-1], indices mod N),
+ * every input read once in one pass: 16 elements' running sum stays in a
+ * register while each input's next cache line is loaded, so all N inputs
+ * stream at once. (Summing in N-1 passes over blocks kept in L1 streamed
+ * one or two: a 64 MiB all-reduce took 1.21x as long on cpu:4, 1.38x on
+ * cpu:8; bench/RESULTS.md.) d may be last (in place); no other input
+ * overlaps d. */
 typedef float floats16 __attribute__((vector_size(64), aligned(4), may_alias));
 
-TD_RING_CLONES static void sum_terms(float *d, const float *last, const float *const *terms, uint32_t count,
-                                     size_t lo, size_t hi)
+TD_RING_CLONES static void sum_terms(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo, size_t hi)
 {
+    const float *first = ranks[c].work, *last = ranks[(c + n - 1) % n].work;
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
-        floats16 s = *(const floats16 *)(terms[0] + i);
-        for (uint32_t j = 1; j < count; j++)
-            s = *(const floats16 *)(terms[j] + i) + s;
+        floats16 s = *(const floats16 *)(first + i);
+        for (uint32_t j = 1, q = c; j + 1 < n; j++) {
+            q = q + 1 == n ? 0 : q + 1;
+            s = *(const floats16 *)(ranks[q].work + i) + s;
+        }
         *(floats16 *)(d + i) = *(const floats16 *)(last + i) + s;
     }
     for (; i < hi; i++) {
-        float s = terms[0][i];
-        for (uint32_t j = 1; j < count; j++)
-            s = terms[j][i] + s;
+        float s = first[i];
+        for (uint32_t j = 1, q = c; j + 1 < n; j++) {
+            q = q + 1 == n ? 0 : q + 1;
+            s = ranks[q].work[i] + s;
+        }
         d[i] = last[i] + s;
     }
 }
@@ -274,29 +257,7 @@ static void sum_slice(td_ring *ring, const ring_op *op, uint32_t c, float *dst, 
             memcpy(dst + lo, ranks[c].work + lo, (hi - lo) * sizeof(float));
         return;
     }
-    if (n > 2 && n <= SUM_TERMS_MAX + 1) {
-        const float *terms[SUM_TERMS_MAX];
-        for (uint32_t j = 0; j + 1 < n; j++)
-            terms[j] = ranks[(c + j) % n].work;
-        sum_terms(dst, ranks[(c + n - 1) % n].work, terms, n - 1, lo, hi);
-        return;
-    }
-    float running[SUM_BLOCK];
-    for (size_t a = lo; a < hi; a += SUM_BLOCK) {
-        const size_t len = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
-        const float *sum = ranks[c].work + a; /* the first N-1 terms */
-        if (n > 2) {
-            sum_into(running, ranks[(c + 1) % n].work + a, sum, len);
-            for (uint32_t j = 2; j + 1 < n; j++)
-                add_before(running, ranks[(c + j) % n].work + a, len);
-            sum = running;
-        }
-        const float *last = ranks[(c + n - 1) % n].work + a;
-        if (dst + a == last)
-            add_into(dst + a, sum, len);
-        else
-            sum_into(dst + a, last, sum, len);
-    }
+    sum_terms(dst, ranks, n, c, lo, hi);
 }
 
 /* Chunk c's slice k: phase 1 sums it into the owner's output and either
