@@ -159,17 +159,11 @@ static inline float td_ring_bf16(float x)
     return x;
 }
 
-/* Copies of the bf16 wire's loops for AVX-512 and AVX2, chosen at load
- * time, as td_fixed_math.h's (TD_FIXED_MATH_CLONES says when ifuncs
- * work): the rounding is integer arithmetic per lane and the adds are one
+/* Copies of the all-reduce's loops for AVX-512 and AVX2 (TD_SIMD_CLONES):
+ * the bf16 rounding is integer arithmetic per lane and the adds are one
  * per element, so every copy gives the same bits -- at baseline SSE2 the
  * rounding made a 64 MiB all-reduce 2-4x slower. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
-    !defined(__SANITIZE_THREAD__)
-#define TD_RING_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TD_RING_CLONES
-#endif
+#define TD_RING_CLONES TD_SIMD_CLONES
 
 /* x[0, n) = td_ring_bf16(x[i]): what a partial sum becomes on a bf16 wire. */
 void td_ring_round_bf16(float *x, size_t n);

@@ -113,6 +113,26 @@ static inline bool td_spin_yield(uint64_t *quiet_until)
     return false;
 }
 
+/* Copies of a loop for AVX-512 and AVX2 beside baseline x86-64, chosen
+ * at load time: GCC on x86-64 ELF systems, whose loaders resolve the
+ * ifuncs target_clones makes (not under TSan, whose resolver crashes at
+ * load). For loops whose every lane is one element's own operations, so
+ * that every copy gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && \
+    !defined(__SANITIZE_THREAD__)
+#define TD_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TD_SIMD_CLONES
+#endif
+
+/* Before a loop: its iterations carry no dependence through memory (GCC
+ * then vectorizes it without a run-time overlap check). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TD_IVDEP _Pragma("GCC ivdep")
+#else
+#define TD_IVDEP
+#endif
+
 /* ---- mutexes, condition variables, once ---- */
 
 /* A mutex may also be set up with TD_MUTEX_INITIALIZER. Init returns 0

@@ -795,3 +795,83 @@ Test(optimizers, adam_vector_loops_are_bitwise_the_rule)
                 free(next_state);
             }
 }
+
+/* RMSProp's loop (engine/train/optim_rmsprop.c: copies for AVX-512 and
+ * AVX2, the one this CPU has chosen at load time) against the rule one
+ * element at a time, written out here: bitwise at lengths that leave
+ * every tail, without momentum, with it and with Nesterov's, through the
+ * awkward values above, apart and in place (next = param and next_state =
+ * state, as the loop's ivdep allows). */
+static float rmsprop_rule_value(float g, float p, float v, float trace, float *v_next, float *trace_next,
+                                const td_trainer_options *o, float lr)
+{
+    const float vi = (1.0f - o->decay) * (g * g) + o->decay * v;
+    *v_next = vi;
+    float u = g / sqrtf(vi + o->eps);
+    if (o->momentum > 0.0f) {
+        const float t = u + o->momentum * trace;
+        *trace_next = t;
+        u = o->nesterov ? u + o->momentum * t : t;
+    }
+    return p - lr * u;
+}
+
+Test(optimizers, rmsprop_vector_loop_is_bitwise_the_rule)
+{
+    static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
+    const float lr = 0.003f;
+    for (int kind = 0; kind < 3; kind++) /* plain, momentum, nesterov */
+        for (int in_place = 0; in_place < 2; in_place++)
+            for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+                const size_t n = lengths[l], size = n ? n : 1;
+                td_trainer_options o;
+                td_trainer_options_init(&o);
+                o.optimizer = TD_OPTIMIZER_RMSPROP;
+                o.momentum = kind ? 0.9f : 0.0f;
+                o.nesterov = kind == 2;
+                test_rng r = {2000 + n * 8 + (size_t)kind * 2 + (size_t)in_place};
+                float *grad = malloc(size * sizeof *grad), *param = malloc(size * sizeof *param);
+                float *next = malloc(size * sizeof *next), *state = malloc(2 * size * sizeof *state);
+                float *next_state = malloc(2 * size * sizeof *next_state);
+                float *want = malloc(size * sizeof *want), *want_state = malloc(2 * size * sizeof *want_state);
+                for (size_t i = 0; i < n; i++) {
+                    grad[i] = awkward_value(&r, i);
+                    param[i] = awkward_value(&r, i + 3);
+                    state[i] = fabsf(awkward_value(&r, i + 6)); /* v >= 0 (or NaN) */
+                    state[n + i] = awkward_value(&r, i + 9);
+                }
+                for (size_t i = 0; i < n; i++) {
+                    want_state[n + i] = state[n + i];
+                    want[i] = rmsprop_rule_value(grad[i], param[i], state[i], state[n + i], &want_state[i],
+                                                 &want_state[n + i], &o, lr);
+                }
+                const td_optimizer_args args = {.options = &o,
+                                                .count = n,
+                                                .grad = grad,
+                                                .param = param,
+                                                .next = in_place ? param : next,
+                                                .state = state,
+                                                .next_state = in_place ? state : next_state,
+                                                .state_stride = n,
+                                                .learning_rate = lr,
+                                                .count_inc = 1};
+                td_optimizer_rmsprop.update(&args);
+                const uint32_t slots = td_optimizer_rmsprop.state_floats(&o);
+                for (size_t i = 0; i < n; i++) {
+                    cr_assert(same_float(args.next[i], want[i]) && same_float(args.next_state[i], want_state[i]) &&
+                                  (slots < 2 || same_float(args.next_state[n + i], want_state[n + i])),
+                              "length %zu, element %zu (kind %d, %s): param %a, v %a, trace %a; the rule gives %a, "
+                              "%a, %a",
+                              n, i, kind, in_place ? "in place" : "apart", (double)args.next[i],
+                              (double)args.next_state[i], (double)args.next_state[n + i], (double)want[i],
+                              (double)want_state[i], (double)want_state[n + i]);
+                }
+                free(grad);
+                free(param);
+                free(next);
+                free(state);
+                free(next_state);
+                free(want);
+                free(want_state);
+            }
+}
