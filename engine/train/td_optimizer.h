@@ -40,12 +40,6 @@ typedef struct td_optimizer {
     const char *slot_names[TD_OPTIMIZER_MAX_SLOTS];
 } td_optimizer;
 
-/* Adam's (adamw's, weight_decay != 0) update `width` elements at a time:
- * 16 (AVX-512), 8 (AVX) or 1 (the rule's own loop); false, doing nothing,
- * where this CPU has no such vectors. Every width gives the same bits; the
- * update takes the widest. For tests. */
-bool td_optimizer_adam_width(const td_optimizer_args *a, float weight_decay, int width);
-
 extern const td_optimizer td_optimizer_sgd;
 extern const td_optimizer td_optimizer_adam;
 extern const td_optimizer td_optimizer_adamw;
