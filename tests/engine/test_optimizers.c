@@ -733,88 +733,104 @@ static float awkward_value(test_rng *r, size_t i)
     return test_rng_uniform(r, -2.0f, 2.0f);
 }
 
-/* args' results against the rule; `want_param` and `want_state`: the
- * inputs, which an update in place has overwritten. */
-static void check_adam_against_the_rule(const td_optimizer_args *args, size_t n, const float *param,
-                                        const float *state)
+/* One update's operands: awkward gradients, parameters and two state
+ * slots (`nonnegative` the one that holds squares: v >= 0, or NaN), and
+ * copies of the inputs, which an update in place overwrites. */
+typedef struct update_case {
+    float *grad, *param, *next, *state, *next_state, *param_before, *state_before;
+    td_optimizer_args args;
+} update_case;
+
+static void update_case_init(update_case *c, const td_trainer_options *o, size_t n, size_t seed, int nonnegative,
+                             bool in_place, float lr, uint64_t count_inc)
 {
-    const td_trainer_options *o = args->options;
-    const float bc1 = (float)(1.0 - td_fixed_pow_whole((double)o->b1, args->count_inc));
-    const float bc2 = (float)(1.0 - td_fixed_pow_whole((double)o->b2, args->count_inc));
+    const size_t size = n ? n : 1;
+    test_rng r = {seed};
+    c->grad = malloc(size * sizeof(float));
+    c->param = malloc(size * sizeof(float));
+    c->next = malloc(size * sizeof(float));
+    c->state = malloc(2 * size * sizeof(float));
+    c->next_state = malloc(2 * size * sizeof(float));
+    c->param_before = malloc(size * sizeof(float));
+    c->state_before = malloc(2 * size * sizeof(float));
+    cr_assert(c->grad && c->param && c->next && c->state && c->next_state && c->param_before && c->state_before);
     for (size_t i = 0; i < n; i++) {
-        float m_next, v_next;
-        const float want = adam_rule_value(args->grad[i], param[i], state[i], state[n + i], &m_next,
-                                           &v_next, o->b1, o->b2, bc1, bc2, o->eps, args->learning_rate,
-                                           o->weight_decay);
-        cr_assert(same_float(args->next[i], want) && same_float(args->next_state[i], m_next) &&
-                      same_float(args->next_state[n + i], v_next),
-                  "length %zu, element %zu (%s, step %llu, %s): param %a, m %a, v %a; the rule gives %a, %a, %a",
-                  n, i, o->weight_decay != 0.0f ? "adamw" : "adam", (unsigned long long)args->count_inc,
-                  args->next == args->param ? "in place" : "apart",
-                  (double)args->next[i], (double)args->next_state[i], (double)args->next_state[n + i], (double)want,
-                  (double)m_next, (double)v_next);
+        c->grad[i] = awkward_value(&r, i);
+        c->param[i] = awkward_value(&r, i + 3);
+        for (int slot = 0; slot < 2; slot++) {
+            const float x = awkward_value(&r, i + 6 + 3 * (size_t)slot);
+            c->state[(size_t)slot * n + i] = slot == nonnegative ? fabsf(x) : x;
+        }
     }
+    memcpy(c->param_before, c->param, size * sizeof(float));
+    memcpy(c->state_before, c->state, 2 * size * sizeof(float));
+    c->args = (td_optimizer_args){.options = o,
+                                  .count = n,
+                                  .grad = c->grad,
+                                  .param = c->param,
+                                  .next = in_place ? c->param : c->next,
+                                  .state = c->state,
+                                  .next_state = in_place ? c->state : c->next_state,
+                                  .state_stride = n,
+                                  .learning_rate = lr,
+                                  .count_inc = count_inc};
 }
+
+static void update_case_free(update_case *c)
+{
+    free(c->grad);
+    free(c->param);
+    free(c->next);
+    free(c->state);
+    free(c->next_state);
+    free(c->param_before);
+    free(c->state_before);
+}
+
+static const size_t awkward_lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
 
 Test(optimizers, adam_vector_loop_is_bitwise_the_rule)
 {
-    static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
     for (int decayed = 0; decayed < 2; decayed++)
         for (int late = 0; late < 2; late++)
             for (int in_place = 0; in_place < 2; in_place++)
-                for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
-                    const size_t n = lengths[l];
+                for (size_t l = 0; l < sizeof awkward_lengths / sizeof awkward_lengths[0]; l++) {
+                    const size_t n = awkward_lengths[l];
                     td_trainer_options o;
                     td_trainer_options_init(&o);
                     o.weight_decay = decayed ? 0.01f : 0.0f;
-                    test_rng r = {1000 + n * 8 + (size_t)decayed * 4 + (size_t)late * 2 + (size_t)in_place};
-                    const size_t size = n ? n : 1;
-                    float *grad = malloc(size * sizeof *grad), *param = malloc(size * sizeof *param);
-                    float *next = malloc(size * sizeof *next), *state = malloc(2 * size * sizeof *state);
-                    float *next_state = malloc(2 * size * sizeof *next_state);
-                    float *param_before = malloc(size * sizeof *param_before);
-                    float *state_before = malloc(2 * size * sizeof *state_before);
+                    update_case c;
+                    update_case_init(&c, &o, n, 1000 + n * 8 + (size_t)decayed * 4 + (size_t)late * 2 + (size_t)in_place,
+                                     1, in_place, 0.003f, late ? 1000 : 1);
+                    (decayed ? td_optimizer_adamw : td_optimizer_adam).update(&c.args);
+                    const float bc1 = (float)(1.0 - td_fixed_pow_whole((double)o.b1, c.args.count_inc));
+                    const float bc2 = (float)(1.0 - td_fixed_pow_whole((double)o.b2, c.args.count_inc));
                     for (size_t i = 0; i < n; i++) {
-                        grad[i] = awkward_value(&r, i);
-                        param[i] = awkward_value(&r, i + 3);
-                        state[i] = awkward_value(&r, i + 6);
-                        state[n + i] = fabsf(awkward_value(&r, i + 9)); /* v >= 0 (or NaN) */
+                        float m_next, v_next;
+                        const float want = adam_rule_value(c.grad[i], c.param_before[i], c.state_before[i],
+                                                           c.state_before[n + i], &m_next, &v_next, o.b1, o.b2, bc1,
+                                                           bc2, o.eps, c.args.learning_rate, o.weight_decay);
+                        cr_assert(same_float(c.args.next[i], want) && same_float(c.args.next_state[i], m_next) &&
+                                      same_float(c.args.next_state[n + i], v_next),
+                                  "length %zu, element %zu (%s, step %llu, %s): param %a, m %a, v %a; the rule gives "
+                                  "%a, %a, %a",
+                                  n, i, decayed ? "adamw" : "adam", (unsigned long long)c.args.count_inc,
+                                  in_place ? "in place" : "apart", (double)c.args.next[i],
+                                  (double)c.args.next_state[i], (double)c.args.next_state[n + i], (double)want,
+                                  (double)m_next, (double)v_next);
                     }
-                    memcpy(param_before, param, size * sizeof *param);
-                    memcpy(state_before, state, 2 * size * sizeof *state);
-                    const td_optimizer_args args = {.options = &o,
-                                                    .count = n,
-                                                    .grad = grad,
-                                                    .param = param,
-                                                    .next = in_place ? param : next,
-                                                    .state = state,
-                                                    .next_state = in_place ? state : next_state,
-                                                    .state_stride = n,
-                                                    .learning_rate = 0.003f,
-                                                    .count_inc = late ? 1000 : 1};
-                    (decayed ? td_optimizer_adamw : td_optimizer_adam).update(&args);
-                    check_adam_against_the_rule(&args, n, param_before, state_before);
-                    free(grad);
-                    free(param);
-                    free(next);
-                    free(state);
-                    free(next_state);
-                    free(param_before);
-                    free(state_before);
+                    update_case_free(&c);
                 }
 }
 
-/* RMSProp's loop (engine/train/optim_rmsprop.c: copies for AVX-512 and
- * AVX2, the one this CPU has chosen at load time) against the rule one
- * element at a time, written out here: bitwise at lengths that leave
- * every tail, without momentum, with it and with Nesterov's, through the
- * awkward values above, apart and in place (next = param and next_state =
- * state, as the loop's ivdep allows). */
+/* RMSProp's loop (engine/train/optim_rmsprop.c), likewise, without
+ * momentum, with it and with Nesterov's. */
 static float rmsprop_rule_value(float g, float p, float v, float trace, float *v_next, float *trace_next,
                                 const td_trainer_options *o, float lr)
 {
     const float vi = (1.0f - o->decay) * (g * g) + o->decay * v;
     *v_next = vi;
+    *trace_next = trace;
     float u = g / sqrtf(vi + o->eps);
     if (o->momentum > 0.0f) {
         const float t = u + o->momentum * trace;
@@ -826,60 +842,31 @@ static float rmsprop_rule_value(float g, float p, float v, float trace, float *v
 
 Test(optimizers, rmsprop_vector_loop_is_bitwise_the_rule)
 {
-    static const size_t lengths[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
-    const float lr = 0.003f;
     for (int kind = 0; kind < 3; kind++) /* plain, momentum, nesterov */
         for (int in_place = 0; in_place < 2; in_place++)
-            for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
-                const size_t n = lengths[l], size = n ? n : 1;
+            for (size_t l = 0; l < sizeof awkward_lengths / sizeof awkward_lengths[0]; l++) {
+                const size_t n = awkward_lengths[l];
                 td_trainer_options o;
                 td_trainer_options_init(&o);
                 o.optimizer = TD_OPTIMIZER_RMSPROP;
                 o.momentum = kind ? 0.9f : 0.0f;
                 o.nesterov = kind == 2;
-                test_rng r = {2000 + n * 8 + (size_t)kind * 2 + (size_t)in_place};
-                float *grad = malloc(size * sizeof *grad), *param = malloc(size * sizeof *param);
-                float *next = malloc(size * sizeof *next), *state = malloc(2 * size * sizeof *state);
-                float *next_state = malloc(2 * size * sizeof *next_state);
-                float *want = malloc(size * sizeof *want), *want_state = malloc(2 * size * sizeof *want_state);
+                update_case c;
+                update_case_init(&c, &o, n, 2000 + n * 8 + (size_t)kind * 2 + (size_t)in_place, 0, in_place, 0.003f,
+                                 1);
+                td_optimizer_rmsprop.update(&c.args);
+                const bool traced = td_optimizer_rmsprop.state_floats(&o) == 2;
                 for (size_t i = 0; i < n; i++) {
-                    grad[i] = awkward_value(&r, i);
-                    param[i] = awkward_value(&r, i + 3);
-                    state[i] = fabsf(awkward_value(&r, i + 6)); /* v >= 0 (or NaN) */
-                    state[n + i] = awkward_value(&r, i + 9);
+                    float v_next, trace_next;
+                    const float want = rmsprop_rule_value(c.grad[i], c.param_before[i], c.state_before[i],
+                                                          c.state_before[n + i], &v_next, &trace_next, &o,
+                                                          c.args.learning_rate);
+                    cr_assert(same_float(c.args.next[i], want) && same_float(c.args.next_state[i], v_next) &&
+                                  (!traced || same_float(c.args.next_state[n + i], trace_next)),
+                              "length %zu, element %zu (kind %d, %s): param %a, v %a; the rule gives %a, %a", n, i,
+                              kind, in_place ? "in place" : "apart", (double)c.args.next[i],
+                              (double)c.args.next_state[i], (double)want, (double)v_next);
                 }
-                for (size_t i = 0; i < n; i++) {
-                    want_state[n + i] = state[n + i];
-                    want[i] = rmsprop_rule_value(grad[i], param[i], state[i], state[n + i], &want_state[i],
-                                                 &want_state[n + i], &o, lr);
-                }
-                const td_optimizer_args args = {.options = &o,
-                                                .count = n,
-                                                .grad = grad,
-                                                .param = param,
-                                                .next = in_place ? param : next,
-                                                .state = state,
-                                                .next_state = in_place ? state : next_state,
-                                                .state_stride = n,
-                                                .learning_rate = lr,
-                                                .count_inc = 1};
-                td_optimizer_rmsprop.update(&args);
-                const uint32_t slots = td_optimizer_rmsprop.state_floats(&o);
-                for (size_t i = 0; i < n; i++) {
-                    cr_assert(same_float(args.next[i], want[i]) && same_float(args.next_state[i], want_state[i]) &&
-                                  (slots < 2 || same_float(args.next_state[n + i], want_state[n + i])),
-                              "length %zu, element %zu (kind %d, %s): param %a, v %a, trace %a; the rule gives %a, "
-                              "%a, %a",
-                              n, i, kind, in_place ? "in place" : "apart", (double)args.next[i],
-                              (double)args.next_state[i], (double)args.next_state[n + i], (double)want[i],
-                              (double)want_state[i], (double)want_state[n + i]);
-                }
-                free(grad);
-                free(param);
-                free(next);
-                free(state);
-                free(next_state);
-                free(want);
-                free(want_state);
+                update_case_free(&c);
             }
 }
