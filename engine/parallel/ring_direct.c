@@ -51,7 +51,6 @@
 #include "td_trace.h"
 
 #define NO_TASK UINT32_MAX
-#define SUM_BLOCK 2048 /* floats of a bf16 wire's running sum kept in L1 */
 #define DIRECT_TEAM_MIN_FLOATS 16384 /* smaller ops run their streams without the pool's helpers */
 
 td_status td_ring_direct_init(td_ring *ring)
@@ -207,36 +206,46 @@ TD_RING_CLONES static void sum_terms(float *d, const ring_rank *ranks, uint32_t 
     }
 }
 
-/* t = r(x) and t = r(x + t) for the bf16 wire (r = td_ring_bf16): own
- * loops with distinct operands, so that they vectorize without a run-time
- * aliasing check (which sent the whole sum to scalar code). */
-TD_RING_CLONES static void round_into(float *restrict t, const float *restrict x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = td_ring_bf16(x[i]);
-}
+/* r(x) = td_ring_bf16(x) on 16 lanes: the same integer arithmetic. */
+typedef uint32_t words16 __attribute__((vector_size(64), aligned(4), may_alias));
 
-TD_RING_CLONES static void add_round(float *restrict t, const float *restrict x, size_t n)
+static inline void round_bf16_16(floats16 *x) /* by pointer: no 64-byte vector in an ABI */
 {
-    for (size_t i = 0; i < n; i++)
-        t[i] = td_ring_bf16(x[i] + t[i]);
+    const words16 u = (words16)*x;
+    const words16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const words16 quiet = (u | 0x00400000u) & 0xffff0000u;
+    const words16 nan = (words16)((u & 0x7fffffffu) > 0x7f800000u); /* all ones where NaN */
+    *x = (floats16)((nan & quiet) | (~nan & rounded));
 }
 
 /* The same sum on a bf16 wire, each partial sum rounded where the ring
  * proper would send it and the complete one before the finalize:
- * s = r(x[c]); s = r(x[c+j] + s). Nothing travels here, but a mesh must
- * give the same bits whichever path its all-reduce takes. */
-static void sum_slice_bf16(td_ring *ring, uint32_t c, float *dst, size_t lo, size_t hi)
+ * s = r(x[c]); s = r(x[c+j] + s) for j = 1 .. N-1, in one pass as
+ * sum_terms. Nothing travels here, but a mesh must give the same bits
+ * whichever path its all-reduce takes. d may be the last input (in
+ * place): a block's inputs are all read before it is stored. */
+TD_RING_CLONES static void sum_terms_bf16(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo,
+                                          size_t hi)
 {
-    const uint32_t n = ring->n;
-    const ring_rank *ranks = ring->ranks;
-    float running[SUM_BLOCK];
-    for (size_t a = lo; a < hi; a += SUM_BLOCK) {
-        const size_t len = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
-        round_into(running, ranks[c].work + a, len);
-        for (uint32_t j = 1; j < n; j++)
-            add_round(running, ranks[(c + j) % n].work + a, len);
-        memcpy(dst + a, running, len * sizeof(float));
+    const float *first = ranks[c].work;
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        floats16 s = *(const floats16 *)(first + i);
+        round_bf16_16(&s);
+        for (uint32_t j = 1, q = c; j < n; j++) {
+            q = q + 1 == n ? 0 : q + 1;
+            s = *(const floats16 *)(ranks[q].work + i) + s;
+            round_bf16_16(&s);
+        }
+        *(floats16 *)(d + i) = s;
+    }
+    for (; i < hi; i++) {
+        float s = td_ring_bf16(first[i]);
+        for (uint32_t j = 1, q = c; j < n; j++) {
+            q = q + 1 == n ? 0 : q + 1;
+            s = td_ring_bf16(ranks[q].work[i] + s);
+        }
+        d[i] = s;
     }
 }
 
@@ -249,7 +258,7 @@ static void sum_slice(td_ring *ring, const ring_op *op, uint32_t c, float *dst, 
     const uint32_t n = ring->n;
     const ring_rank *ranks = ring->ranks;
     if (op->bf16) {
-        sum_slice_bf16(ring, c, dst, lo, hi);
+        sum_terms_bf16(dst, ranks, n, c, lo, hi);
         return;
     }
     if (n == 1) {

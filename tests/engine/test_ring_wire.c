@@ -41,10 +41,24 @@ typedef struct wire_job {
     td_status status[MAX_RANKS];
 } wire_job;
 
+/* With specials, every 101st element of one rank (a different rank from
+ * one such element to the next, never two at one element, so no NaN meets
+ * another and which payload wins never matters) is a signalling NaN, a
+ * NaN with a payload, an infinity or FLT_MAX (which rounds to infinity). */
+static bool with_specials;
+static uint32_t specials_ranks = 1;
+
 /* Rank r's input element i: a pure function of (salt, r, i), values of
  * mixed magnitudes so that rounding a sum to bfloat16 matters. */
 static float input_value(uint64_t salt, uint32_t rank, size_t i)
 {
+    if (with_specials && i % 101 == 37 && (i / 101) % specials_ranks == rank) {
+        static const uint32_t special_bits[] = {0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u, 0x7f7fffffu};
+        const uint32_t bits = special_bits[(i / 101 / specials_ranks) % 5];
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        return v;
+    }
     test_rng rng = {salt ^ ((uint64_t)rank << 40) ^ (uint64_t)i * 0x9E3779B97F4A7C15ull};
     float v = test_rng_uniform(&rng, -1.0f, 1.0f);
     return (i % 3 == 0) ? v * 1e-3f : v;
@@ -254,6 +268,29 @@ Test(ring_wire, bf16_follows_the_rule_n2) { check_cpu(2); }
 Test(ring_wire, bf16_follows_the_rule_n3) { check_cpu(3); }
 Test(ring_wire, bf16_follows_the_rule_n5) { check_cpu(5); }
 Test(ring_wire, bf16_follows_the_rule_n8) { check_cpu(8); }
+
+/* NaNs stay NaNs (quieted, their payload's high bits kept: td_bf16_round)
+ * and infinities infinities on both paths, and the largest float rounds to
+ * infinity, as the rule says. */
+Test(ring_wire, bf16_keeps_nans_and_infinities)
+{
+    with_specials = true;
+    const uint32_t counts[] = {1, 3, 4};
+    for (size_t m = 0; m < sizeof counts / sizeof counts[0]; m++) {
+        td_context *ctx = threads_context(2);
+        char spec[16];
+        snprintf(spec, sizeof spec, "cpu:%u", counts[m]);
+        td_mesh *mesh = test_mesh(ctx, spec);
+        specials_ranks = counts[m];
+        const size_t special_sizes[] = {40, 1000, 65536 * 2 + 3};
+        for (size_t k = 0; k < sizeof special_sizes / sizeof special_sizes[0]; k++)
+            for (int direct = 0; direct < 2; direct++)
+                check_wire(ctx, mesh, special_sizes[k], WHOLE, TD_RING_WIRE_BF16, direct, "specials");
+        td_mesh_destroy(mesh);
+        td_context_destroy(ctx);
+    }
+    with_specials = false;
+}
 
 /* The rule is not the fp32 sum: at N = 3 most sums change, and each one
  * is a bfloat16 value (its low 16 bits zero); fp32 on the same mesh still
