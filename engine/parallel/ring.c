@@ -40,7 +40,7 @@ void td_ring_divide(float *data, size_t count, uint32_t divisor)
 }
 
 /* Static: a cloned function's ifunc resolver would otherwise be exported. */
-TD_RING_CLONES static void round_bf16(float *x, size_t n)
+TD_SIMD_CLONES static void round_bf16(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = td_ring_bf16(x[i]);
@@ -68,14 +68,14 @@ static inline float bf16_widen(uint16_t b)
 
 /* The ring proper's bf16 wire: d = r(x) as 2-byte values (the chunk a
  * rank sends first) ... */
-TD_RING_CLONES static void wire_load(uint16_t *restrict d, const float *restrict x, size_t n)
+TD_SIMD_CLONES static void wire_load(uint16_t *restrict d, const float *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         d[i] = bf16_bits(td_ring_bf16(x[i]));
 }
 
 /* ... d = r(x + p), p the predecessor's 2-byte sums (a sum sent on) ... */
-TD_RING_CLONES static void wire_add_send(uint16_t *restrict d, const float *restrict x, const uint16_t *restrict p,
+TD_SIMD_CLONES static void wire_add_send(uint16_t *restrict d, const float *restrict x, const uint16_t *restrict p,
                                          size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -83,14 +83,14 @@ TD_RING_CLONES static void wire_add_send(uint16_t *restrict d, const float *rest
 }
 
 /* ... and x = r(x + p), the owner's complete sum, as a float. */
-TD_RING_CLONES static void wire_add_last(float *restrict x, const uint16_t *restrict p, size_t n)
+TD_SIMD_CLONES static void wire_add_last(float *restrict x, const uint16_t *restrict p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = td_ring_bf16(x[i] + bf16_widen(p[i]));
 }
 
 /* ... or from a predecessor that sends floats: d = r(x + p). */
-TD_RING_CLONES static void wire_add_send_floats(uint16_t *restrict d, const float *restrict x,
+TD_SIMD_CLONES static void wire_add_send_floats(uint16_t *restrict d, const float *restrict x,
                                                 const float *restrict p, size_t n)
 {
     for (size_t i = 0; i < n; i++)

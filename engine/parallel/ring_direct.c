@@ -174,41 +174,11 @@ typedef struct direct_job {
     _Atomic uint64_t bytes; /* other ranks' memory this job's threads read and wrote */
 } direct_job;
 
-/* d[lo, hi) = last + (x[c+N-2] + (... + (x[c+1] + x[c]))), the ring's
- * association (x[q] = ranks[q].work, last = x[c+N-1], indices mod N),
- * every input read once in one pass: 16 elements' running sum stays in a
- * register while each input's next cache line is loaded, so all N inputs
- * stream at once. (Summing in N-1 passes over blocks kept in L1 streamed
- * one or two: a 64 MiB all-reduce took 1.21x as long on cpu:4, 1.38x on
- * cpu:8; bench/RESULTS.md.) d may be last (in place); no other input
- * overlaps d. */
+/* 16 lanes of floats and their bits. */
 typedef float floats16 __attribute__((vector_size(64), aligned(4), may_alias));
-
-TD_RING_CLONES static void sum_terms(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo, size_t hi)
-{
-    const float *first = ranks[c].work, *last = ranks[(c + n - 1) % n].work;
-    size_t i = lo;
-    for (; i + 16 <= hi; i += 16) {
-        floats16 s = *(const floats16 *)(first + i);
-        for (uint32_t j = 1, q = c; j + 1 < n; j++) {
-            q = q + 1 == n ? 0 : q + 1;
-            s = *(const floats16 *)(ranks[q].work + i) + s;
-        }
-        *(floats16 *)(d + i) = *(const floats16 *)(last + i) + s;
-    }
-    for (; i < hi; i++) {
-        float s = first[i];
-        for (uint32_t j = 1, q = c; j + 1 < n; j++) {
-            q = q + 1 == n ? 0 : q + 1;
-            s = ranks[q].work[i] + s;
-        }
-        d[i] = last[i] + s;
-    }
-}
-
-/* r(x) = td_ring_bf16(x) on 16 lanes: the same integer arithmetic. */
 typedef uint32_t words16 __attribute__((vector_size(64), aligned(4), may_alias));
 
+/* r(x) = td_ring_bf16(x) on 16 lanes: the same integer arithmetic. */
 static inline void round_bf16_16(floats16 *x) /* by pointer: no 64-byte vector in an ABI */
 {
     const words16 u = (words16)*x;
@@ -218,35 +188,57 @@ static inline void round_bf16_16(floats16 *x) /* by pointer: no 64-byte vector i
     *x = (floats16)((nan & quiet) | (~nan & rounded));
 }
 
-/* The same sum on a bf16 wire, each partial sum rounded where the ring
- * proper would send it and the complete one before the finalize:
- * s = r(x[c]); s = r(x[c+j] + s) for j = 1 .. N-1, in one pass as
- * sum_terms. Nothing travels here, but a mesh must give the same bits
- * whichever path its all-reduce takes. d may be the last input (in
- * place): a block's inputs are all read before it is stored. */
-TD_RING_CLONES static void sum_terms_bf16(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo,
-                                          size_t hi)
+/* d[lo, hi) = chunk c's sum in the ring's association, s = x[c];
+ * s = x[c+j] + s for j = 1 .. N-1 (x[q] = ranks[q].work, indices mod N),
+ * on a bf16 wire every partial sum rounded where the ring proper would
+ * send it and the complete one before the finalize: s = r(x[c]);
+ * s = r(x[c+j] + s). Nothing travels here, but a mesh must give the same
+ * bits whichever path its all-reduce takes. Every input is read once in
+ * one pass: 16 elements' running sum stays in a register while each
+ * input's next cache line is loaded, so all N inputs stream at once.
+ * (Summing in N-1 passes over blocks kept in L1 streamed one or two: a 64
+ * MiB all-reduce took 1.21x as long on cpu:4, 1.38x on cpu:8;
+ * bench/RESULTS.md.) d may be the last input (in place): a block's inputs
+ * are all read before it is stored. Inlined into each caller with `bf16`
+ * a constant, so neither loop tests it. */
+static inline __attribute__((always_inline)) void sum_in_ring_order(float *d, const ring_rank *ranks, uint32_t n,
+                                                                    uint32_t c, size_t lo, size_t hi, bool bf16)
 {
     const float *first = ranks[c].work;
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
         floats16 s = *(const floats16 *)(first + i);
-        round_bf16_16(&s);
+        if (bf16)
+            round_bf16_16(&s);
         for (uint32_t j = 1, q = c; j < n; j++) {
             q = q + 1 == n ? 0 : q + 1;
             s = *(const floats16 *)(ranks[q].work + i) + s;
-            round_bf16_16(&s);
+            if (bf16)
+                round_bf16_16(&s);
         }
         *(floats16 *)(d + i) = s;
     }
     for (; i < hi; i++) {
-        float s = td_ring_bf16(first[i]);
+        float s = bf16 ? td_ring_bf16(first[i]) : first[i];
         for (uint32_t j = 1, q = c; j < n; j++) {
             q = q + 1 == n ? 0 : q + 1;
-            s = td_ring_bf16(ranks[q].work[i] + s);
+            s = ranks[q].work[i] + s;
+            if (bf16)
+                s = td_ring_bf16(s);
         }
         d[i] = s;
     }
+}
+
+TD_SIMD_CLONES static void sum_terms(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo, size_t hi)
+{
+    sum_in_ring_order(d, ranks, n, c, lo, hi, false);
+}
+
+TD_SIMD_CLONES static void sum_terms_bf16(float *d, const ring_rank *ranks, uint32_t n, uint32_t c, size_t lo,
+                                          size_t hi)
+{
+    sum_in_ring_order(d, ranks, n, c, lo, hi, true);
 }
 
 /* dst[lo, hi) = chunk c's sum over the ranks' inputs, associated as the

@@ -291,7 +291,7 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
 
 /* dst[i] = the upper half of src[i]'s bits (src holds bfloat16 values
  * already): dst and src are disjoint, so the loop vectorizes. */
-TD_RING_CLONES static void pack_block(uint16_t *restrict dst, const float *restrict src, size_t n)
+TD_SIMD_CLONES static void pack_block(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         uint32_t bits;
@@ -301,7 +301,7 @@ TD_RING_CLONES static void pack_block(uint16_t *restrict dst, const float *restr
 }
 
 /* dst = the bfloat16 values at src, widened (exact). */
-TD_RING_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+TD_SIMD_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const uint32_t bits = (uint32_t)src[i] << 16;
@@ -310,7 +310,7 @@ TD_RING_CLONES static void widen_bf16(float *restrict dst, const uint16_t *restr
 }
 
 /* dst += the bfloat16 values at src, widened: a float addition. */
-TD_RING_CLONES static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
+TD_SIMD_CLONES static void add_bf16(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const uint32_t bits = (uint32_t)src[i] << 16;

@@ -159,11 +159,10 @@ static inline float td_ring_bf16(float x)
     return x;
 }
 
-/* Copies of the all-reduce's loops for AVX-512 and AVX2 (TD_SIMD_CLONES):
+/* The all-reduce's loops come in AVX-512 and AVX2 copies (TD_SIMD_CLONES):
  * the bf16 rounding is integer arithmetic per lane and the adds are one
  * per element, so every copy gives the same bits -- at baseline SSE2 the
  * rounding made a 64 MiB all-reduce 2-4x slower. */
-#define TD_RING_CLONES TD_SIMD_CLONES
 
 /* x[0, n) = td_ring_bf16(x[i]): what a partial sum becomes on a bf16 wire. */
 void td_ring_round_bf16(float *x, size_t n);

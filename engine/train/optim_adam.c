@@ -5,6 +5,7 @@
  *   adamw: u += weight_decay * p    p' = p - lr * u
  * with t the step count after its increment (1 on the first step). */
 #include <math.h>
+#include <stdbool.h>
 
 #include "td_fixed_double.h"
 #include "td_optimizer.h"
@@ -37,18 +38,7 @@ TD_SIMD_CLONES static void adam_elements(const td_optimizer_args *a, float weigh
     const float *grad = a->grad, *param = a->param, *m = a->state, *v = a->state + a->state_stride;
     float *next = a->next, *m_next = a->next_state, *v_next = a->next_state + a->state_stride;
     const size_t count = a->count;
-    if (weight_decay == 0.0f) {
-        TD_IVDEP
-        for (size_t i = 0; i < count; i++) {
-            const float g = grad[i];
-            const float mi = one_minus_b1 * g + b1 * m[i];
-            const float vi = one_minus_b2 * (g * g) + b2 * v[i];
-            m_next[i] = mi;
-            v_next[i] = vi;
-            next[i] = param[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps));
-        }
-        return;
-    }
+    const bool decayed = weight_decay != 0.0f; /* not u + 0 * p: an infinite p would make it NaN */
     TD_IVDEP
     for (size_t i = 0; i < count; i++) {
         const float g = grad[i], p = param[i];
@@ -56,7 +46,10 @@ TD_SIMD_CLONES static void adam_elements(const td_optimizer_args *a, float weigh
         const float vi = one_minus_b2 * (g * g) + b2 * v[i];
         m_next[i] = mi;
         v_next[i] = vi;
-        next[i] = p - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + weight_decay * p);
+        float u = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        if (decayed)
+            u = u + weight_decay * p;
+        next[i] = p - lr * u;
     }
 }
 

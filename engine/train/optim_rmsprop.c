@@ -5,6 +5,7 @@
  * square root is the same value up to rounding and is the same on every
  * machine, which an approximate rsqrt is not. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "td_optimizer.h"
 #include "td_platform.h"
@@ -33,22 +34,15 @@ TD_SIMD_CLONES static void rmsprop_elements(const td_optimizer_args *a)
     const float *grad = a->grad, *param = a->param, *v = a->state, *trace = a->state + a->state_stride;
     float *next = a->next, *v_next = a->next_state, *trace_next = a->next_state + a->state_stride;
     const size_t count = a->count;
-    if (!(momentum > 0.0f)) {
-        TD_IVDEP
-        for (size_t i = 0; i < count; i++) {
-            const float g = grad[i];
-            const float vi = one_minus_decay * (g * g) + decay * v[i];
-            v_next[i] = vi;
-            next[i] = param[i] - lr * (g / sqrtf(vi + eps));
-        }
-        return;
-    }
+    const bool traced = momentum > 0.0f;
     TD_IVDEP
     for (size_t i = 0; i < count; i++) {
         const float g = grad[i];
         const float vi = one_minus_decay * (g * g) + decay * v[i];
         v_next[i] = vi;
-        const float u = td_optimizer_trace(g / sqrtf(vi + eps), trace[i], momentum, nesterov, &trace_next[i]);
+        float u = g / sqrtf(vi + eps);
+        if (traced)
+            u = td_optimizer_trace(u, trace[i], momentum, nesterov, &trace_next[i]);
         next[i] = param[i] - lr * u;
     }
 }
