@@ -136,6 +136,22 @@ bool td_worker_pool_destroy(td_mesh *mesh);
 /* The calling thread's mesh position when it is a worker, else -1. */
 int td_worker_current_position(void);
 
+/* Whether the calling device runs as a fiber on a carrier thread
+ * (worker.c): its waits for anything another device does then take turns
+ * rather than spin or sleep. */
+bool td_worker_on_fiber(void);
+/* On a fiber: lets the carrier run its other devices; returns when this
+ * device's turn comes again -- after the doorbell rang, or by wake_at_ns
+ * (td_platform_now_ns's clock; 0: no time of its own), or within 10 ms.
+ * The caller checks again what it waits for, and its deadline. Nothing on
+ * a thread. Never while holding a lock another device may take. */
+void td_worker_take_turn(uint64_t wake_at_ns);
+/* Wakes the mesh's devices taking turns to look again at what they wait
+ * for: every event one may wait for rings it (a ring rank's progress, a
+ * phase of the direct all-reduce closing, an abort, a fence). Nothing
+ * when the mesh runs no fibers. Any thread. */
+void td_mesh_ring_doorbell(td_mesh *mesh);
+
 /* Called by a device's worker at the start of each program run: counts
  * the run and applies the item's injected fail / hang; a lost device
  * answers TD_ERR_DEVICE_LOST at once. An injected hang blocks until the

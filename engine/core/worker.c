@@ -1,6 +1,18 @@
-/* One worker thread per device. The device's queue is driven only from its
+/* One worker per device. The device's queue is driven only from its
  * worker, so backends need no locking of their own; a job is a function run
  * on every worker at once, and td_mesh_run waits for all of them.
+ *
+ * A worker is a thread of its own, except when a mesh of CPU devices has
+ * more of them than the context has threads (cpu:4 on 2 cores): then as
+ * many carrier threads as there are threads run the devices as fibers,
+ * device i on carrier i mod carriers. A device that must wait for a peer
+ * (the collectives, an injected hang or slowdown) takes turns instead
+ * (td_worker_take_turn): its carrier runs its other devices, and once all
+ * of them wait it watches the doorbell that everything they may wait for
+ * rings (td_mesh_ring_doorbell), spinning a while when each carrier has a
+ * core, then sleeping. Devices so take turns in user space, not through
+ * the scheduler: four device threads on two cores took two or three
+ * scheduler hand-offs per wait (bench/RESULTS.md, linreg on cpu:4).
  *
  * No worker outlives its mesh: a device the mesh gives up on is cancelled
  * (td_backend_ops.cancel), so a CPU device leaves its kernel within a GEMM
@@ -14,6 +26,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "td_context_state.h"
 #include "td_host_pool.h"
@@ -27,6 +40,13 @@ struct td_worker {
     uint32_t position;
     uint64_t last_gap_ns; /* from its last job's end to the next post (the worker's own) */
     td_worker_pool *pool;
+    /* With carriers: the device's fiber, whether it was ever resumed,
+     * whether it is inside the current job, and when a wait of its wants
+     * to run again at the latest (0: none). Its carrier's only. */
+    td_fiber *fiber;
+    bool fiber_started;
+    bool in_job;
+    uint64_t wake_at_ns;
 };
 
 struct td_worker_pool {
@@ -43,11 +63,22 @@ struct td_worker_pool {
     td_job_fn fn;
     void *arg;
     td_status first_failure;
-    bool stopping;
+    bool stopping; /* written under the lock; read atomically by devices taking turns */
     td_worker *workers;
+    /* 0: a thread per device. Else the carrier threads (workers[0 ..
+     * carriers) run every device as a fiber. */
+    uint32_t carriers;
+    /* Bumped by every event a device taking turns may wait for; carriers
+     * with every device waiting sleep on doorbell_rung until it moves. */
+    uint64_t doorbell;
+    uint32_t doorbell_sleepers;
+    td_mutex doorbell_lock;
+    td_cond doorbell_rung;
 };
 
 static _Thread_local int current_position = -1;
+/* On a carrier: the worker of the device whose fiber it runs now. */
+static _Thread_local td_worker *carried_worker;
 
 int td_worker_current_position(void)
 {
@@ -196,7 +227,7 @@ static void lock_after_spin(td_mutex *lock)
  * two busy loops; the collectives' waits, which know whether their last
  * wait was short, spin there instead: ring.c).
  * TD_WORKER_SPIN_US overrides it (0 turns it off; for measurements). */
-static uint64_t worker_spin_ns(const td_mesh *mesh)
+static uint64_t worker_spin_ns(const td_mesh *mesh, uint32_t worker_threads)
 {
     const char *env = getenv("TD_WORKER_SPIN_US");
     if (env && *env) {
@@ -211,7 +242,45 @@ static uint64_t worker_spin_ns(const td_mesh *mesh)
     /* One thread (one core, or a core's share among processes): the
      * caller and the worker always share it; that case was not measured
      * with the spins on, so it keeps sleeping at once. */
-    return threads > 1 && mesh->count <= threads ? 50000u : 0u;
+    return threads > 1 && worker_threads <= threads ? 50000u : 0u;
+}
+
+/* Under the lock: waits for the job after the one numbered *seen, and
+ * takes it (true), or sees the pool stopping (false). */
+static bool wait_for_job(td_worker_pool *pool, td_worker *w, uint64_t *seen, uint64_t done_at)
+{
+    /* Small steps come back to back: a worker whose last wait for a job
+     * was short watches for the next one a while before it sleeps (a sleep
+     * and its wake-up cost tens of microseconds, more than a small step's
+     * work). */
+    if (!pool->stopping && pool->generation == *seen && w->last_gap_ns <= pool->spin_ns && may_spin(pool)) {
+        td_mutex_unlock(&pool->lock);
+        if (spin_while_u64(pool, &pool->generation, *seen, pool->spin_ns))
+            lock_after_spin(&pool->lock);
+        else
+            td_mutex_lock(&pool->lock);
+    }
+    while (!pool->stopping && pool->generation == *seen)
+        td_cond_wait(&pool->job_posted, &pool->lock);
+    if (done_at)
+        w->last_gap_ns = td_platform_now_ns() - done_at;
+    if (pool->stopping)
+        return false;
+    *seen = pool->generation;
+    return true;
+}
+
+/* A device's job ended with `s`: the last one to end wakes the caller. */
+static void finish_job(td_worker_pool *pool, td_worker *w, td_status s)
+{
+    __atomic_sub_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
+    td_mutex_lock(&pool->lock);
+    w->busy = false;
+    if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
+        pool->first_failure = s;
+    if (__atomic_sub_fetch(&pool->pending, 1u, __ATOMIC_RELEASE) == 0)
+        td_cond_broadcast(&pool->job_done);
+    td_mutex_unlock(&pool->lock);
 }
 
 static void worker_main(void *p)
@@ -222,42 +291,175 @@ static void worker_main(void *p)
     uint64_t seen = 0;
     uint64_t done_at = 0;
     td_mutex_lock(&pool->lock);
-    for (;;) {
-        /* Small steps come back to back: a worker whose last wait for a
-         * job was short watches for the next one a while before it sleeps
-         * (a sleep and its wake-up cost tens of microseconds, more than a
-         * small step's work). */
-        if (!pool->stopping && pool->generation == seen && w->last_gap_ns <= pool->spin_ns && may_spin(pool)) {
-            td_mutex_unlock(&pool->lock);
-            if (spin_while_u64(pool, &pool->generation, seen, pool->spin_ns))
-                lock_after_spin(&pool->lock);
-            else
-                td_mutex_lock(&pool->lock);
-        }
-        while (!pool->stopping && pool->generation == seen)
-            td_cond_wait(&pool->job_posted, &pool->lock);
-        if (done_at)
-            w->last_gap_ns = td_platform_now_ns() - done_at;
-        if (pool->stopping)
-            break;
-        seen = pool->generation;
+    while (wait_for_job(pool, w, &seen, done_at)) {
         td_job_fn fn = pool->fn;
         void *arg = pool->arg;
         __atomic_add_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
         td_mutex_unlock(&pool->lock);
-
-        td_status s = fn(arg, w->position);
-
-        __atomic_sub_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
-        td_mutex_lock(&pool->lock);
-        w->busy = false;
-        if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
-            pool->first_failure = s;
-        if (__atomic_sub_fetch(&pool->pending, 1u, __ATOMIC_RELEASE) == 0)
-            td_cond_broadcast(&pool->job_done);
+        finish_job(pool, w, fn(arg, w->position));
         done_at = td_platform_now_ns();
+        td_mutex_lock(&pool->lock);
     }
     td_mutex_unlock(&pool->lock);
+}
+
+/* ---- devices as fibers on carrier threads ---- */
+
+/* A device's fiber: one job per resume from its carrier, which read the
+ * job under the pool's lock before resuming it. Returns when the pool
+ * stops. */
+static void device_fiber_main(void *p)
+{
+    td_worker *w = p;
+    td_worker_pool *pool = w->pool;
+    while (!__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) {
+        finish_job(pool, w, pool->fn(pool->arg, w->position));
+        w->in_job = false;
+        td_fiber_suspend();
+    }
+}
+
+/* A carrier's devices are carrier, carrier + carriers, ... */
+#define FOR_CARRIED(pool, carrier, i) for (uint32_t i = (carrier); i < (pool)->mesh->count; i += (pool)->carriers)
+
+/* The longest a carrier with every device waiting sleeps without a ring:
+ * the devices' waits check their deadlines (context timeouts) only when
+ * they run. */
+#define DOORBELL_NAP_NS 10000000u
+
+/* Every device of the carrier waits: watches the doorbell until it moves
+ * from `bell`, a device's wake-up time comes, or the nap ends. */
+static void wait_for_doorbell(td_worker_pool *pool, uint32_t carrier, uint64_t bell)
+{
+    uint64_t until = td_platform_now_ns() + DOORBELL_NAP_NS;
+    FOR_CARRIED(pool, carrier, i)
+    {
+        const td_worker *w = &pool->workers[i];
+        if (w->in_job && w->wake_at_ns && w->wake_at_ns < until)
+            until = w->wake_at_ns;
+    }
+    const uint64_t now = td_platform_now_ns();
+    if (until <= now)
+        return;
+    const uint64_t spin = until - now < pool->spin_ns ? until - now : pool->spin_ns;
+    if (spin && may_spin(pool) && spin_while_u64(pool, &pool->doorbell, bell, spin))
+        return;
+    td_mutex_lock(&pool->doorbell_lock);
+    __atomic_add_fetch(&pool->doorbell_sleepers, 1u, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&pool->doorbell, __ATOMIC_SEQ_CST) == bell &&
+           td_cond_wait_until(&pool->doorbell_rung, &pool->doorbell_lock, until) != ETIMEDOUT)
+        ;
+    __atomic_sub_fetch(&pool->doorbell_sleepers, 1u, __ATOMIC_SEQ_CST);
+    td_mutex_unlock(&pool->doorbell_lock);
+}
+
+/* Runs the current job on every device of the carrier, a turn each in
+ * position order, until all are done. */
+static void run_turns(td_worker_pool *pool, uint32_t carrier)
+{
+    uint32_t left = 0;
+    FOR_CARRIED(pool, carrier, i)
+    {
+        pool->workers[i].in_job = true;
+        pool->workers[i].wake_at_ns = 0;
+        __atomic_add_fetch(&workers_in_jobs, 1u, __ATOMIC_ACQ_REL);
+        left++;
+    }
+    while (left) {
+        const uint64_t bell = __atomic_load_n(&pool->doorbell, __ATOMIC_SEQ_CST);
+        FOR_CARRIED(pool, carrier, i)
+        {
+            td_worker *w = &pool->workers[i];
+            if (!w->in_job)
+                continue;
+            w->fiber_started = true;
+            current_position = (int)i;
+            carried_worker = w;
+            td_fiber_resume(w->fiber);
+            carried_worker = NULL;
+            current_position = -1;
+            if (!w->in_job)
+                left--;
+        }
+        /* Anything a waiting device may have been waiting for -- a peer's
+         * progress, on this carrier too -- rang the doorbell since `bell`. */
+        if (left && __atomic_load_n(&pool->doorbell, __ATOMIC_SEQ_CST) == bell)
+            wait_for_doorbell(pool, carrier, bell);
+    }
+}
+
+static void carrier_main(void *p)
+{
+    td_worker *c = p;
+    td_worker_pool *pool = c->pool;
+    uint64_t seen = 0;
+    uint64_t done_at = 0;
+    td_mutex_lock(&pool->lock);
+    while (wait_for_job(pool, c, &seen, done_at)) {
+        td_mutex_unlock(&pool->lock);
+        run_turns(pool, c->position);
+        done_at = td_platform_now_ns();
+        td_mutex_lock(&pool->lock);
+    }
+    td_mutex_unlock(&pool->lock);
+    /* Let every fiber this carrier ran return (each is between jobs): the
+     * sanitizers then see its stack unwound. */
+    FOR_CARRIED(pool, c->position, i)
+    {
+        td_worker *w = &pool->workers[i];
+        if (w->fiber_started && !td_fiber_finished(w->fiber))
+            td_fiber_resume(w->fiber);
+    }
+}
+
+/* Devices sharing a thread: every device a CPU one, more of them than the
+ * context's threads, fibers available, one process (the exchange with
+ * other processes waits on its own thread, which a fiber's carrier must
+ * not block on), and TD_FIBERS not "0" (for measurements). */
+static uint32_t carrier_count(const td_mesh *mesh)
+{
+    const char *env = getenv("TD_FIBERS");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    const uint32_t threads = td_host_pool_default_threads(mesh->ctx->options.cpu_threads);
+    if (mesh->count <= threads || !td_fiber_available() || td_context_processes(mesh->ctx))
+        return 0;
+    for (uint32_t i = 0; i < mesh->count; i++)
+        if (strcmp(mesh->devices[i].info.backend, "cpu") != 0)
+            return 0;
+    return threads;
+}
+
+/* A fiber's stack: the size of a thread's on Linux (the kernels' frames
+ * are sized for one); only the pages a device touches are backed. */
+#define DEVICE_FIBER_STACK_BYTES ((size_t)8 << 20)
+
+bool td_worker_on_fiber(void)
+{
+    return td_fiber_inside();
+}
+
+void td_worker_take_turn(uint64_t wake_at_ns)
+{
+    td_worker *w = carried_worker;
+    if (!w || !td_fiber_inside())
+        return;
+    w->wake_at_ns = wake_at_ns;
+    td_fiber_suspend();
+    w->wake_at_ns = 0;
+}
+
+void td_mesh_ring_doorbell(td_mesh *mesh)
+{
+    td_worker_pool *pool = mesh->pool;
+    if (!pool || !pool->carriers)
+        return;
+    __atomic_add_fetch(&pool->doorbell, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool->doorbell_sleepers, __ATOMIC_SEQ_CST)) {
+        td_mutex_lock(&pool->doorbell_lock);
+        td_cond_broadcast(&pool->doorbell_rung);
+        td_mutex_unlock(&pool->doorbell_lock);
+    }
 }
 
 td_status td_worker_pool_create(td_mesh *mesh)
@@ -273,27 +475,40 @@ td_status td_worker_pool_create(td_mesh *mesh)
         return TD_OOM(ctx, "the workers", sizeof *pool->workers * mesh->count);
     }
     if (td_mutex_init(&pool->lock) != 0 || td_cond_init(&pool->job_posted) != 0 || td_cond_init(&pool->job_done) != 0 ||
-        td_cond_init(&pool->released) != 0) {
+        td_cond_init(&pool->released) != 0 || td_mutex_init(&pool->doorbell_lock) != 0 ||
+        td_cond_init(&pool->doorbell_rung) != 0) {
         td_free(ctx, pool->workers);
         td_free(ctx, pool);
         return td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "could not set up the worker pool's lock and conditions");
     }
     td_once_run(&exit_wait_once, register_exit_wait);
     raise_exit_wait(join_bound_ms(mesh));
-    pool->spin_ns = worker_spin_ns(mesh);
+    pool->carriers = carrier_count(mesh);
+    pool->spin_ns = worker_spin_ns(mesh, pool->carriers ? pool->carriers : mesh->count);
     mesh->pool = pool;
     for (uint32_t i = 0; i < mesh->count; i++) {
         td_worker *w = &pool->workers[i];
         w->position = i;
         w->pool = pool;
-        int rc = td_thread_start(&w->thread, worker_main, w);
+        mesh->devices[i].worker = w;
+        if (!pool->carriers)
+            continue;
+        const int rc = td_fiber_create(&w->fiber, DEVICE_FIBER_STACK_BYTES, device_fiber_main, w);
+        if (rc != 0) {
+            td_worker_pool_destroy(mesh);
+            return td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "could not make the fiber of device %u (errno %d)", i, rc);
+        }
+    }
+    const uint32_t threads = pool->carriers ? pool->carriers : mesh->count;
+    for (uint32_t i = 0; i < threads; i++) {
+        td_worker *w = &pool->workers[i];
+        int rc = td_thread_start(&w->thread, pool->carriers ? carrier_main : worker_main, w);
         if (rc != 0) {
             td_worker_pool_destroy(mesh);
             return td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "could not start the worker thread for device %u (errno %d)",
                                 i, rc);
         }
         w->started = true;
-        mesh->devices[i].worker = w;
     }
     return TD_OK;
 }
@@ -304,7 +519,7 @@ bool td_worker_pool_destroy(td_mesh *mesh)
     if (!pool)
         return !mesh->stranded;
     td_mutex_lock(&pool->lock);
-    pool->stopping = true;
+    __atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
     /* A worker still inside a job is in one that timed out (td_mesh_run
      * returns only when every other one is done): it was cancelled when it
      * was fenced off, and is again here for the paths that give up on it
@@ -315,6 +530,7 @@ bool td_worker_pool_destroy(td_mesh *mesh)
     td_cond_broadcast(&pool->job_posted);
     td_cond_broadcast(&pool->released); /* injected hangs end with the mesh */
     td_mutex_unlock(&pool->lock);
+    td_mesh_ring_doorbell(mesh);
     const uint64_t bound_ms = join_bound_ms(mesh);
     const uint64_t deadline = td_platform_deadline_after_ms(bound_ms);
     bool stranded = false;
@@ -336,9 +552,13 @@ bool td_worker_pool_destroy(td_mesh *mesh)
         mesh->stranded = true;
         return false;
     }
+    for (uint32_t i = 0; i < mesh->count; i++)
+        td_fiber_destroy(pool->workers[i].fiber);
     td_cond_destroy(&pool->job_posted);
     td_cond_destroy(&pool->job_done);
     td_cond_destroy(&pool->released);
+    td_cond_destroy(&pool->doorbell_rung);
+    td_mutex_destroy(&pool->doorbell_lock);
     td_mutex_destroy(&pool->lock);
     td_free(mesh->ctx, pool->workers);
     td_free(mesh->ctx, pool);
@@ -483,6 +703,8 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
         td_cond_broadcast(&pool->released);
     }
     td_mutex_unlock(&pool->lock);
+    if (!idle)
+        td_mesh_ring_doorbell(mesh);
     if (stuck != 0) /* a job's own timeout already said who waited for whom */
         return td_error_set(mesh->ctx, TD_ERR_TIMEOUT,
                             "%u of %u devices did not finish within %llu ms (4 x the context timeout): device(s) %s, "
@@ -513,6 +735,12 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
     if (md->faults.hang_at == run) {
         /* Stops answering: no timeout here on purpose, the mesh's job
          * timeout is what ends it. */
+        if (td_worker_on_fiber()) {
+            while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE))
+                td_worker_take_turn(0);
+            __atomic_store_n(&md->lost, true, __ATOMIC_RELEASE);
+            return TD_ERR_DEVICE_LOST;
+        }
         td_mutex_lock(&pool->lock);
         while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping)
             td_cond_wait(&pool->released, &pool->lock);
@@ -558,6 +786,16 @@ td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t el
     const uint64_t extra_ns = (uint64_t)((double)elapsed_ns * (double)(md->faults.slow - 1.0f));
     const uint64_t now = td_platform_now_ns();
     const uint64_t deadline = extra_ns > UINT64_MAX - now ? UINT64_MAX : now + extra_ns;
+    if (td_worker_on_fiber()) {
+        /* The carrier runs its other devices meanwhile, as a slow device
+         * of its own would leave them their cores. */
+        bool fenced;
+        while (!(fenced = __atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) ||
+                          __atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) &&
+               td_platform_now_ns() < deadline)
+            td_worker_take_turn(deadline);
+        return fenced ? TD_ERR_DEVICE_LOST : TD_OK;
+    }
     td_mutex_lock(&pool->lock);
     int rc = 0;
     while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping && rc != ETIMEDOUT)

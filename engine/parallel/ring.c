@@ -292,12 +292,19 @@ void td_ring_reset(td_ring *ring)
     atomic_store(&ring->abort_status, TD_OK);
 }
 
-static void publish(ring_rank *rr, uint64_t value)
+static void publish_progress(ring_rank *rr, uint64_t value)
 {
     td_mutex_lock(&rr->lock);
     __atomic_store_n(&rr->progress, value, __ATOMIC_RELEASE); /* also read lock-free by spinning peers */
     td_cond_broadcast(&rr->cond);
     td_mutex_unlock(&rr->lock);
+}
+
+/* Publishes, and rings for peers taking turns on fibers. */
+static void publish(td_ring *ring, ring_rank *rr, uint64_t value)
+{
+    publish_progress(rr, value);
+    td_mesh_ring_doorbell(ring->mesh);
 }
 
 static td_status fail(td_ring *ring, uint32_t rank, td_status status)
@@ -309,10 +316,48 @@ static td_status fail(td_ring *ring, uint32_t rank, td_status status)
     return status;
 }
 
+static td_status aborted(td_ring *ring, uint32_t me, int status)
+{
+    return td_error_set(ring->mesh->ctx, TD_ERR_ABORTED, "ring rank %u stopped: another rank failed with %s", me,
+                        td_status_name((td_status)status));
+}
+
+static td_status timed_out(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t seen,
+                           uint64_t timeout_ms)
+{
+    td_error_set(ring->mesh->ctx, TD_ERR_TIMEOUT,
+                 "ring rank %u waited %llu ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)", me,
+                 (unsigned long long)timeout_ms, peer, (unsigned)(target >> 32), (unsigned)(target & UNIT_DONE), peer,
+                 (unsigned)(seen >> 32), (unsigned)(seen & UNIT_DONE));
+    td_ring_abort(ring, TD_ERR_TIMEOUT);
+    return TD_ERR_TIMEOUT;
+}
+
+/* A rank on a fiber: its carrier runs the other devices until the peer
+ * gets there (its progress rings the doorbell). */
+static td_status wait_taking_turns(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms)
+{
+    const ring_rank *p = &ring->ranks[peer];
+    const uint64_t wait_begin = td_platform_now_ns();
+    const uint64_t deadline = td_platform_deadline_after_ms(timeout_ms);
+    uint64_t seen;
+    while ((seen = __atomic_load_n(&p->progress, __ATOMIC_ACQUIRE)) < target) {
+        const int status = atomic_load(&ring->abort_status);
+        if (status != TD_OK)
+            return aborted(ring, me, status);
+        if (td_platform_now_ns() >= deadline)
+            return timed_out(ring, me, peer, target, seen, timeout_ms);
+        td_worker_take_turn(0);
+    }
+    td_ring_note_wait(ring, me, wait_begin);
+    return TD_OK;
+}
+
 static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms)
 {
+    if (td_worker_on_fiber())
+        return wait_taking_turns(ring, me, peer, target, timeout_ms);
     ring_rank *p = &ring->ranks[peer];
-    td_context *ctx = ring->mesh->ctx;
     /* Spin first (ring->spin_iterations says why), offering the core now
      * and then: another process, or another rank, may need it to reach
      * what this one waits for (without, cpu:2 took 225-235 us a linreg
@@ -334,22 +379,15 @@ static td_status wait_for_ms(td_ring *ring, uint32_t me, uint32_t peer, uint64_t
     const uint64_t deadline = td_platform_deadline_after_ms(timeout_ms);
     td_mutex_lock(&p->lock);
     while (p->progress < target) {
-        int aborted = atomic_load(&ring->abort_status);
-        if (aborted != TD_OK) {
+        const int status = atomic_load(&ring->abort_status);
+        if (status != TD_OK) {
             td_mutex_unlock(&p->lock);
-            return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u stopped: another rank failed with %s", me,
-                                td_status_name((td_status)aborted));
+            return aborted(ring, me, status);
         }
         if (td_cond_wait_until(&p->cond, &p->lock, deadline) == ETIMEDOUT && p->progress < target) {
-            uint64_t seen = p->progress;
+            const uint64_t seen = p->progress;
             td_mutex_unlock(&p->lock);
-            td_error_set(ctx, TD_ERR_TIMEOUT,
-                         "ring rank %u waited %llu ms for rank %u (needed op %u unit %u, rank %u is at op %u unit %u)",
-                         me, (unsigned long long)timeout_ms, peer, (unsigned)(target >> 32),
-                         (unsigned)(target & UNIT_DONE), peer,
-                         (unsigned)(seen >> 32), (unsigned)(seen & UNIT_DONE));
-            td_ring_abort(ring, TD_ERR_TIMEOUT);
-            return TD_ERR_TIMEOUT;
+            return timed_out(ring, me, peer, target, seen, timeout_ms);
         }
     }
     td_mutex_unlock(&p->lock);
@@ -398,9 +436,9 @@ static td_status wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t ta
     return wait_for_ms(ring, me, peer, target, 2ull * td_context_timeout_ms(ring->mesh->ctx));
 }
 
-void td_ring_publish(ring_rank *rr, uint64_t value)
+void td_ring_publish(td_ring *ring, ring_rank *rr, uint64_t value)
 {
-    publish(rr, value);
+    publish(ring, rr, value);
 }
 
 td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms)
@@ -513,7 +551,7 @@ static td_status exchange_total(td_ring *ring, uint32_t r, uint64_t base, const 
 {
     ring_rank *me = &ring->ranks[r];
     me->partial = mine;
-    publish(me, base | u_part(um));
+    publish(ring, me, base | u_part(um));
     for (uint32_t q = 0; q < ring->n; q++) {
         td_status s;
         if (q != r && (s = wait_for(ring, r, q, base | u_part(um))) != TD_OK)
@@ -638,7 +676,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     me->gather = gather;
     me->sends_wire = wire16;
     td_mutex_unlock(&me->lock);
-    publish(me, base | 0);
+    publish(ring, me, base | 0);
 
     const uint32_t timeout = td_context_timeout_ms(ctx);
     /* A device's own waits check the abort too: a job that timed out
@@ -670,7 +708,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             else
                 td_ring_round_bf16(work + lo, hi - lo);
         }
-        publish(me, base | u_load(&um, k));
+        publish(ring, me, base | u_load(&um, k));
     }
     if (!direct) {
         const size_t loaded = op->kind == OP_ALL_GATHER ? (chunk_lo(op->count, n, r + 1) - chunk_lo(op->count, n, r)) *
@@ -706,7 +744,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                     add_into(work + lo, pr->work + lo, hi - lo);
                 if (op->bf16 && !from_wire && !(wire16 && step + 2 < n))
                     td_ring_round_bf16(work + lo, hi - lo);
-                publish(me, base | u_rs(&um, step, k));
+                publish(ring, me, base | u_rs(&um, step, k));
                 if (step + 2 == n && across)
                     deposit_slice(ring, op, work, owned, k);
                 else if (step + 2 == n && deferred)
@@ -714,7 +752,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 else if (step + 2 == n && (s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                     return fail(ring, r, s);
                 if (step + 2 == n && !deferred && !across)
-                    publish(me, base | u_fin(&um, k));
+                    publish(ring, me, base | u_fin(&um, k));
             }
         }
         for (size_t k = 0; n == 1 && k < op->slices; k++) {
@@ -729,14 +767,14 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             }
             if ((s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                 return fail(ring, r, s);
-            publish(me, base | u_fin(&um, k));
+            publish(ring, me, base | u_fin(&um, k));
         }
         if (deferred && (s = exchange_total(ring, r, base, &um, mine, op)) != TD_OK)
             return fail(ring, r, s);
         for (size_t k = 0; deferred && k < op->slices; k++) {
             if ((s = finalize_slice(ring, r, op, work, gather, direct, owned, k)) != TD_OK)
                 return fail(ring, r, s);
-            publish(me, base | u_fin(&um, k));
+            publish(ring, me, base | u_fin(&um, k));
         }
         phase_done(tr, track, "collective", "reduce-scatter", &mark, peer_bytes);
         if (across) {
@@ -770,7 +808,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                                                (hi - lo) * sizeof(float))) != TD_OK)
                     return fail(ring, r, s);
             }
-            publish(me, base | u_ag(&um, step, k));
+            publish(ring, me, base | u_ag(&um, step, k));
         }
     }
 #undef WAIT_OWN
@@ -782,7 +820,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
             return fail(ring, r, s);
         phase_done(tr, track, "copy", "host->device", &mark, bytes_needed);
     }
-    publish(me, base | UNIT_DONE);
+    publish(ring, me, base | UNIT_DONE);
     if ((s = wait_for(ring, r, succ, base | UNIT_DONE)) != TD_OK)
         return fail(ring, r, s);
     return TD_OK;
@@ -1039,7 +1077,7 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
     me->work = work;
     me->gather = work;
     td_mutex_unlock(&me->lock);
-    publish(me, base | 0);
+    publish(ring, me, base | 0);
     for (size_t k = 0; k < slices; k++) {
         if (rank != root) {
             if ((s = wait_for(ring, rank, pred, base | (1 + k))) != TD_OK)
@@ -1050,11 +1088,11 @@ static td_status broadcast(td_ring *ring, uint32_t rank, uint32_t root, td_buffe
                                            (hi - lo) * sizeof(float))) != TD_OK)
                 return fail(ring, rank, s);
         }
-        publish(me, base | (1 + k));
+        publish(ring, me, base | (1 + k));
     }
     if (!direct && (s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
         return fail(ring, rank, s);
-    publish(me, base | UNIT_DONE);
+    publish(ring, me, base | UNIT_DONE);
     if ((s = wait_for(ring, rank, succ, base | UNIT_DONE)) != TD_OK)
         return fail(ring, rank, s);
     return TD_OK;

@@ -117,6 +117,7 @@ void td_ring_direct_wake(td_ring *ring)
     td_mutex_lock(&d->lock);
     td_cond_broadcast(&d->cond);
     td_mutex_unlock(&d->lock);
+    td_mesh_ring_doorbell(ring->mesh);
 }
 
 void td_ring_direct_reset(td_ring *ring)
@@ -329,6 +330,7 @@ static void finish_task(direct_job *job)
     atomic_store_explicit(&d->released, job->target, memory_order_release);
     td_cond_broadcast(&d->cond);
     td_mutex_unlock(&d->lock);
+    td_mesh_ring_doorbell(job->ring->mesh);
 }
 
 /* One stream: claims tasks, its owner's chunk first, until none is left
@@ -359,7 +361,7 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
     td_context *ctx = ring->mesh->ctx;
     /* As the ring's waits (ring.c). */
     const uint64_t wait_begin = td_platform_now_ns(), spin_end = wait_begin + RING_SPIN_LIMIT_NS;
-    const uint32_t spins = td_ring_spins(ring, r);
+    const uint32_t spins = td_worker_on_fiber() ? 0 : td_ring_spins(ring, r);
     for (uint32_t i = 0; i < spins; i++) {
         if (atomic_load_explicit(&d->released, memory_order_acquire) >= target) {
             td_ring_note_wait(ring, r, wait_begin);
@@ -374,6 +376,9 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
     const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);
     uint64_t deadline = td_platform_deadline_after_ms(wait_ms);
     uint64_t seen = atomic_load(&d->finished);
+    /* On a fiber the carrier runs the other devices between looks (the
+     * phase's closing rings the doorbell); on a thread it sleeps. */
+    const bool taking_turns = td_worker_on_fiber();
     td_mutex_lock(&d->lock);
     while (atomic_load_explicit(&d->released, memory_order_acquire) < target) {
         const int aborted = atomic_load(&ring->abort_status);
@@ -382,8 +387,16 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
             return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u stopped: another rank failed with %s", r,
                                 td_status_name((td_status)aborted));
         }
-        if (td_cond_wait_until(&d->cond, &d->lock, deadline) != ETIMEDOUT ||
-            atomic_load_explicit(&d->released, memory_order_acquire) >= target)
+        if (taking_turns) {
+            td_mutex_unlock(&d->lock);
+            td_worker_take_turn(0);
+            td_mutex_lock(&d->lock);
+            if (td_platform_now_ns() < deadline)
+                continue;
+        } else if (td_cond_wait_until(&d->cond, &d->lock, deadline) != ETIMEDOUT) {
+            continue;
+        }
+        if (atomic_load_explicit(&d->released, memory_order_acquire) >= target)
             continue;
         const uint64_t finished = atomic_load(&d->finished);
         if (finished != seen) { /* slow, not stuck: tasks still finish */
@@ -476,7 +489,7 @@ td_status td_ring_allreduce_direct(td_ring *ring, uint32_t r, ring_op *op)
     me->work = in;
     me->gather = out;
     td_mutex_unlock(&me->lock);
-    td_ring_publish(me, base | 0);
+    td_ring_publish(ring, me, base | 0);
     /* Nothing to read: nobody reads this rank's memory. Across processes
      * the exchange still takes place (the others expect it, whatever path
      * their own devices take). */

@@ -285,7 +285,7 @@ static td_status finish(td_ring *ring, uint32_t r, uint64_t base, bool wrote_dev
     td_status s = wrote_device ? drain(ring, r) : TD_OK;
     if (s != TD_OK)
         return s;
-    td_ring_publish(&ring->ranks[r], base | UNIT_DONE);
+    td_ring_publish(ring, &ring->ranks[r], base | UNIT_DONE);
     return wait_all_local(ring, r, base | UNIT_DONE);
 }
 
@@ -396,7 +396,7 @@ static td_status across_begin(td_ring *ring, uint32_t r, const ring_op *op, uint
     td_status s = check_reserved(ring, r, count);
     if (s != TD_OK)
         return s;
-    td_ring_publish(me, unit(op, ring->n, base, X_DEPOSITED));
+    td_ring_publish(ring, me, unit(op, ring->n, base, X_DEPOSITED));
     if (r != 0)
         return TD_OK;
     if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_DEPOSITED))) != TD_OK)
@@ -431,7 +431,7 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
     if (r == 0) {
         if (async && (s = wait_job(ring, ring->exchange_ticket, "a bucket's exchange")) != TD_OK)
             return leader_failed(ring, s);
-        td_ring_publish(me, unit(op, ring->n, base, X_EXCHANGED));
+        td_ring_publish(ring, me, unit(op, ring->n, base, X_EXCHANGED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_EXCHANGED))) != TD_OK) {
         return s;
     }
@@ -468,7 +468,7 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
             share += op->partial(op->user, r, ring->host + at, at, end - at);
         }
         me->partial = share;
-        td_ring_publish(me, unit(op, ring->n, base, X_PARTIAL));
+        td_ring_publish(ring, me, unit(op, ring->n, base, X_PARTIAL));
         if (r == 0) {
             if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_PARTIAL))) != TD_OK)
                 return s;
@@ -484,7 +484,7 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
             for (uint32_t q = 0; q < P; q++)
                 total += all[q];
             ring->process_total = total;
-            td_ring_publish(me, unit(op, ring->n, base, X_TOTAL));
+            td_ring_publish(ring, me, unit(op, ring->n, base, X_TOTAL));
         } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_TOTAL))) != TD_OK) {
             return s;
         }
@@ -494,7 +494,7 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
         const size_t end = at + SLICE_ELEMENTS < hi ? at + SLICE_ELEMENTS : hi;
         op->finalize(op->user, r, ring->host + at, at, end - at);
     }
-    td_ring_publish(me, unit(op, ring->n, base, X_FINAL));
+    td_ring_publish(ring, me, unit(op, ring->n, base, X_FINAL));
     if (r == 0) {
         if ((s = wait_all_local(ring, r, unit(op, ring->n, base, X_FINAL))) != TD_OK)
             return s;
@@ -513,7 +513,7 @@ static td_status across_finish(td_ring *ring, uint32_t r, const ring_op *op, uin
         }
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
             return leader_failed(ring, s);
-        td_ring_publish(me, unit(op, ring->n, base, X_GATHERED));
+        td_ring_publish(ring, me, unit(op, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(op, ring->n, base, X_GATHERED))) != TD_OK) {
         return s;
     }
@@ -663,7 +663,7 @@ td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, ui
     const size_t position = td_ring_global_position(ring, r);
     if ((s = fetch_input(ring, r, in, in_offset, count, ring->host + position * count)) != TD_OK)
         return td_ring_fail(ring, r, s);
-    td_ring_publish(me, unit(NULL, ring->n, base, X_DEPOSITED));
+    td_ring_publish(ring, me, unit(NULL, ring->n, base, X_DEPOSITED));
     if (r == 0) {
         if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK)
             return td_ring_fail(ring, r, s);
@@ -671,7 +671,7 @@ td_status td_ring_all_gather_across(td_ring *ring, uint32_t r, td_buffer *in, ui
             ring->blocks[q] = (size_t)ring->device_offset[q] * count;
         if ((s = td_procs_allgather_blocks(ring->procs, ring->host, ring->blocks, ring_aborted, ring)) != TD_OK)
             return leader_failed(ring, s);
-        td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
+        td_ring_publish(ring, me, unit(NULL, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);
     }
@@ -693,14 +693,14 @@ td_status td_ring_broadcast_across(td_ring *ring, uint32_t r, uint32_t root, td_
     if (root_proc == ring->proc && r == root_rank &&
         (s = fetch_input(ring, r, in, in_offset, count, ring->host)) != TD_OK)
         return td_ring_fail(ring, r, s);
-    td_ring_publish(me, unit(NULL, ring->n, base, X_DEPOSITED));
+    td_ring_publish(ring, me, unit(NULL, ring->n, base, X_DEPOSITED));
     if (r == 0) {
         if ((s = wait_all_local(ring, r, unit(NULL, ring->n, base, X_DEPOSITED))) != TD_OK)
             return td_ring_fail(ring, r, s);
         if ((s = td_procs_broadcast(ring->procs, root_proc, ring->host, count * sizeof(float), ring_aborted, ring)) !=
             TD_OK)
             return leader_failed(ring, s);
-        td_ring_publish(me, unit(NULL, ring->n, base, X_GATHERED));
+        td_ring_publish(ring, me, unit(NULL, ring->n, base, X_GATHERED));
     } else if ((s = wait_leader(ring, r, unit(NULL, ring->n, base, X_GATHERED))) != TD_OK) {
         return td_ring_fail(ring, r, s);
     }

@@ -182,7 +182,7 @@ static inline uint64_t u_ag(const unit_map *m, uint32_t step, size_t k)
 }
 
 /* Ring internals the part between processes uses (ring.c). */
-void td_ring_publish(ring_rank *rr, uint64_t value);
+void td_ring_publish(td_ring *ring, ring_rank *rr, uint64_t value);
 td_status td_ring_wait_for(td_ring *ring, uint32_t me, uint32_t peer, uint64_t target, uint64_t timeout_ms);
 /* Pauses rank `me` may spin on before it sleeps in its next wait (td_ring's spin fields). */
 uint32_t td_ring_spins(const td_ring *ring, uint32_t me);

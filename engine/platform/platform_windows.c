@@ -752,3 +752,46 @@ _Noreturn void td_platform_exit_now(int code)
 {
     _exit(code);
 }
+
+/* ---- fibers ----
+ * None here (td_platform.h): the device workers keep a thread per device
+ * on Windows, as on any system without fiber_posix.c's switch. */
+
+bool td_fiber_available(void)
+{
+    return false;
+}
+
+int td_fiber_create(td_fiber **out, size_t stack_bytes, void (*fn)(void *arg), void *arg)
+{
+    (void)stack_bytes;
+    (void)fn;
+    (void)arg;
+    *out = NULL;
+    return ENOSYS;
+}
+
+void td_fiber_resume(td_fiber *f)
+{
+    (void)f;
+}
+
+void td_fiber_suspend(void)
+{
+}
+
+bool td_fiber_inside(void)
+{
+    return false;
+}
+
+bool td_fiber_finished(const td_fiber *f)
+{
+    (void)f;
+    return true;
+}
+
+void td_fiber_destroy(td_fiber *f)
+{
+    (void)f;
+}

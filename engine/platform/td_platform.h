@@ -178,6 +178,34 @@ void td_thread_join(td_thread *t);
  * `t` is released either way. */
 bool td_thread_join_until(td_thread *t, uint64_t deadline_ns);
 
+/* ---- fibers ----
+ * A fiber is a function on a stack of its own that the thread resuming it
+ * runs until the function suspends (back to that thread, which may resume
+ * it later) or returns. The device workers run CPU devices as fibers when
+ * a mesh has more of them than the machine has threads (core/worker.c).
+ * x86-64 ELF systems only (fiber_posix.c); elsewhere td_fiber_available()
+ * is false and td_fiber_create fails with ENOSYS. A fiber stays on the
+ * thread that first resumed it: its code may cache thread-local addresses. */
+typedef struct td_fiber td_fiber;
+bool td_fiber_available(void);
+/* A suspended fiber that will run fn(arg) at its first resume, on a stack
+ * of stack_bytes (rounded up to pages; only touched pages are backed): 0,
+ * or EINVAL, ENOMEM, ENOSYS. */
+int td_fiber_create(td_fiber **out, size_t stack_bytes, void (*fn)(void *arg), void *arg);
+/* From a thread's own stack: runs `f` until it suspends or its function
+ * returns. Never for a finished fiber, never from inside a fiber. */
+void td_fiber_resume(td_fiber *f);
+/* From inside a fiber: back to the thread that resumed it. Nothing on a
+ * thread's own stack. */
+void td_fiber_suspend(void);
+/* Whether the calling code runs on a fiber. */
+bool td_fiber_inside(void);
+/* Whether the fiber's function has returned. */
+bool td_fiber_finished(const td_fiber *f);
+/* Frees a fiber that is not running (suspended, finished or never
+ * resumed); NULL is ignored. */
+void td_fiber_destroy(td_fiber *f);
+
 /* A per-thread slot whose value, a malloc'd block, is free()d when the
  * thread that set it exits. 0 or an errno value. */
 typedef struct td_thread_slot {

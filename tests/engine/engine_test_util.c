@@ -1,6 +1,8 @@
 /* Shared helpers of the engine tests; see engine_test_util.h. */
 #include "engine_test_util.h"
 
+#include "td_mesh_internal.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -107,6 +109,37 @@ uint32_t test_mesh_size(td_mesh *mesh)
     uint32_t n = 0;
     cr_assert_eq(td_mesh_size(mesh, &n), TD_OK);
     return n;
+}
+
+void test_meeting_init(test_meeting *m, td_mesh *mesh, uint32_t n)
+{
+    m->mesh = mesh;
+    m->n = n;
+    __atomic_store_n(&m->arrived, 0u, __ATOMIC_RELEASE);
+}
+
+void test_meeting_wait(test_meeting *m)
+{
+    const uint32_t ticket = __atomic_fetch_add(&m->arrived, 1u, __ATOMIC_ACQ_REL);
+    const uint32_t all_here = (ticket / m->n + 1) * m->n;
+    td_mesh_ring_doorbell(m->mesh);
+    while (__atomic_load_n(&m->arrived, __ATOMIC_ACQUIRE) < all_here) {
+        if (td_worker_on_fiber())
+            td_worker_take_turn(0);
+        else
+            td_platform_yield();
+    }
+}
+
+void test_device_pause_ns(uint64_t ns)
+{
+    if (!td_worker_on_fiber()) {
+        td_platform_sleep_ns(ns);
+        return;
+    }
+    const uint64_t until = td_platform_now_ns() + ns;
+    while (td_platform_now_ns() < until)
+        td_worker_take_turn(until);
 }
 
 td_tensor *test_tensor(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims)

@@ -71,6 +71,22 @@ td_mesh *test_mesh_or_skip(td_context *ctx, const char *spec);
 td_mesh *test_mesh(td_context *ctx, const char *spec);
 uint32_t test_mesh_size(td_mesh *mesh);
 
+/* Waits inside a job that still let the other devices run when devices
+ * take turns on fibers (engine/core/worker.c: more CPU devices than
+ * threads), where a plain sleep or a pthread barrier would hold the
+ * carrier thread they share. A meeting: every one of `n` devices calls
+ * test_meeting_wait once per round and returns when all n have; rounds
+ * follow each other. */
+typedef struct test_meeting {
+    td_mesh *mesh;
+    uint32_t n;
+    uint32_t arrived; /* atomic: arrivals over every round */
+} test_meeting;
+void test_meeting_init(test_meeting *m, td_mesh *mesh, uint32_t n);
+void test_meeting_wait(test_meeting *m);
+/* Pauses the calling device `ns` nanoseconds. */
+void test_device_pause_ns(uint64_t ns);
+
 /* Host tensors; creation failure fails the test. */
 td_tensor *test_tensor(td_context *ctx, td_dtype dtype, uint32_t rank, const int64_t *dims);
 td_tensor *test_tensor_f32(td_context *ctx, uint32_t rank, const int64_t *dims, const float *values);

@@ -375,3 +375,66 @@ Test(platform, try_lock_takes_only_a_free_mutex)
     cr_assert_eq(atomic_load(&t.took), 1, "another thread could not take a free mutex");
     td_mutex_destroy(&lock);
 }
+
+/* ---- fibers ---- */
+
+typedef struct {
+    int id;
+    int *log;
+    int *logged;
+    bool inside[3];
+    bool intact[3];
+} fiber_trace;
+
+/* Three turns, each on a stack frame too big for a small stack: the
+ * fiber's own stack holds it, and the values survive the switches. */
+static void three_turns(void *arg)
+{
+    fiber_trace *t = arg;
+    for (int turn = 0; turn < 3; turn++) {
+        volatile char frame[256 * 1024];
+        memset((char *)frame, t->id + turn, sizeof frame);
+        t->inside[turn] = td_fiber_inside();
+        td_fiber_suspend();
+        /* Checked by the test on its own stack: a failed assertion must
+         * not leave from a fiber's. */
+        t->intact[turn] = frame[0] == t->id + turn && frame[sizeof frame - 1] == t->id + turn;
+        t->log[(*t->logged)++] = t->id * 10 + turn;
+    }
+}
+
+Test(platform, fibers_take_turns_on_their_own_stacks)
+{
+    if (!td_fiber_available()) {
+        td_fiber *f = (td_fiber *)&f;
+        cr_assert_eq(td_fiber_create(&f, 1 << 20, three_turns, NULL), ENOSYS);
+        cr_assert_null(f);
+        cr_skip("no fibers on this system (td_fiber_create answers ENOSYS, checked)");
+    }
+    int log[6], logged = 0;
+    fiber_trace a = {.id = 1, .log = log, .logged = &logged}, b = {.id = 2, .log = log, .logged = &logged};
+    td_fiber *fa, *fb;
+    cr_assert_eq(td_fiber_create(&fa, 1 << 20, three_turns, &a), 0);
+    cr_assert_eq(td_fiber_create(&fb, 1 << 20, three_turns, &b), 0);
+    cr_assert_eq(td_fiber_create(&(td_fiber *){NULL}, 16, three_turns, &a), EINVAL);
+    cr_assert_not(td_fiber_inside());
+    while (!td_fiber_finished(fa) || !td_fiber_finished(fb)) {
+        if (!td_fiber_finished(fa))
+            td_fiber_resume(fa);
+        if (!td_fiber_finished(fb))
+            td_fiber_resume(fb);
+        cr_assert_not(td_fiber_inside());
+    }
+    /* Each resume ran one fiber to its next suspend: strictly alternating. */
+    const int expected[6] = {10, 20, 11, 21, 12, 22};
+    cr_assert_eq(logged, 6);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(log[i], expected[i], "entry %d: %d, expected %d", i, log[i], expected[i]);
+    for (int turn = 0; turn < 3; turn++) {
+        cr_assert(a.inside[turn] && b.inside[turn], "turn %d did not run on a fiber", turn);
+        cr_assert(a.intact[turn] && b.intact[turn], "turn %d's frame changed across a switch", turn);
+    }
+    td_fiber_destroy(fa);
+    td_fiber_destroy(fb);
+    td_fiber_destroy(NULL);
+}

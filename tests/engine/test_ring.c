@@ -7,7 +7,6 @@
  * rank that never arrives) must end every rank promptly with a status. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +62,7 @@ typedef struct ring_job {
     /* Every rank passes this before freeing its buffers: after a failure a
      * rank returns at once while its successor may still be reading its
      * memory (the ring promises "free right away" only on success). */
-    pthread_barrier_t release;
+    test_meeting release;
 } ring_job;
 
 /* Input element i of rank r: uniform in [-1, 1), a pure function so the host
@@ -157,7 +156,7 @@ static td_status rank_job(void *arg, uint32_t r)
         /* Tell the peers, which would otherwise wait for this rank until the timeout. */
         td_ring_abort(ring, s);
         job->status[r] = s;
-        pthread_barrier_wait(&job->release);
+        test_meeting_wait(&job->release);
         if (out)
             ops->buffer_destroy(md->dev, out);
         if (in)
@@ -185,8 +184,8 @@ static td_status rank_job(void *arg, uint32_t r)
         if (r == job->odd_rank && job->behaviour == RANK_LATE) {
             const double give_up = now_seconds() + 10.0;
             while (atomic_load(&job->entering) + 1 < job->n && now_seconds() < give_up)
-                nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
-            nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL); /* 20 ms: far past any spin */
+                test_device_pause_ns(100000);
+            test_device_pause_ns(20000000); /* 20 ms: far past any spin */
         }
         double start = now_seconds();
         switch (job->kind) {
@@ -212,7 +211,7 @@ static td_status rank_job(void *arg, uint32_t r)
             s = finish(md);
     }
     job->status[r] = s;
-    pthread_barrier_wait(&job->release);
+    test_meeting_wait(&job->release);
     free(host);
     if (!job->in_place)
         ops->buffer_destroy(md->dev, out);
@@ -239,7 +238,7 @@ static void job_init(ring_job *job, td_mesh *mesh, collective_kind kind, size_t 
     job->count = count;
     job->salt = salt;
     job->odd_rank = UINT32_MAX;
-    cr_assert_eq(pthread_barrier_init(&job->release, NULL, job->n), 0);
+    test_meeting_init(&job->release, mesh, job->n);
     for (uint32_t r = 0; r < job->n; r++) {
         job->results[r] = malloc(out_count(job) * sizeof(float) + 1);
         cr_assert_not_null(job->results[r]);
@@ -248,7 +247,6 @@ static void job_init(ring_job *job, td_mesh *mesh, collective_kind kind, size_t 
 
 static void job_free(ring_job *job)
 {
-    pthread_barrier_destroy(&job->release);
     for (uint32_t r = 0; r < job->n; r++)
         free(job->results[r]);
 }

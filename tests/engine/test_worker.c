@@ -72,6 +72,18 @@ Test(worker, a_job_ends_when_every_worker_is_out_sleeping)
     every_job_waits_for_every_worker("0", 3);
 }
 
+/* A context of `cpu_threads` threads (0: the machine's). */
+static td_context *threads_context(uint32_t timeout_ms, uint32_t cpu_threads)
+{
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.timeout_ms = timeout_ms;
+    options.cpu_threads = cpu_threads;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    return ctx;
+}
+
 typedef struct {
     td_mesh *mesh;
 } hang_job;
@@ -84,11 +96,11 @@ static td_status begin_run(void *arg, uint32_t position)
 
 /* Device 1 hangs in its third run: that job times out at 4 x the
  * timeout, the device is fenced off, and the next run fails at once. */
-static void a_hang_still_times_out(const char *spin_us)
+static void hang_times_out(const char *spin_us, uint32_t cpu_threads)
 {
     test_set_env("TD_WORKER_SPIN_US", spin_us);
     const uint32_t timeout_ms = 100;
-    td_context *ctx = test_context(timeout_ms);
+    td_context *ctx = threads_context(timeout_ms, cpu_threads);
     td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@hang=3");
     test_set_env("TD_WORKER_SPIN_US", NULL);
     hang_job job = {.mesh = mesh};
@@ -110,5 +122,86 @@ static void a_hang_still_times_out(const char *spin_us)
     td_context_destroy(ctx);
 }
 
-Test(worker, a_hung_device_times_out_with_spinning_waits) { a_hang_still_times_out("200"); }
-Test(worker, a_hung_device_times_out_with_sleeping_waits) { a_hang_still_times_out("0"); }
+Test(worker, a_hung_device_times_out_with_spinning_waits) { hang_times_out("200", 0); }
+Test(worker, a_hung_device_times_out_with_sleeping_waits) { hang_times_out("0", 0); }
+/* One thread for two devices: both are fibers of one carrier, and the
+ * hung one must take turns, or the other would never finish its job. */
+Test(worker, a_hung_device_on_a_fiber_times_out_and_its_carrier_runs_on)
+{
+    if (!td_fiber_available())
+        cr_skip("no fibers on this system: every device has a thread of its own");
+    hang_times_out("0", 1);
+}
+
+#define TURN_DEVICES 5
+#define TURN_JOBS 300
+
+/* Every device of a job waits for all of them to arrive, twice, each time
+ * taking turns, and notes whether it ran on a fiber. */
+typedef struct {
+    td_mesh *mesh;
+    uint32_t arrived; /* atomic */
+    uint32_t on_fiber[TURN_DEVICES];
+    uint64_t jobs;
+} turn_job;
+
+/* No assertion in here: a job runs on a worker, maybe on a fiber's stack. */
+static td_status arrive_and_wait(turn_job *job, uint32_t target)
+{
+    __atomic_add_fetch(&job->arrived, 1u, __ATOMIC_ACQ_REL);
+    td_mesh_ring_doorbell(job->mesh);
+    const uint64_t deadline = td_platform_deadline_after_ms(5000);
+    while (__atomic_load_n(&job->arrived, __ATOMIC_ACQUIRE) < target) {
+        if (td_platform_now_ns() >= deadline)
+            return TD_ERR_TIMEOUT;
+        td_worker_take_turn(0);
+    }
+    return TD_OK;
+}
+
+static td_status meet_twice(void *arg, uint32_t position)
+{
+    turn_job *job = arg;
+    job->on_fiber[position] += td_worker_on_fiber();
+    const uint32_t base = (uint32_t)(2 * TURN_DEVICES * job->jobs);
+    td_status s = arrive_and_wait(job, base + TURN_DEVICES);
+    return s != TD_OK ? s : arrive_and_wait(job, base + 2 * TURN_DEVICES);
+}
+
+/* Five devices on two threads: each is a fiber, a device waiting for the
+ * others lets its carrier run them, and every job ends with every device
+ * through both meetings. */
+Test(worker, devices_beyond_the_threads_take_turns_on_fibers)
+{
+    if (!td_fiber_available())
+        cr_skip("no fibers on this system: every device has a thread of its own");
+    td_context *ctx = threads_context(5000, 2);
+    td_mesh *mesh = test_mesh(ctx, "cpu:5");
+    turn_job job = {.mesh = mesh};
+    for (job.jobs = 0; job.jobs < TURN_JOBS; job.jobs++) {
+        TEST_OK(ctx, td_mesh_run(mesh, meet_twice, &job));
+        cr_assert_eq(__atomic_load_n(&job.arrived, __ATOMIC_ACQUIRE), 2u * TURN_DEVICES * (job.jobs + 1));
+    }
+    for (uint32_t p = 0; p < TURN_DEVICES; p++)
+        cr_assert_eq(job.on_fiber[p], TURN_JOBS, "device %u ran %u of %u jobs on a fiber", p, job.on_fiber[p],
+                     TURN_JOBS);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
+}
+
+/* TD_FIBERS=0 keeps a thread per device (for measurements); the mesh
+ * runs the same. */
+Test(worker, fibers_off_gives_every_device_a_thread)
+{
+    test_set_env("TD_FIBERS", "0");
+    td_context *ctx = threads_context(5000, 2);
+    td_mesh *mesh = test_mesh(ctx, "cpu:5");
+    test_set_env("TD_FIBERS", NULL);
+    turn_job job = {.mesh = mesh};
+    for (job.jobs = 0; job.jobs < 20; job.jobs++)
+        TEST_OK(ctx, td_mesh_run(mesh, meet_twice, &job));
+    for (uint32_t p = 0; p < TURN_DEVICES; p++)
+        cr_assert_eq(job.on_fiber[p], 0u);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
+}
