@@ -505,8 +505,8 @@ td_status td_worker_pool_create(td_mesh *mesh)
         int rc = td_thread_start(&w->thread, pool->carriers ? carrier_main : worker_main, w);
         if (rc != 0) {
             td_worker_pool_destroy(mesh);
-            return td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "could not start the worker thread for device %u (errno %d)",
-                                i, rc);
+            return td_error_set(ctx, TD_ERR_OUT_OF_MEMORY, "could not start %s %u (errno %d)",
+                                pool->carriers ? "the carrier thread" : "the worker thread for device", i, rc);
         }
         w->started = true;
     }
@@ -525,7 +525,7 @@ bool td_worker_pool_destroy(td_mesh *mesh)
      * was fenced off, and is again here for the paths that give up on it
      * without a fence. */
     for (uint32_t i = 0; i < mesh->count; i++)
-        if (pool->workers[i].started && pool->workers[i].busy)
+        if (pool->workers[i].busy) /* only a job sets it, and jobs run on a whole pool */
             cancel_device(&mesh->devices[i]);
     td_cond_broadcast(&pool->job_posted);
     td_cond_broadcast(&pool->released); /* injected hangs end with the mesh */

@@ -292,18 +292,14 @@ void td_ring_reset(td_ring *ring)
     atomic_store(&ring->abort_status, TD_OK);
 }
 
-static void publish_progress(ring_rank *rr, uint64_t value)
+/* Publishes a rank's progress: to peers spinning on it or sleeping on its
+ * condition, and through the doorbell to peers taking turns on fibers. */
+static void publish(td_ring *ring, ring_rank *rr, uint64_t value)
 {
     td_mutex_lock(&rr->lock);
     __atomic_store_n(&rr->progress, value, __ATOMIC_RELEASE); /* also read lock-free by spinning peers */
     td_cond_broadcast(&rr->cond);
     td_mutex_unlock(&rr->lock);
-}
-
-/* Publishes, and rings for peers taking turns on fibers. */
-static void publish(td_ring *ring, ring_rank *rr, uint64_t value)
-{
-    publish_progress(rr, value);
     td_mesh_ring_doorbell(ring->mesh);
 }
 
