@@ -113,10 +113,18 @@ static void make_batch(const model *m, int step, td_tensor *x, td_tensor *target
     }
 }
 
+/* The threads the next train() gives its context (0: the machine's). */
+static uint32_t train_cpu_threads;
+
 static void train(const char *spec, bool skip_when_unavailable, model_kind kind, int64_t batch, float lr,
                   train_result *out)
 {
-    td_context *ctx = test_context(30000);
+    td_context_options options;
+    cr_assert_eq(td_context_options_init(&options), TD_OK);
+    options.timeout_ms = 30000;
+    options.cpu_threads = train_cpu_threads;
+    td_context *ctx = NULL;
+    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
     td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
     model m;
     build(ctx, &m, kind, batch);
@@ -194,6 +202,30 @@ static void check_matches_one_device(const char *spec, bool skip_when_unavailabl
                  (double)first, (double)last);
     free(one.values);
     free(many.values);
+}
+
+/* Four devices on two threads take turns as fibers (engine/core/worker.c);
+ * with TD_FIBERS=0 each has a thread. The sums are the ring's either way:
+ * losses and parameters bitwise the same. */
+Test(training, mlp_on_fibers_is_bitwise_the_threads_result)
+{
+    if (!td_fiber_available())
+        cr_skip_test("no fibers on this system: every device has a thread of its own");
+    train_result fibers, threads;
+    train_cpu_threads = 2;
+    train("cpu:4", false, MODEL_MLP, 24, 0.2f, &fibers);
+    test_set_env("TD_FIBERS", "0");
+    train("cpu:4", false, MODEL_MLP, 24, 0.2f, &threads);
+    test_set_env("TD_FIBERS", NULL);
+    train_cpu_threads = 0;
+    for (int step = 0; step < STEPS; step++)
+        cr_assert_eq(fibers.losses[step], threads.losses[step], "step %d: loss %.9g on fibers, %.9g on threads", step,
+                     (double)fibers.losses[step], (double)threads.losses[step]);
+    cr_assert_eq(fibers.n_values, threads.n_values);
+    cr_assert_eq(memcmp(fibers.values, threads.values, fibers.n_values * sizeof(float)), 0,
+                 "the parameters differ between fibers and threads");
+    free(fibers.values);
+    free(threads.values);
 }
 
 Test(training, linreg_cpu2_matches_cpu1) { check_matches_one_device("cpu:2", false, MODEL_LINREG, 12, 0.1f); }
