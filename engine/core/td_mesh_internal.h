@@ -146,6 +146,9 @@ bool td_worker_on_fiber(void);
  * The caller checks again what it waits for, and its deadline. Nothing on
  * a thread. Never while holding a lock another device may take. */
 void td_worker_take_turn(uint64_t wake_at_ns);
+/* On a fiber: whether the device is the first its carrier runs (each
+ * carrier has one such device). */
+bool td_worker_first_on_carrier(void);
 /* Wakes the mesh's devices taking turns to look again at what they wait
  * for: every event one may wait for rings it (a ring rank's progress, a
  * phase of the direct all-reduce closing, an abort, a fence). Nothing

@@ -449,6 +449,12 @@ void td_worker_take_turn(uint64_t wake_at_ns)
     w->wake_at_ns = 0;
 }
 
+bool td_worker_first_on_carrier(void)
+{
+    const td_worker *w = carried_worker;
+    return w && w->position < w->pool->carriers;
+}
+
 void td_mesh_ring_doorbell(td_mesh *mesh)
 {
     td_worker_pool *pool = mesh->pool;
