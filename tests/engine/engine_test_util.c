@@ -47,9 +47,15 @@ void test_fill_uniform(test_rng *r, float *data, size_t n, float lo, float hi)
 
 td_context *test_context(uint32_t timeout_ms)
 {
+    return test_context_threads(timeout_ms, 0);
+}
+
+td_context *test_context_threads(uint32_t timeout_ms, uint32_t cpu_threads)
+{
     td_context_options options;
     cr_assert_eq(td_context_options_init(&options), TD_OK);
     options.timeout_ms = timeout_ms;
+    options.cpu_threads = cpu_threads;
     td_context *ctx = NULL;
     td_status s = td_context_create(&options, &ctx);
     cr_assert_eq(s, TD_OK, "td_context_create: %s", td_status_name(s));

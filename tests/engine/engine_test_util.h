@@ -45,6 +45,9 @@ void test_linreg_graph(td_context *ctx, td_graph *g, int64_t batch, int64_t feat
 /* A context with the given timeout (0 = the default); fails the test when
  * creation fails. */
 td_context *test_context(uint32_t timeout_ms);
+/* The same, with `cpu_threads` threads for its CPU devices (0: the
+ * machine's cores; fewer than the devices: they take turns as fibers). */
+td_context *test_context_threads(uint32_t timeout_ms, uint32_t cpu_threads);
 
 /* How many times slower than a plain build the CPU kernels run here: 1,
  * or TD_TEST_SLOWDOWN (scripts/test-tsan sets it: ThreadSanitizer makes

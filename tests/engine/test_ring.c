@@ -409,17 +409,6 @@ Test(ring, allreduce_finalize_scales_each_element_once)
 
 /* ---- the direct all-reduce against the ring proper ---- */
 
-static td_context *threads_context(uint32_t threads)
-{
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.timeout_ms = 20000;
-    options.cpu_threads = threads;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
-    return ctx;
-}
-
 /* One all-reduce (with a scaling finalize; for KIND_ALLREDUCE_TOTAL also
  * the sum of squares as a total first) on the direct path or the ring
  * proper. Checks what does not depend on the path -- every rank bitwise
@@ -484,7 +473,7 @@ static void check_direct_matches_ring(uint32_t n)
     td_context *ctx[4];
     td_mesh *mesh[4];
     for (int t = 0; t < 4; t++) {
-        ctx[t] = threads_context(threads[t]);
+        ctx[t] = test_context_threads(20000, threads[t]);
         mesh[t] = cpu_mesh(ctx[t], n);
         cr_assert(td_ring_direct(mesh_ring(mesh[t])), "cpu:%u: the ring of CPU devices of one process is direct", n);
     }
@@ -781,7 +770,7 @@ Test(ring_devices, abort_on_test_devices)
  * spin stays, the peer being on a core of its own. */
 static void check_spins_after_a_late_rank(uint32_t n, bool outnumbered)
 {
-    td_context *ctx = threads_context(0);
+    td_context *ctx = test_context_threads(20000, 0);
     char spec[16];
     snprintf(spec, sizeof spec, "cpu:%u", n);
     td_mesh *mesh = test_mesh(ctx, spec);
@@ -826,7 +815,7 @@ Test(ring, a_rank_with_a_core_of_its_own_keeps_spinning_after_a_long_wait)
  * slice each time (4-15 ms linreg steps with two busy loops running). */
 Test(ring, a_slow_yield_stops_the_spinning_for_a_while)
 {
-    td_context *ctx = threads_context(0);
+    td_context *ctx = test_context_threads(20000, 0);
     td_mesh *mesh = test_mesh(ctx, "cpu:2");
     td_ring *ring = mesh_ring(mesh);
     ring->spin_quiet_until = 0;

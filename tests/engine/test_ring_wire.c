@@ -227,17 +227,6 @@ static void check_wire(td_context *ctx, td_mesh *mesh, size_t count, wire_kind k
     last_job = job;
 }
 
-static td_context *threads_context(uint32_t threads)
-{
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.timeout_ms = 20000;
-    options.cpu_threads = threads;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
-    return ctx;
-}
-
 /* One slice is 64 Ki floats: sizes below, at and across slice and chunk
  * edges. */
 static const size_t sizes[] = {1, 7, 1000, 65536 * 2 + 3, 65536 * 5 + 17};
@@ -246,7 +235,7 @@ static void check_cpu(uint32_t n)
 {
     const uint32_t threads[] = {1, 3};
     for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
-        td_context *ctx = threads_context(threads[t]);
+        td_context *ctx = test_context_threads(20000, threads[t]);
         char spec[16];
         snprintf(spec, sizeof spec, "cpu:%u", n);
         td_mesh *mesh = test_mesh(ctx, spec);
@@ -277,7 +266,7 @@ Test(ring_wire, bf16_keeps_nans_and_infinities)
     with_specials = true;
     const uint32_t counts[] = {1, 3, 4};
     for (size_t m = 0; m < sizeof counts / sizeof counts[0]; m++) {
-        td_context *ctx = threads_context(2);
+        td_context *ctx = test_context_threads(20000, 2);
         char spec[16];
         snprintf(spec, sizeof spec, "cpu:%u", counts[m]);
         td_mesh *mesh = test_mesh(ctx, spec);

@@ -119,12 +119,7 @@ static uint32_t train_cpu_threads;
 static void train(const char *spec, bool skip_when_unavailable, model_kind kind, int64_t batch, float lr,
                   train_result *out)
 {
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.timeout_ms = 30000;
-    options.cpu_threads = train_cpu_threads;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
+    td_context *ctx = test_context_threads(30000, train_cpu_threads);
     td_mesh *mesh = skip_when_unavailable ? test_mesh_or_skip(ctx, spec) : test_mesh(ctx, spec);
     model m;
     build(ctx, &m, kind, batch);

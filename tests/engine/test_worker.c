@@ -72,18 +72,6 @@ Test(worker, a_job_ends_when_every_worker_is_out_sleeping)
     every_job_waits_for_every_worker("0", 3);
 }
 
-/* A context of `cpu_threads` threads (0: the machine's). */
-static td_context *threads_context(uint32_t timeout_ms, uint32_t cpu_threads)
-{
-    td_context_options options;
-    cr_assert_eq(td_context_options_init(&options), TD_OK);
-    options.timeout_ms = timeout_ms;
-    options.cpu_threads = cpu_threads;
-    td_context *ctx = NULL;
-    cr_assert_eq(td_context_create(&options, &ctx), TD_OK);
-    return ctx;
-}
-
 typedef struct {
     td_mesh *mesh;
 } hang_job;
@@ -100,7 +88,7 @@ static void hang_times_out(const char *spin_us, uint32_t cpu_threads)
 {
     test_set_env("TD_WORKER_SPIN_US", spin_us);
     const uint32_t timeout_ms = 100;
-    td_context *ctx = threads_context(timeout_ms, cpu_threads);
+    td_context *ctx = test_context_threads(timeout_ms, cpu_threads);
     td_mesh *mesh = test_mesh(ctx, "cpu:1,cpu:1@hang=3");
     test_set_env("TD_WORKER_SPIN_US", NULL);
     hang_job job = {.mesh = mesh};
@@ -175,7 +163,7 @@ Test(worker, devices_beyond_the_threads_take_turns_on_fibers)
 {
     if (!td_fiber_available())
         cr_skip("no fibers on this system: every device has a thread of its own");
-    td_context *ctx = threads_context(5000, 2);
+    td_context *ctx = test_context_threads(5000, 2);
     td_mesh *mesh = test_mesh(ctx, "cpu:5");
     turn_job job = {.mesh = mesh};
     for (job.jobs = 0; job.jobs < TURN_JOBS; job.jobs++) {
@@ -194,7 +182,7 @@ Test(worker, devices_beyond_the_threads_take_turns_on_fibers)
 Test(worker, fibers_off_gives_every_device_a_thread)
 {
     test_set_env("TD_FIBERS", "0");
-    td_context *ctx = threads_context(5000, 2);
+    td_context *ctx = test_context_threads(5000, 2);
     td_mesh *mesh = test_mesh(ctx, "cpu:5");
     test_set_env("TD_FIBERS", NULL);
     turn_job job = {.mesh = mesh};
