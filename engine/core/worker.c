@@ -40,11 +40,10 @@ struct td_worker {
     uint32_t position;
     uint64_t last_gap_ns; /* from its last job's end to the next post (the worker's own) */
     td_worker_pool *pool;
-    /* With carriers: the device's fiber, whether it was ever resumed,
-     * whether it is inside the current job, and when a wait of its wants
-     * to run again at the latest (0: none). Its carrier's only. */
+    /* With carriers: the device's fiber, whether it is inside the current
+     * job, and when a wait of its wants to run again at the latest (0:
+     * none). Its carrier's only. */
     td_fiber *fiber;
-    bool fiber_started;
     bool in_job;
     uint64_t wake_at_ns;
 };
@@ -372,7 +371,6 @@ static void run_turns(td_worker_pool *pool, uint32_t carrier)
             td_worker *w = &pool->workers[i];
             if (!w->in_job)
                 continue;
-            w->fiber_started = true;
             current_position = (int)i;
             carried_worker = w;
             td_fiber_resume(w->fiber);
@@ -402,13 +400,13 @@ static void carrier_main(void *p)
         td_mutex_lock(&pool->lock);
     }
     td_mutex_unlock(&pool->lock);
-    /* Let every fiber this carrier ran return (each is between jobs): the
-     * sanitizers then see its stack unwound. */
+    /* Let every fiber of this carrier return (each is between jobs, or
+     * never ran and returns at once): the sanitizers then see its stack
+     * unwound. */
     FOR_CARRIED(pool, c->position, i)
     {
-        td_worker *w = &pool->workers[i];
-        if (w->fiber_started && !td_fiber_finished(w->fiber))
-            td_fiber_resume(w->fiber);
+        if (!td_fiber_finished(pool->workers[i].fiber))
+            td_fiber_resume(pool->workers[i].fiber);
     }
 }
 
@@ -434,15 +432,16 @@ static uint32_t carrier_count(const td_mesh *mesh)
  * are sized for one); only the pages a device touches are backed. */
 #define DEVICE_FIBER_STACK_BYTES ((size_t)8 << 20)
 
+/* carried_worker is set only while a carrier runs a device's fiber. */
 bool td_worker_on_fiber(void)
 {
-    return td_fiber_inside();
+    return carried_worker != NULL;
 }
 
 void td_worker_take_turn(uint64_t wake_at_ns)
 {
     td_worker *w = carried_worker;
-    if (!w || !td_fiber_inside())
+    if (!w)
         return;
     w->wake_at_ns = wake_at_ns;
     td_fiber_suspend();
@@ -724,6 +723,36 @@ bool td_mesh_device_lost(td_mesh *mesh, uint32_t position)
     return __atomic_load_n(&mesh->devices[position].lost, __ATOMIC_ACQUIRE);
 }
 
+/* Whether the device was fenced off (lost) or its pool is stopping. */
+static bool fenced(const td_mesh_device *md, const td_worker_pool *pool)
+{
+    return __atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) || __atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE);
+}
+
+/* An injected hang's or slowdown's wait: until the device is fenced off or
+ * the pool stops (true), or the deadline passes (false; UINT64_MAX: none).
+ * On a fiber the carrier runs its other devices meanwhile, as a slow
+ * device of its own would leave them their cores. */
+static bool wait_for_fence(const td_mesh_device *md, td_worker_pool *pool, uint64_t deadline)
+{
+    if (td_worker_on_fiber()) {
+        while (!fenced(md, pool) && td_platform_now_ns() < deadline)
+            td_worker_take_turn(deadline);
+        return fenced(md, pool);
+    }
+    td_mutex_lock(&pool->lock);
+    int rc = 0;
+    while (!fenced(md, pool) && rc != ETIMEDOUT) {
+        if (deadline == UINT64_MAX)
+            td_cond_wait(&pool->released, &pool->lock);
+        else
+            rc = td_cond_wait_until(&pool->released, &pool->lock, deadline);
+    }
+    const bool result = fenced(md, pool);
+    td_mutex_unlock(&pool->lock);
+    return result;
+}
+
 td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
 {
     td_mesh_device *md = &mesh->devices[position];
@@ -741,17 +770,8 @@ td_status td_mesh_device_begin_run(td_mesh *mesh, uint32_t position)
     if (md->faults.hang_at == run) {
         /* Stops answering: no timeout here on purpose, the mesh's job
          * timeout is what ends it. */
-        if (td_worker_on_fiber()) {
-            while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE))
-                td_worker_take_turn(0);
-            __atomic_store_n(&md->lost, true, __ATOMIC_RELEASE);
-            return TD_ERR_DEVICE_LOST;
-        }
-        td_mutex_lock(&pool->lock);
-        while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping)
-            td_cond_wait(&pool->released, &pool->lock);
+        (void)wait_for_fence(md, pool, UINT64_MAX);
         __atomic_store_n(&md->lost, true, __ATOMIC_RELEASE);
-        td_mutex_unlock(&pool->lock);
         /* No message: the job already timed out and said which device
          * hung; the caller may be reading that message right now. */
         return TD_ERR_DEVICE_LOST;
@@ -792,23 +812,7 @@ td_status td_mesh_device_slow_down(td_mesh *mesh, uint32_t position, uint64_t el
     const uint64_t extra_ns = (uint64_t)((double)elapsed_ns * (double)(md->faults.slow - 1.0f));
     const uint64_t now = td_platform_now_ns();
     const uint64_t deadline = extra_ns > UINT64_MAX - now ? UINT64_MAX : now + extra_ns;
-    if (td_worker_on_fiber()) {
-        /* The carrier runs its other devices meanwhile, as a slow device
-         * of its own would leave them their cores. */
-        bool fenced;
-        while (!(fenced = __atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) ||
-                          __atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) &&
-               td_platform_now_ns() < deadline)
-            td_worker_take_turn(deadline);
-        return fenced ? TD_ERR_DEVICE_LOST : TD_OK;
-    }
-    td_mutex_lock(&pool->lock);
-    int rc = 0;
-    while (!__atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) && !pool->stopping && rc != ETIMEDOUT)
-        rc = td_cond_wait_until(&pool->released, &pool->lock, deadline);
-    const bool fenced = __atomic_load_n(&md->lost, __ATOMIC_ACQUIRE) || pool->stopping;
-    td_mutex_unlock(&pool->lock);
     /* Fenced: the job timed out and its message named this device; a
      * stale worker records nothing the caller may be reading. */
-    return fenced ? TD_ERR_DEVICE_LOST : TD_OK;
+    return wait_for_fence(md, pool, deadline) ? TD_ERR_DEVICE_LOST : TD_OK;
 }

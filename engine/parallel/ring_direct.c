@@ -361,7 +361,10 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
     td_context *ctx = ring->mesh->ctx;
     /* As the ring's waits (ring.c). */
     const uint64_t wait_begin = td_platform_now_ns(), spin_end = wait_begin + RING_SPIN_LIMIT_NS;
-    const uint32_t spins = td_worker_on_fiber() ? 0 : td_ring_spins(ring, r);
+    /* On a fiber the carrier runs the other devices between looks (the
+     * phase's closing rings the doorbell); on a thread it spins, then sleeps. */
+    const bool taking_turns = td_worker_on_fiber();
+    const uint32_t spins = taking_turns ? 0 : td_ring_spins(ring, r);
     for (uint32_t i = 0; i < spins; i++) {
         if (atomic_load_explicit(&d->released, memory_order_acquire) >= target) {
             td_ring_note_wait(ring, r, wait_begin);
@@ -376,9 +379,6 @@ static td_status wait_released(td_ring *ring, uint32_t r, uint64_t target)
     const uint64_t wait_ms = 2ull * td_context_timeout_ms(ctx);
     uint64_t deadline = td_platform_deadline_after_ms(wait_ms);
     uint64_t seen = atomic_load(&d->finished);
-    /* On a fiber the carrier runs the other devices between looks (the
-     * phase's closing rings the doorbell); on a thread it sleeps. */
-    const bool taking_turns = td_worker_on_fiber();
     td_mutex_lock(&d->lock);
     while (atomic_load_explicit(&d->released, memory_order_acquire) < target) {
         const int aborted = atomic_load(&ring->abort_status);

@@ -124,36 +124,20 @@ Test(worker, a_hung_device_on_a_fiber_times_out_and_its_carrier_runs_on)
 #define TURN_DEVICES 5
 #define TURN_JOBS 300
 
-/* Every device of a job waits for all of them to arrive, twice, each time
- * taking turns, and notes whether it ran on a fiber. */
+/* Every device of a job meets all of them twice (test_meeting_wait takes
+ * turns on a fiber) and notes whether it ran on a fiber. */
 typedef struct {
-    td_mesh *mesh;
-    uint32_t arrived; /* atomic */
+    test_meeting meeting;
     uint32_t on_fiber[TURN_DEVICES];
-    uint64_t jobs;
 } turn_job;
-
-/* No assertion in here: a job runs on a worker, maybe on a fiber's stack. */
-static td_status arrive_and_wait(turn_job *job, uint32_t target)
-{
-    __atomic_add_fetch(&job->arrived, 1u, __ATOMIC_ACQ_REL);
-    td_mesh_ring_doorbell(job->mesh);
-    const uint64_t deadline = td_platform_deadline_after_ms(5000);
-    while (__atomic_load_n(&job->arrived, __ATOMIC_ACQUIRE) < target) {
-        if (td_platform_now_ns() >= deadline)
-            return TD_ERR_TIMEOUT;
-        td_worker_take_turn(0);
-    }
-    return TD_OK;
-}
 
 static td_status meet_twice(void *arg, uint32_t position)
 {
     turn_job *job = arg;
     job->on_fiber[position] += td_worker_on_fiber();
-    const uint32_t base = (uint32_t)(2 * TURN_DEVICES * job->jobs);
-    td_status s = arrive_and_wait(job, base + TURN_DEVICES);
-    return s != TD_OK ? s : arrive_and_wait(job, base + 2 * TURN_DEVICES);
+    test_meeting_wait(&job->meeting);
+    test_meeting_wait(&job->meeting);
+    return TD_OK;
 }
 
 /* Five devices on two threads: each is a fiber, a device waiting for the
@@ -165,10 +149,11 @@ Test(worker, devices_beyond_the_threads_take_turns_on_fibers)
         cr_skip("no fibers on this system: every device has a thread of its own");
     td_context *ctx = test_context_threads(5000, 2);
     td_mesh *mesh = test_mesh(ctx, "cpu:5");
-    turn_job job = {.mesh = mesh};
-    for (job.jobs = 0; job.jobs < TURN_JOBS; job.jobs++) {
+    turn_job job = {0};
+    test_meeting_init(&job.meeting, mesh, TURN_DEVICES);
+    for (uint32_t k = 0; k < TURN_JOBS; k++) {
         TEST_OK(ctx, td_mesh_run(mesh, meet_twice, &job));
-        cr_assert_eq(__atomic_load_n(&job.arrived, __ATOMIC_ACQUIRE), 2u * TURN_DEVICES * (job.jobs + 1));
+        cr_assert_eq(__atomic_load_n(&job.meeting.arrived, __ATOMIC_ACQUIRE), 2u * TURN_DEVICES * (k + 1));
     }
     for (uint32_t p = 0; p < TURN_DEVICES; p++)
         cr_assert_eq(job.on_fiber[p], TURN_JOBS, "device %u ran %u of %u jobs on a fiber", p, job.on_fiber[p],
@@ -185,8 +170,9 @@ Test(worker, fibers_off_gives_every_device_a_thread)
     td_context *ctx = test_context_threads(5000, 2);
     td_mesh *mesh = test_mesh(ctx, "cpu:5");
     test_set_env("TD_FIBERS", NULL);
-    turn_job job = {.mesh = mesh};
-    for (job.jobs = 0; job.jobs < 20; job.jobs++)
+    turn_job job = {0};
+    test_meeting_init(&job.meeting, mesh, TURN_DEVICES);
+    for (uint32_t k = 0; k < 20; k++)
         TEST_OK(ctx, td_mesh_run(mesh, meet_twice, &job));
     for (uint32_t p = 0; p < TURN_DEVICES; p++)
         cr_assert_eq(job.on_fiber[p], 0u);
