@@ -281,6 +281,76 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(int64_t kc, const fl
     }
 }
 
+/* A matrix-vector product: C of one column or one row, at most
+ * SMALL_MACS multiply-adds (linear regression's 128 x 1 x 5 forward and 5
+ * x 1 x 128 kernel gradient). There the blocked path's fixed cost -- a KC x
+ * NR panel of B and an MR-row edge of A packed with zero padding, 16
+ * columns and 12 rows for one, sums finished through a buffer -- is the
+ * whole time: the 5 x 1 x 128 gradient took 1.6-1.8 us for 640
+ * multiply-adds, half of a linreg step's device work (bench/RESULTS.md).
+ * Here each element of C is the rule's own chain, eight elements of C's
+ * row or column in the lanes of one vector (independent chains), the
+ * last vector's missing lanes zero and never stored; their operands are
+ * loaded side by side where they lie so, gathered otherwise (for a short
+ * C only: gemm_is_vector). Same chains, same bits. (With both sides over
+ * one the blocked path wins: 4 x 64 x 16 took 0.5 us there, 0.8 us in
+ * eight-lane chains.) */
+enum { SMALL_MACS = 8192 };
+
+static bool gemm_is_vector(const td_gemm_params *g)
+{
+    if (!(g->m == 1 || g->n == 1) || g->m * g->n > SMALL_MACS / g->k)
+        return false;
+    const bool along_row = g->m == 1 && g->n > 1;
+    if (along_row ? !g->trans_b : g->trans_a)
+        return true; /* the lanes' operands lie side by side */
+    /* Gathered, a leading dimension apart (offsets of int32): that pays
+     * for a short C only (256 x 1 x 16 with A in place: 1.6 us blocked,
+     * 1.75 gathered; 128 x 1 x 5: 0.4-0.6 against 0.35). */
+    return (along_row ? g->n : g->m) <= 128 && g->lda <= INT32_MAX / 8 && g->ldb <= INT32_MAX / 8;
+}
+
+/* Elements at..at+lanes-1 (lanes <= 8) of C's only row (along_row) or only
+ * column: op(A)'s one value broadcast and op(B)'s in the lanes, or the
+ * other way round. */
+__attribute__((target("avx2,fma"))) static __m256 vector_chains(const td_gemm_params *g, const float *a,
+                                                                 const float *b, int64_t at, int lanes, bool along_row)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane);
+    /* Where the lanes' operands lie side by side, and their stride if not. */
+    const bool side_by_side = along_row ? !g->trans_b : g->trans_a;
+    const int32_t stride = (int32_t)(along_row ? g->ldb : g->lda);
+    const __m256i offsets = _mm256_mullo_epi32(lane, _mm256_set1_epi32(stride));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t p = 0; p < g->k; p++) {
+        const float one = along_row ? td_gemm_op_a(g, a, 0, p) : td_gemm_op_b(g, b, p, 0);
+        const float *first = along_row ? (side_by_side ? b + p * g->ldb + at : b + at * g->ldb + p)
+                                       : (side_by_side ? a + p * g->lda + at : a + at * g->lda + p);
+        const __m256 v = side_by_side ? _mm256_maskload_ps(first, live)
+                                      : _mm256_mask_i32gather_ps(_mm256_setzero_ps(), first, offsets,
+                                                                 _mm256_castsi256_ps(live), 4);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(one), v, acc); /* a product is the same either way round */
+    }
+    return acc;
+}
+
+__attribute__((target("avx2,fma"))) static void gemm_vector(const td_gemm_params *g, float *c, const float *a,
+                                                             const float *b)
+{
+    const bool along_row = g->m == 1 && g->n > 1;
+    const int64_t length = along_row ? g->n : g->m;
+    for (int64_t at = 0; at < length; at += 8) {
+        const int lanes = length - at < 8 ? (int)(length - at) : 8;
+        float sums[8];
+        _mm256_storeu_ps(sums, vector_chains(g, a, b, at, lanes, along_row));
+        for (int r = 0; r < lanes; r++) {
+            float *cij = along_row ? &c[at + r] : &c[(at + r) * g->ldc];
+            *cij = td_gemm_finish(g, sums[r], cij);
+        }
+    }
+}
+
 /* Columns [j0, j0+nc) and k-range [p0, p0+kc) of op(B) as panels of nr
  * columns, each stored k-major (nr values per p), columns past nc zero;
  * with whole_in_place the whole panels are left out (their place kept). */
@@ -469,6 +539,10 @@ bool td_cpu_gemm_own_fma_on(td_gemm_fma_isa isa, const td_gemm_params *g, float 
         return true;
     }
 #if FMA_X86
+    if (isa != TD_GEMM_FMA_PORTABLE && gemm_is_vector(g)) {
+        gemm_vector(g, c, a, b); /* both ISAs have AVX2 and FMA */
+        return true;
+    }
     fma_scratch *s = isa == TD_GEMM_FMA_PORTABLE ? NULL : thread_scratch();
     if (s && isa == TD_GEMM_FMA_AVX512) {
         if (g->n <= 16)

@@ -1,6 +1,7 @@
 /* tandem's own FMA GEMM (backends/cpu/cpu_gemm_own_fma.c) against its
  * rule, acc = fmaf(a, b, acc) over k in order, then alpha * acc (+ beta *
- * C): every path this CPU runs (AVX-512, AVX2 + FMA, the portable one)
+ * C): every path this CPU runs (AVX-512, AVX2 + FMA, the matrix-vector
+ * chains, the portable one)
  * gives bit for bit the triple loop written here, for every transpose,
  * padded leading dimensions, edges that cut micro-tiles and the MC / NC
  * blocks, and k over several k-blocks; beta == 0 does not read C; the
@@ -133,6 +134,13 @@ Test(cpu_gemm_own_fma, every_path_is_bitwise_the_rule)
          * transposed the kernel prefetches A's lines ahead of k, past the
          * block's and the matrix's end at the last steps. */
         {288, 64, 1100, 0, 1.0f, 0.0f},   {300, 64, 530, 4, 1.0f, 0.5f},
+        /* One column or one row of C: eight chains in the lanes of a
+         * vector, the last one partly empty, operands side by side or
+         * gathered (linear regression's forward and kernel gradient; a
+         * long k; a C too long to gather, which takes the blocked path). */
+        {128, 1, 5, 0, 1.0f, 0.0f},       {5, 1, 128, 0, 1.0f, 0.0f},      {1, 300, 20, 2, 0.5f, 1.0f},
+        {1, 1, 900, 3, 1.0f, -0.5f},      {61, 1, 64, 1, 2.0f, 0.0f},      {200, 1, 16, 0, 1.0f, 0.0f},
+        {1, 13, 7, 0, 1.0f, 1.0f},
     };
     static const td_gemm_fma_isa isas[] = {TD_GEMM_FMA_PORTABLE, TD_GEMM_FMA_AVX2, TD_GEMM_FMA_AVX512};
     int paths = 0;
