@@ -65,9 +65,30 @@ struct td_segment {
 /* OpenBLAS keeps a process-wide thread count. Device threads and the host
  * pool already give the parallelism, splitting a GEMM by rows so the bits
  * do not depend on the thread count; BLAS threads on top would
- * oversubscribe the cores. The symbol is weak so that another CBLAS still
- * links. */
+ * oversubscribe the cores. The symbols are weak so that another CBLAS
+ * still links. */
 extern void openblas_set_num_threads(int) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+/* One BLAS thread, and none of OpenBLAS's server threads left running.
+ * Its pthreads build starts them as the library loads, and each watches
+ * for work with sched_yield for about 0.1 s before it sleeps: a third
+ * runnable thread on a 2-core machine for the first tenth of a second of
+ * every process, during which linear regression's steps on cpu:1 took
+ * 7.5-15.7 us against 5.9-7.1 with OPENBLAS_NUM_THREADS=1 set beforehand
+ * (bench/RESULTS.md). With one thread OpenBLAS never uses them; a later
+ * threaded call (an embedding program's own) starts them again. A
+ * process-wide setting, like the count: done when the count is not
+ * already one. */
+static void quiet_openblas_threads(void)
+{
+    if (!openblas_set_num_threads || (openblas_get_num_threads && openblas_get_num_threads() == 1))
+        return;
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_)
+        blas_thread_shutdown_();
+}
 
 static td_status cpu_probe(td_context *ctx, td_backend_info *info)
 {
@@ -123,8 +144,7 @@ static td_status cpu_open(td_context *ctx, uint32_t index, uint32_t instance, td
         td_free(ctx, dev);
         return TD_ERR_OUT_OF_MEMORY;
     }
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(1);
+    quiet_openblas_threads();
     *out = dev;
     return TD_OK;
 }

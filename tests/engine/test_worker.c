@@ -179,3 +179,30 @@ Test(worker, fibers_off_gives_every_device_a_thread)
     td_mesh_destroy(mesh);
     td_context_destroy(ctx);
 }
+
+/* OpenBLAS's pthreads build starts its server threads as it loads (and
+ * again at a thread-count change after a fork, as in this test's
+ * process), each watching for work with sched_yield for about 0.1 s: a
+ * thread the workers would share the cores with. A CPU device sets
+ * OpenBLAS to one thread and shuts them down (cpu_backend.c). Weak, so
+ * another CBLAS, or none, links too; `blas_num_threads` is 1 where
+ * OPENBLAS_NUM_THREADS=1 kept them from starting at all. (ELF only: no
+ * OpenBLAS in the Windows build.) */
+#ifdef __ELF__
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern int blas_server_avail __attribute__((weak));
+extern int blas_num_threads __attribute__((weak));
+
+Test(worker, a_cpu_mesh_leaves_no_openblas_server_thread_running)
+{
+    if (!openblas_get_num_threads || !&blas_server_avail || !&blas_num_threads)
+        cr_skip_test("not linked with OpenBLAS's pthreads build: nothing to check");
+    td_context *ctx = test_context(5000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    cr_assert_eq(openblas_get_num_threads(), 1, "OpenBLAS runs %d threads, expected 1", openblas_get_num_threads());
+    cr_assert(blas_server_avail == 0 || blas_num_threads <= 1,
+              "OpenBLAS's %d server thread(s) still run after a CPU mesh opened", blas_num_threads - 1);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
+}
+#endif
