@@ -48,6 +48,29 @@ static td_status gather_layout(td_context *ctx, const td_tensor *src, const td_t
     return TD_OK;
 }
 
+/* One row: rows of up to 32 bytes (a regression's 5 features, a label) in
+ * two fixed-size moves that may overlap, which the compiler inlines; a
+ * call to memcpy for each of linear regression's 256 rows a batch took
+ * 1-2 us, a fifth of its step. */
+static inline void copy_row(unsigned char *restrict to, const unsigned char *restrict from, size_t n)
+{
+    if (n > 32) {
+        memcpy(to, from, n);
+    } else if (n >= 16) {
+        memcpy(to, from, 16);
+        memcpy(to + n - 16, from + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(to, from, 8);
+        memcpy(to + n - 8, from + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(to, from, 4);
+        memcpy(to + n - 4, from + n - 4, 4);
+    } else {
+        for (size_t b = 0; b < n; b++)
+            to[b] = from[b];
+    }
+}
+
 td_status td_data_gather_batch(td_context *ctx, const td_tensor *src, const uint32_t *indices, size_t count,
                                td_tensor *dst)
 {
@@ -76,7 +99,7 @@ td_status td_data_gather_batch(td_context *ctx, const td_tensor *src, const uint
     td_trace *tr = td_trace_of(ctx);
     const uint64_t begin = tr ? td_trace_now() : 0;
     for (size_t i = 0; i < count; i++)
-        memcpy(to + i * row_bytes, from + (size_t)indices[i] * row_bytes, row_bytes);
+        copy_row(to + i * row_bytes, from + (size_t)indices[i] * row_bytes, row_bytes);
     memset(to + count * row_bytes, 0, (dst_rows - count) * row_bytes);
     if (tr)
         td_trace_span(tr, TD_TRACE_HOST, "copy", "batch", NULL, begin, td_trace_now(), dst_rows * row_bytes);
