@@ -58,6 +58,13 @@ struct td_worker_pool {
     uint32_t pending;    /* workers still running the current job; likewise read by a spinning caller */
     uint64_t spin_ns;    /* how long a wait watches before it sleeps; 0: sleep at once */
     uint64_t last_job_ns; /* the last job's time, post to done (the caller's) */
+    /* When the current job was posted, and when its last device finished
+     * (under the lock). The waits judge "short" by these, not by when the
+     * waiter saw the event: a waiter that slept adds its own wake-up (tens
+     * of microseconds on a VM) to what it measures, and a job or gap judged
+     * long once for that would keep it sleeping for good. */
+    uint64_t posted_ns;
+    uint64_t done_ns;
     uint64_t spin_quiet_until; /* nobody spins before this (atomic): a yield lost a time slice */
     td_job_fn fn;
     void *arg;
@@ -262,7 +269,7 @@ static bool wait_for_job(td_worker_pool *pool, td_worker *w, uint64_t *seen, uin
     while (!pool->stopping && pool->generation == *seen)
         td_cond_wait(&pool->job_posted, &pool->lock);
     if (done_at)
-        w->last_gap_ns = td_platform_now_ns() - done_at;
+        w->last_gap_ns = pool->posted_ns > done_at ? pool->posted_ns - done_at : 0;
     if (pool->stopping)
         return false;
     *seen = pool->generation;
@@ -277,8 +284,10 @@ static void finish_job(td_worker_pool *pool, td_worker *w, td_status s)
     w->busy = false;
     if (s != TD_OK && (pool->first_failure == TD_OK || pool->first_failure == TD_ERR_ABORTED))
         pool->first_failure = s;
-    if (__atomic_sub_fetch(&pool->pending, 1u, __ATOMIC_RELEASE) == 0)
+    if (__atomic_sub_fetch(&pool->pending, 1u, __ATOMIC_RELEASE) == 0) {
+        pool->done_ns = td_platform_now_ns();
         td_cond_broadcast(&pool->job_done);
+    }
     td_mutex_unlock(&pool->lock);
 }
 
@@ -660,9 +669,10 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
     pool->pending = mesh->count;
     for (uint32_t i = 0; i < mesh->count; i++)
         pool->workers[i].busy = true;
+    const uint64_t posted_at = td_platform_now_ns();
+    pool->posted_ns = posted_at;
     __atomic_store_n(&pool->generation, pool->generation + 1, __ATOMIC_RELEASE);
     td_cond_broadcast(&pool->job_posted);
-    const uint64_t posted_at = td_platform_now_ns();
 
     /* A short job is watched for rather than slept on when the last one
      * was short too (the caller's core is otherwise idle; see spin_ns). */
@@ -689,7 +699,7 @@ td_status td_mesh_run(td_mesh *mesh, td_job_fn fn, void *arg)
         }
         idle = wait_idle(pool, timeout_ms);
     }
-    pool->last_job_ns = td_platform_now_ns() - posted_at;
+    pool->last_job_ns = (idle && pool->done_ns > posted_at ? pool->done_ns : td_platform_now_ns()) - posted_at;
     td_status result = pool->first_failure;
     uint32_t stuck = pool->pending;
     if (!idle) {
