@@ -1,5 +1,6 @@
 /* tandem's own GEMM (backends/cpu/cpu_gemm_own.c) against its rule: the
- * blocked, packed path gives bit for bit the element-by-element sums, for
+ * blocked, packed path and the matrix-vector one give bit for bit the
+ * element-by-element sums, for
  * every transpose, padded leading dimensions, edges that cut the MR x NR
  * micro-tiles and the MC / NC / KC blocks, and k spanning several
  * k-blocks; beta == 0 does not read C; k == 0 scales C. The kernel
@@ -23,6 +24,11 @@ Test(cpu_gemm_own, blocked_is_bitwise_the_unpacked_sums)
     static const own_case cases[] = {
         {1, 1, 1, 0, 1.0f, 0.0f},      {7, 17, 5, 3, 1.0f, 0.0f},      {97, 513, 257, 0, 0.5f, 1.0f},
         {200, 70, 600, 5, -1.0f, 0.25f}, {128, 10, 128, 0, 1.0f, 0.0f}, {13, 1100, 31, 2, 2.0f, -1.0f},
+        /* One column or one row of C, which skips the blocks (linear
+         * regression's forward and kernel gradient, a long k, partial
+         * groups of eight). */
+        {128, 1, 5, 0, 1.0f, 0.0f},    {5, 1, 128, 0, 1.0f, 0.0f},     {1, 300, 20, 2, 0.5f, 1.0f},
+        {1, 1, 900, 3, 1.0f, -0.5f},   {61, 1, 64, 1, 2.0f, 0.0f},     {1, 13, 7, 0, 1.0f, 1.0f},
     };
     test_rng rng = {0x0A11u};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)

@@ -44,7 +44,9 @@ typedef void gemm_fn(const td_gemm_params *g, float *c, const float *a, const fl
 Test(gemm_isa, every_build_gives_the_library_bits)
 {
     static const int64_t shapes[][3] = {{1, 1, 1},     {5, 15, 3},     {7, 17, 257},  {97, 513, 255},
-                                        {193, 31, 769}, {130, 600, 513}, {33, 70, 9}, {300, 47, 1024}};
+                                        {193, 31, 769}, {130, 600, 513}, {33, 70, 9}, {300, 47, 1024},
+                                        /* matrix-vector products: the path without blocks */
+                                        {128, 1, 5},    {5, 1, 128},    {1, 300, 20}};
     struct build {
         const char *name;
         gemm_fn *fn;
