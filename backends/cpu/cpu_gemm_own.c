@@ -109,14 +109,9 @@ static void gemm_unpacked(const td_gemm_params *g, float *c, const float *a, con
  * rule's counterpart, in AVX2 intrinsics.) */
 enum { VECTOR_LANES = 8, VECTOR_MACS = 8192 };
 
-static bool gemm_is_vector(const td_gemm_params *g)
-{
-    return (g->m == 1 || g->n == 1) && g->m * g->n <= VECTOR_MACS / g->k;
-}
-
 static void gemm_vector(const td_gemm_params *g, float *c, const float *a, const float *b)
 {
-    const bool along_row = g->m == 1 && g->n > 1;
+    const bool along_row = td_gemm_vector_along_row(g);
     const int64_t length = along_row ? g->n : g->m;
     for (int64_t at = 0; at < length; at += VECTOR_LANES) {
         const int64_t lanes = length - at < VECTOR_LANES ? length - at : VECTOR_LANES;
@@ -127,10 +122,7 @@ static void gemm_vector(const td_gemm_params *g, float *c, const float *a, const
             for (int64_t r = 0; r < lanes; r++)
                 acc[r] = acc[r] + one * (along_row ? td_gemm_op_b(g, b, p, at + r) : td_gemm_op_a(g, a, at + r, p));
         }
-        for (int64_t r = 0; r < lanes; r++) {
-            float *cij = along_row ? &c[at + r] : &c[(at + r) * g->ldc];
-            *cij = td_gemm_finish(g, acc[r], cij);
-        }
+        td_gemm_finish_vector(g, c, at, lanes, acc);
     }
 }
 
@@ -297,7 +289,7 @@ void td_cpu_gemm_own(const td_gemm_params *g, float *c, const float *a, const fl
                 c[i * g->ldc + j] = g->beta == 0.0f ? 0.0f : g->beta * c[i * g->ldc + j];
         return;
     }
-    if (gemm_is_vector(g)) {
+    if (td_gemm_is_vector(g, VECTOR_MACS)) {
         gemm_vector(g, c, a, b);
         return;
     }

@@ -299,9 +299,9 @@ enum { SMALL_MACS = 8192 };
 
 static bool gemm_is_vector(const td_gemm_params *g)
 {
-    if (!(g->m == 1 || g->n == 1) || g->m * g->n > SMALL_MACS / g->k)
+    if (!td_gemm_is_vector(g, SMALL_MACS))
         return false;
-    const bool along_row = g->m == 1 && g->n > 1;
+    const bool along_row = td_gemm_vector_along_row(g);
     if (along_row ? !g->trans_b : g->trans_a)
         return true; /* the lanes' operands lie side by side */
     /* Gathered, a leading dimension apart (offsets of int32): that pays
@@ -338,16 +338,13 @@ __attribute__((target("avx2,fma"))) static __m256 vector_chains(const td_gemm_pa
 __attribute__((target("avx2,fma"))) static void gemm_vector(const td_gemm_params *g, float *c, const float *a,
                                                              const float *b)
 {
-    const bool along_row = g->m == 1 && g->n > 1;
+    const bool along_row = td_gemm_vector_along_row(g);
     const int64_t length = along_row ? g->n : g->m;
     for (int64_t at = 0; at < length; at += 8) {
         const int lanes = length - at < 8 ? (int)(length - at) : 8;
         float sums[8];
         _mm256_storeu_ps(sums, vector_chains(g, a, b, at, lanes, along_row));
-        for (int r = 0; r < lanes; r++) {
-            float *cij = along_row ? &c[at + r] : &c[(at + r) * g->ldc];
-            *cij = td_gemm_finish(g, sums[r], cij);
-        }
+        td_gemm_finish_vector(g, c, at, lanes, sums);
     }
 }
 
