@@ -190,6 +190,18 @@ bool test_close(double a, double b, double rel_tol, double abs_tol)
     return fabs(a - b) <= abs_tol + rel_tol * fabs(b);
 }
 
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double test_median(double *values, size_t count)
+{
+    qsort(values, count, sizeof *values, by_value);
+    return values[count / 2];
+}
+
 td_program *test_compile(td_context *ctx, td_graph *g, td_mesh *mesh, uint32_t n_outputs, const td_node *outputs)
 {
     td_program *p = NULL;

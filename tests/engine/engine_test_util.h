@@ -122,6 +122,11 @@ bool test_message_mentions(const td_context *ctx, const char *needle);
 /* Elementwise closeness: |a - b| <= abs_tol + rel_tol * |b|. */
 bool test_close(double a, double b, double rel_tol, double abs_tol);
 
+/* The median of `count` (> 0) values, sorting them in place (the upper
+ * one of the middle two for an even count): timing tests judge medians,
+ * so one step descheduled on a shared machine fails nothing. */
+double test_median(double *values, size_t count);
+
 /* Sets (value not NULL) or removes (NULL) an environment variable of this
  * process, for tests that steer the library through one: setenv/unsetenv,
  * _putenv_s on Windows, which has neither. Fails the test on failure. */
