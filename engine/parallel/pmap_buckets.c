@@ -17,15 +17,19 @@
  * CPU devices a segment runs on the device's worker itself, so a bucket's
  * reduction runs between backward's kernels rather than beside them: what
  * it gains is the bucket's gradients and parameters still in cache, and
- * the owners' updates spread over backward instead of after it. */
+ * the owners' updates spread over backward instead of after it. Devices
+ * with queues of their own (GPUs) lag by one piece (the `begin` of
+ * td_program_set_buckets, run_pieces in pmap_run.c): the bucket's copy
+ * to the host is enqueued when it is ready, its reduction runs once the
+ * next piece is on the queue, beside it. */
 #include <string.h>
 
 #include "td_platform.h"
 #include "td_program_state.h"
 #include "td_trace.h"
 
-td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn fn,
-                                 void *user)
+td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn begin,
+                                 td_program_bucket_fn fn, void *user)
 {
     for (uint32_t pos = 0; p->devs && pos < p->n_dev; pos++)
         td_program_free_pieces(p, pos);
@@ -46,6 +50,7 @@ td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t
         return TD_OOM(p->ctx, "the all-reduce's buckets", sizeof *bounds * (n_buckets + 1));
     memcpy(p->bucket_bounds, bounds, sizeof *bounds * (n_buckets + 1));
     p->n_buckets = n_buckets;
+    p->bucket_begin_fn = begin;
     p->bucket_fn = fn;
     p->bucket_user = user;
     return TD_OK;

@@ -113,16 +113,43 @@ static td_status run_collective(td_program *p, uint32_t pos, const td_step *st, 
     return s;
 }
 
+/* The begun buckets, [buckets_done, begun) in the buckets' order, go to
+ * the bucket function (their all-reduce and update), counted as
+ * collective time. */
+static td_status finish_buckets(td_program *p, uint32_t pos, uint32_t begun, double *collective_seconds)
+{
+    td_program_device *pd = &p->devs[pos];
+    if (pd->buckets_done >= begun)
+        return TD_OK;
+    const double begin = seconds_now();
+    td_status s = TD_OK;
+    for (; pd->buckets_done < begun && s == TD_OK; pd->buckets_done++)
+        s = p->bucket_fn(p->bucket_user, pos, pd->bucket_order[pd->buckets_done]);
+    pd->bucket_seconds += seconds_now() - begin;
+    *collective_seconds += seconds_now() - begin;
+    return s;
+}
+
 /* The step's segments as the bucketed schedule's pieces (pmap_buckets.c):
  * after each piece, the buckets whose last call it ran go to the bucket
- * function (their all-reduce and update), counted as collective time. */
+ * function -- or, with a begin function, to it, and to the bucket function
+ * after the next piece is enqueued and flushed, so that the device runs it
+ * meanwhile. Every device follows the same rule over the same sequence of
+ * pieces, so the ring's ops come in one order on all of them. */
 static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t track, double *collective_seconds)
 {
     td_program_device *pd = &p->devs[pos];
+    td_mesh_device *md = &p->mesh->devices[pos];
+    const bool lag = p->bucket_begin_fn != NULL;
+    uint32_t begun = pd->buckets_done; /* lag: buckets begun, not yet finished */
     td_status s = TD_OK;
     for (uint32_t i = 0; i < pd->n_pieces && s == TD_OK; i++) {
         if (pd->piece_step[i] != TD_NO_PIECE_STEP) { /* an in-graph collective, in plan order */
-            s = run_collective(p, pos, &td_program_device_plan(p, pos)->steps[pd->piece_step[i]], collective_seconds);
+            if (lag)
+                s = finish_buckets(p, pos, begun, collective_seconds);
+            if (s == TD_OK)
+                s = run_collective(p, pos, &td_program_device_plan(p, pos)->steps[pd->piece_step[i]],
+                                   collective_seconds);
             continue;
         }
         if (td_mesh_device_lost(p->mesh, pos))
@@ -133,14 +160,20 @@ static td_status run_pieces(td_program *p, uint32_t pos, td_trace *tr, uint32_t 
         } else {
             s = run_segment(p, pos, pd->piece_segments[i]);
         }
-        if (s != TD_OK || pd->buckets_done == pd->piece_buckets[i])
+        if (s != TD_OK)
             continue;
-        const double begin = seconds_now();
-        for (; pd->buckets_done < pd->piece_buckets[i] && s == TD_OK; pd->buckets_done++)
-            s = p->bucket_fn(p->bucket_user, pos, pd->bucket_order[pd->buckets_done]);
-        pd->bucket_seconds += seconds_now() - begin;
-        *collective_seconds += seconds_now() - begin;
+        if (!lag) {
+            s = finish_buckets(p, pos, pd->piece_buckets[i], collective_seconds);
+            continue;
+        }
+        uint64_t ticket;
+        if (pd->buckets_done < begun && (s = md->ops->submit(md->dev, &ticket)) == TD_OK) /* the piece starts */
+            s = finish_buckets(p, pos, begun, collective_seconds);
+        for (; begun < pd->piece_buckets[i] && s == TD_OK; begun++)
+            s = p->bucket_begin_fn(p->bucket_user, pos, pd->bucket_order[begun]);
     }
+    if (lag && s == TD_OK)
+        s = finish_buckets(p, pos, begun, collective_seconds);
     return s;
 }
 

@@ -616,8 +616,12 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                                          ticket_need, me->ticket_capacity));
 
     /* Device work enqueued before the collective must be complete before the
-     * host touches (or copies out of) the device memory. */
-    if ((s = td_mesh_device_submit_wait(md, td_context_timeout_ms(ctx))) != TD_OK)
+     * host touches (or copies out of) the device memory -- for a prefetched
+     * window only the copy that td_ring_window_prefetch enqueued after that
+     * work, while the kernels behind it keep running. */
+    const int prefetched = !direct && op->prefetched != 0;
+    if ((s = prefetched ? ops->wait(dev, op->prefetched, td_context_timeout_ms(ctx))
+                        : td_mesh_device_submit_wait(md, td_context_timeout_ms(ctx))) != TD_OK)
         return fail(ring, r, s);
 
     if (tr)
@@ -640,6 +644,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
                 memmove(out_host, in_host, op->count * sizeof(float));
             work = gather = out_host;
         }
+    } else if (prefetched) {
+        work = gather = me->staging_host; /* the window is there, at its elements' indices */
     } else {
         work = gather = me->staging_host;
         /* Enqueue every device->host copy now, in the order the schedule
@@ -682,7 +688,8 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     do { \
         if (!direct && atomic_load(&ring->abort_status) != TD_OK) \
             return td_error_set(ctx, TD_ERR_ABORTED, "ring rank %u: the ring failed during this collective", r); \
-        if (!direct && (s = ops->wait(dev, me->tickets[(size_t)(c) * op->slices + (k)], timeout)) != TD_OK) \
+        if (!direct && !prefetched && \
+            (s = ops->wait(dev, me->tickets[(size_t)(c) * op->slices + (k)], timeout)) != TD_OK) \
             return fail(ring, r, s); \
     } while (0)
 #define WAIT_PRED(unit) \
@@ -811,7 +818,13 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 #undef WAIT_PRED
     phase_done(tr, track, "collective", "all-gather", &mark, peer_bytes);
 
-    if (!direct) {
+    if (prefetched) {
+        /* The copies back go behind the kernels enqueued since the
+         * prefetch; flushed, not waited for (td_ring.h). */
+        uint64_t ticket;
+        if ((s = ops->submit(dev, &ticket)) != TD_OK)
+            return fail(ring, r, s);
+    } else if (!direct) {
         if ((s = td_mesh_device_submit_wait(md, timeout)) != TD_OK)
             return fail(ring, r, s);
         phase_done(tr, track, "copy", "host->device", &mark, bytes_needed);
@@ -838,7 +851,9 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
     op->in_ptr = in_base ? in_base + op->in_offset : NULL;
     op->out_ptr = out_base ? out_base + op->out_offset : NULL;
     void *in_map = NULL, *out_map = NULL;
-    if ((!op->in_ptr || !op->out_ptr) && ops->map && in_elems > 0 && op->count > 0 &&
+    /* A prefetched window is in staging already: no map (which would wait
+     * for the device's whole queue). */
+    if ((!op->in_ptr || !op->out_ptr) && ops->map && in_elems > 0 && op->count > 0 && !op->prefetched &&
         atomic_load(&ring->abort_status) == TD_OK) {
         uint32_t timeout = td_context_timeout_ms(ring->mesh->ctx);
         td_status s = ops->map(dev, op->in, op->in_offset * sizeof(float), in_elems * sizeof(float), timeout, &in_map);
@@ -956,13 +971,41 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
 
 int td_ring_can_window(const td_ring *ring)
 {
-    return td_ring_direct(ring);
+    /* The ring proper between processes hands whole ops to the other
+     * processes (td_ring_allreduce_across), not windows. */
+    return td_ring_direct(ring) || ring->n_procs <= 1;
+}
+
+td_status td_ring_window_prefetch(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, size_t count,
+                                  size_t win_lo, size_t win_hi, uint64_t *ticket)
+{
+    td_context *ctx = ring->mesh->ctx;
+    if (!ticket)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_ring_window_prefetch: ticket is NULL");
+    *ticket = 0;
+    if (rank >= ring->n)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank, ring->n);
+    if (win_lo > win_hi || win_hi > count)
+        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
+                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
+                            rank, win_lo, win_hi, count);
+    td_mesh_device *md = &ring->mesh->devices[rank];
+    ring_rank *me = &ring->ranks[rank];
+    if (td_ring_direct(ring) || win_hi == win_lo || md->ops->buffer_host_pointer(md->dev, in))
+        return TD_OK; /* the op reads the rank's memory where it is */
+    if (count * sizeof(float) > me->staging_bytes || !me->staging_host)
+        return td_error_set(ctx, TD_ERR_STATE,
+                            "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time", rank,
+                            count * sizeof(float), me->staging_bytes);
+    td_status s = md->ops->read(md->dev, in, (in_offset + win_lo) * sizeof(float), me->staging_host + win_lo,
+                                (win_hi - win_lo) * sizeof(float));
+    return s == TD_OK ? md->ops->submit(md->dev, ticket) : s;
 }
 
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
-                                           size_t win_hi, td_ring_finalize_fn finalize, void *user,
-                                           td_ring_wire wire)
+                                           size_t win_hi, uint64_t prefetched, td_ring_finalize_fn finalize,
+                                           void *user, td_ring_wire wire)
 {
     td_status s = rank < ring->n ? td_ring_settle_for_window(ring, rank) : check_rank(ring, rank);
     if (s == TD_OK)
@@ -971,8 +1014,8 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
         return s;
     if (!td_ring_can_window(ring))
         return td_error_set(ring->mesh->ctx, TD_ERR_UNSUPPORTED,
-                            "ring rank %u: a windowed all-reduce needs the direct all-reduce (CPU devices only in "
-                            "this process)",
+                            "ring rank %u: a windowed all-reduce between processes needs the direct all-reduce (CPU "
+                            "devices only in each process)",
                             rank);
     if (win_lo > win_hi || win_hi > count)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
@@ -983,7 +1026,10 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
     op.win_lo = win_lo;
     op.win_hi = win_hi;
     op.bf16 = wire == TD_RING_WIRE_BF16 && ring->global_n > 1;
-    return td_ring_allreduce_direct(ring, rank, &op);
+    if (td_ring_direct(ring))
+        return td_ring_allreduce_direct(ring, rank, &op);
+    op.prefetched = prefetched;
+    return run_mapped(ring, rank, &op);
 }
 
 td_status td_ring_all_gather(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, td_buffer *out,

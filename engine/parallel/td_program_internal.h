@@ -40,10 +40,17 @@ void td_program_set_hook(td_program *p, td_program_hook hook, void *user);
  * and its parameters may change. The buckets come in one order on every
  * device (that of device 0's calls), at the same places among the plan's
  * in-graph collectives, as collectives must. n_buckets 0 turns it off.
- * bounds is copied; call between runs. */
+ * bounds is copied; call between runs.
+ *
+ * With `begin` (devices whose kernels run on a queue of their own, GPUs),
+ * a ready bucket gets begin(user, pos, b) at once and fn one piece later:
+ * after the next piece of backward is enqueued and flushed (or before the
+ * next in-graph collective, or at the end), so the device runs that piece
+ * while the host reduces the bucket. NULL: fn at once (CPU devices, whose
+ * kernels run on the worker that would reduce). */
 typedef td_status (*td_program_bucket_fn)(void *user, uint32_t position, uint32_t bucket);
-td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn fn,
-                                 void *user);
+td_status td_program_set_buckets(td_program *p, uint32_t n_buckets, const size_t *bounds, td_program_bucket_fn begin,
+                                 td_program_bucket_fn fn, void *user);
 /* The buckets the last run finished on device `position` before its hook. */
 uint32_t td_program_buckets_done(const td_program *p, uint32_t position);
 /* The last run's seconds in the bucket function on that device: inside its

@@ -85,6 +85,7 @@ struct td_program {
     void *hook_user;
     uint32_t n_buckets; /* td_program_set_buckets */
     size_t *bucket_bounds;
+    td_program_bucket_fn bucket_begin_fn; /* NULL: each bucket's fn right when it is ready */
     td_program_bucket_fn bucket_fn;
     void *bucket_user;
     bool phase_waits; /* wait for the device at the phase boundaries (td_program_set_phase_waits) */

@@ -108,14 +108,35 @@ td_status td_ring_allreduce_consume_total(td_ring *ring, uint32_t rank, td_buffe
  * the order and owner it has in the whole array's all-reduce -- so the
  * windows of a tiling, run one after another (as the trainer does bucket by
  * bucket while backward goes on), give bitwise the whole all-reduce's
- * result. Only where td_ring_can_window (the direct all-reduce: every
- * local rank a CPU device; across processes too, the blocks exchanged
- * clipped likewise); elsewhere TD_ERR_UNSUPPORTED. */
+ * result. Only where td_ring_can_window; elsewhere TD_ERR_UNSUPPORTED.
+ *
+ * `prefetched`: 0, or the ticket td_ring_window_prefetch gave for this
+ * window (or a later one, on the same device). With a ticket the rank's
+ * window is already on its way to staging: the op waits for that ticket
+ * only, not for the device's whole queue -- work enqueued after the
+ * prefetch (the rest of backward) goes on running -- and it leaves its
+ * host->device copies of the result in the queue, flushed, not waited
+ * for. The caller then must wait for the device before it reads what the
+ * window wrote (the trainer does at the end of backward); an in-order
+ * queue keeps the copies before any later kernel. */
 td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset,
                                            td_buffer *out, uint64_t out_offset, size_t count, size_t win_lo,
-                                           size_t win_hi, td_ring_finalize_fn finalize, void *user,
-                                           td_ring_wire wire);
+                                           size_t win_hi, uint64_t prefetched, td_ring_finalize_fn finalize,
+                                           void *user, td_ring_wire wire);
+/* Windows are possible: the direct all-reduce (every local rank a CPU
+ * device; across processes too, the blocks exchanged clipped likewise),
+ * or the ring proper within one process (GPU and mixed meshes). */
 int td_ring_can_window(const td_ring *ring);
+/* Enqueues the device->host copy of elements [win_lo, win_hi) of the
+ * rank's `count`-element input (at in_offset) into the rank's staging,
+ * flushed, and gives its ticket in *ticket -- 0 where nothing needs
+ * copying (a direct all-reduce, or a rank whose memory is host memory).
+ * Call from the rank's worker right after the kernels that complete the
+ * window, before any that follow: td_ring_allreduce_consume_window with
+ * the ticket then runs while those kernels do. Nothing is reduced here;
+ * the peers are not involved. */
+td_status td_ring_window_prefetch(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, size_t count,
+                                  size_t win_lo, size_t win_hi, uint64_t *ticket);
 /* Across processes a window's exchange between processes runs on the
  * ring's exchange thread while the rank goes on (the next bucket's
  * kernels), and ends at the rank's next ring op or here: the window's

@@ -138,6 +138,9 @@ typedef struct ring_op {
      * array's chunk, so with that chunk's order and owner. */
     bool windowed;
     size_t win_lo, win_hi;
+    /* A window whose device->host copy td_ring_window_prefetch enqueued:
+     * its ticket (0: none; the op copies and waits for the queue itself). */
+    uint64_t prefetched;
     /* TD_RING_WIRE_BF16 and more than one device in the job: partial sums
      * are rounded to bfloat16 where they cross to another rank, and the
      * complete sum before its finalize (td_ring_wire). */

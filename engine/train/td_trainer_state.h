@@ -64,6 +64,10 @@ struct td_trainer {
     size_t param_elems;
     size_t *bucket_bounds; /* n_buckets + 1: the overlapped all-reduce's buckets (trainer_update.c) */
     uint32_t n_buckets;    /* 0: one all-reduce after backward */
+    /* Per device, the ticket of its latest bucket copy to the host
+     * (td_ring_window_prefetch); NULL where buckets are reduced right where
+     * they are ready (the direct all-reduce, CPU devices). */
+    uint64_t *bucket_tickets;
     float step_lr;      /* the schedule at this step */
     uint64_t count_inc; /* steps + 1 during a step */
     double seconds;

@@ -43,6 +43,7 @@ static void trainer_release(td_owned *self)
     td_free(t->ctx, t->metrics);
     td_free(t->ctx, t->ranges);
     td_free(t->ctx, t->bucket_bounds);
+    td_free(t->ctx, t->bucket_tickets);
     td_free(t->ctx, t->params);
     td_free(t->ctx, t->master);
     td_free(t->ctx, t->pending);

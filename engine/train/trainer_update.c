@@ -243,22 +243,37 @@ static td_status take_gathered(td_trainer *t, uint32_t pos, td_buffer *params)
 
 /* The overlapped all-reduce: bucket b's part of the one fused all-reduce
  * + update, run by the program as soon as backward is done with it
- * (td_program_set_buckets). The window keeps each element's chunk, order
- * and owner, so the buckets together give the one all-reduce's bits. */
+ * (td_program_set_buckets) -- on devices with queues of their own one
+ * piece of backward later, its gradients copied to the host at once
+ * (begin_bucket), so the device runs that piece meanwhile. The window
+ * keeps each element's chunk, order and owner, so the buckets together
+ * give the one all-reduce's bits. */
 static td_status update_bucket(void *user, uint32_t pos, uint32_t bucket)
 {
     td_trainer *t = user;
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
     td_buffer *params = td_program_buffer(t->program, pos, TD_BUF_PARAMS);
+    /* The latest copy's ticket covers this bucket's (one in-order queue). */
+    const uint64_t prefetched = t->bucket_tickets ? t->bucket_tickets[pos] : 0;
     return td_ring_allreduce_consume_window(t->ring, pos, grads, 0, params, 0, t->param_elems,
-                                            t->bucket_bounds[bucket], t->bucket_bounds[bucket + 1], update_finalize,
-                                            t, (td_ring_wire)t->options.wire);
+                                            t->bucket_bounds[bucket], t->bucket_bounds[bucket + 1], prefetched,
+                                            update_finalize, t, (td_ring_wire)t->options.wire);
+}
+
+static td_status begin_bucket(void *user, uint32_t pos, uint32_t bucket)
+{
+    td_trainer *t = user;
+    td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
+    return td_ring_window_prefetch(t->ring, pos, grads, 0, t->param_elems, t->bucket_bounds[bucket],
+                                   t->bucket_bounds[bucket + 1], &t->bucket_tickets[pos]);
 }
 
 td_status td_trainer_plan_buckets(td_trainer *t)
 {
     td_free(t->ctx, t->bucket_bounds);
+    td_free(t->ctx, t->bucket_tickets);
     t->bucket_bounds = NULL;
+    t->bucket_tickets = NULL;
     t->n_buckets = 0;
     /* Clipping needs the whole gradient's norm before any update, and an
      * accumulation round's gradients are summed on the host after the
@@ -266,7 +281,7 @@ td_status td_trainer_plan_buckets(td_trainer *t)
     const uint64_t bytes = t->options.overlap_bucket_bytes;
     if (bytes == 0 || t->n_ranges == 0 || t->options.max_norm > 0.0f || t->options.accumulate_steps > 1 ||
         !td_ring_can_window(t->ring))
-        return td_program_set_buckets(t->program, 0, NULL, NULL, NULL);
+        return td_program_set_buckets(t->program, 0, NULL, NULL, NULL, NULL);
     const size_t want = bytes / sizeof(float) > 0 ? (size_t)(bytes / sizeof(float)) : 1;
     t->bucket_bounds = td_alloc(t->ctx, sizeof *t->bucket_bounds * (t->n_ranges + 2));
     if (!t->bucket_bounds)
@@ -281,7 +296,14 @@ td_status td_trainer_plan_buckets(td_trainer *t)
             t->bucket_bounds[++n] = t->ranges[i].lo;
     t->bucket_bounds[++n] = t->param_elems;
     t->n_buckets = n;
-    return td_program_set_buckets(t->program, n, t->bucket_bounds, update_bucket, t);
+    /* The ring proper (GPUs, mixed meshes): the buckets lag a piece. */
+    if (!td_ring_direct(t->ring)) {
+        t->bucket_tickets = td_alloc_zeroed(t->ctx, sizeof *t->bucket_tickets * t->mesh->count);
+        if (!t->bucket_tickets)
+            return TD_OOM(t->ctx, "the buckets' copy tickets", sizeof *t->bucket_tickets * t->mesh->count);
+    }
+    return td_program_set_buckets(t->program, n, t->bucket_bounds, t->bucket_tickets ? begin_bucket : NULL,
+                                  update_bucket, t);
 }
 
 td_status td_trainer_update_hook(void *user, uint32_t pos)
@@ -296,6 +318,10 @@ td_status td_trainer_update_hook(void *user, uint32_t pos)
         /* Every bucket reduced and updated during backward; across
          * processes the others' new values are in the parameter buffer. */
         s = td_ring_settle(t->ring, pos, false); /* the last bucket's exchange between processes */
+        /* Prefetched windows left their copies back in the queue: the
+         * step ends when the device has run them, as after one all-reduce. */
+        if (s == TD_OK && t->bucket_tickets)
+            s = td_mesh_device_submit_wait(&t->mesh->devices[pos], td_context_timeout_ms(t->ctx));
         if (s == TD_OK && t->processes > 1)
             s = take_gathered(t, pos, params);
         if (s == TD_OK && pos == 0)

@@ -22,7 +22,7 @@
 #define MAX_RANKS 8
 #define IN_OFFSET 3
 
-typedef enum { WHOLE, WITH_TOTAL, IN_WINDOWS } wire_kind;
+typedef enum { WHOLE, WITH_TOTAL, IN_WINDOWS, IN_WINDOWS_PREFETCHED } wire_kind;
 
 typedef struct wire_job {
     td_mesh *mesh;
@@ -148,7 +148,22 @@ static td_status rank_job(void *arg, uint32_t r)
         case IN_WINDOWS:
             for (int w = 0; w < 3 && s == TD_OK; w++)
                 s = td_ring_allreduce_consume_window(job->ring, r, buf, IN_OFFSET, buf, IN_OFFSET, job->count,
-                                                     job->windows[w], job->windows[w + 1], scale, job, job->wire);
+                                                     job->windows[w], job->windows[w + 1], 0, scale, job, job->wire);
+            break;
+        case IN_WINDOWS_PREFETCHED:
+            /* As the trainer's buckets on a GPU: each window's copy to the
+             * host enqueued first, the window run on its ticket. */
+            for (int w = 0; w < 3 && s == TD_OK; w++) {
+                uint64_t ticket = 0;
+                s = td_ring_window_prefetch(job->ring, r, buf, IN_OFFSET, job->count, job->windows[w],
+                                            job->windows[w + 1], &ticket);
+                if (s == TD_OK && ops->buffer_host_pointer(md->dev, buf) && ticket != 0)
+                    s = TD_ERR_STATE; /* host memory needs no copy: the check below fails on it */
+                if (s == TD_OK)
+                    s = td_ring_allreduce_consume_window(job->ring, r, buf, IN_OFFSET, buf, IN_OFFSET, job->count,
+                                                         job->windows[w], job->windows[w + 1], ticket, scale, job,
+                                                         job->wire);
+            }
             break;
         }
     } else {
@@ -197,7 +212,7 @@ static void check_wire(td_context *ctx, td_mesh *mesh, size_t count, wire_kind k
     td_ring_set_direct(job.ring, direct);
     char what[160];
     snprintf(what, sizeof what, "%s: N=%u count=%zu %s wire %s, %s", label, job.n, count,
-             kind == WHOLE ? "whole" : kind == WITH_TOTAL ? "with a total" : "in windows",
+             kind == WHOLE ? "whole" : kind == WITH_TOTAL ? "with a total" : kind == IN_WINDOWS ? "in windows" : "in prefetched windows",
              wire == TD_RING_WIRE_BF16 ? "bf16" : "fp32", td_ring_direct(job.ring) ? "direct" : "ring proper");
     TEST_OK(ctx, td_mesh_run(mesh, rank_job, &job));
     for (uint32_t r = 1; r < job.n; r++)
@@ -247,6 +262,8 @@ static void check_cpu(uint32_t n)
                 check_wire(ctx, mesh, sizes[k], WITH_TOTAL, TD_RING_WIRE_BF16, direct, label);
             }
         check_wire(ctx, mesh, sizes[4], IN_WINDOWS, TD_RING_WIRE_BF16, true, label);
+        check_wire(ctx, mesh, sizes[4], IN_WINDOWS, TD_RING_WIRE_BF16, false, label); /* the ring proper's */
+        check_wire(ctx, mesh, sizes[3], IN_WINDOWS_PREFETCHED, TD_RING_WIRE_FP32, false, label);
         td_mesh_destroy(mesh);
         td_context_destroy(ctx);
     }
@@ -327,7 +344,7 @@ Test(ring_wire, an_unknown_wire_is_refused_with_its_value)
     cr_assert_eq(td_ring_allreduce_consume(ring, 0, NULL, 0, NULL, 0, 1, NULL, NULL, (td_ring_wire)7),
                  TD_ERR_INVALID_ARGUMENT);
     cr_assert(test_message_mentions(ctx, "wire 7"), "message: %s", td_last_error(ctx));
-    cr_assert_eq(td_ring_allreduce_consume_window(ring, 0, NULL, 0, NULL, 0, 4, 0, 2, NULL, NULL, (td_ring_wire)-1),
+    cr_assert_eq(td_ring_allreduce_consume_window(ring, 0, NULL, 0, NULL, 0, 4, 0, 2, 0, NULL, NULL, (td_ring_wire)-1),
                  TD_ERR_INVALID_ARGUMENT);
     cr_assert(test_message_mentions(ctx, "TD_RING_WIRE_BF16"), "message: %s", td_last_error(ctx));
     td_mesh_destroy(mesh);
@@ -344,6 +361,8 @@ Test(ring_wire_devices, bf16_on_test_devices, .timeout = 300)
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         check_wire(ctx, mesh, sizes[k], WHOLE, TD_RING_WIRE_BF16, true, "test devices");
         check_wire(ctx, mesh, sizes[k], WITH_TOTAL, TD_RING_WIRE_BF16, true, "test devices");
+        check_wire(ctx, mesh, sizes[k], IN_WINDOWS_PREFETCHED, TD_RING_WIRE_BF16, true, "test devices");
+        check_wire(ctx, mesh, sizes[k], IN_WINDOWS_PREFETCHED, TD_RING_WIRE_FP32, true, "test devices");
     }
     td_mesh_destroy(mesh);
     td_context_destroy(ctx);
@@ -357,6 +376,7 @@ Test(ring_wire, bf16_on_a_mixed_mesh, .timeout = 300)
     td_mesh *mesh = test_mesh_or_skip(ctx, "opencl:0,vulkan:0,cpu:1");
     check_wire(ctx, mesh, sizes[3], WHOLE, TD_RING_WIRE_BF16, true, "mixed");
     check_wire(ctx, mesh, 1000, WITH_TOTAL, TD_RING_WIRE_BF16, true, "mixed");
+    check_wire(ctx, mesh, sizes[3], IN_WINDOWS_PREFETCHED, TD_RING_WIRE_BF16, true, "mixed");
     td_mesh_destroy(mesh);
     td_context_destroy(ctx);
 }
