@@ -363,7 +363,8 @@ int td_cli_train(int argc, char **argv)
          "fp32, the sum rounded to bfloat16 before the update; parameters stay fp32 and identical everywhere"},
         {"--bucket-mib", TD_CLI_FLOAT, &c.bucket_mib, 0, 1024, 0, NULL, 0, "M",
          "reduce and update the gradients in buckets of about M MiB between backward's kernels, each as soon as "
-         "backward is done with it (the same bits; CPU devices, no clipping or accumulation); "
+         "backward is done with it (the same bits; not with clipping or accumulation, nor across processes "
+         "with GPU devices); "
          "0 (default): one all-reduce after backward"},
     };
     const size_t n_flags = sizeof flags / sizeof flags[0];

@@ -264,8 +264,14 @@ static td_status begin_bucket(void *user, uint32_t pos, uint32_t bucket)
 {
     td_trainer *t = user;
     td_buffer *grads = td_program_buffer(t->program, pos, TD_BUF_GRADS);
-    return td_ring_window_prefetch(t->ring, pos, grads, 0, t->param_elems, t->bucket_bounds[bucket],
-                                   t->bucket_bounds[bucket + 1], &t->bucket_tickets[pos]);
+    uint64_t ticket = 0;
+    td_status s = td_ring_window_prefetch(t->ring, pos, grads, 0, t->param_elems, t->bucket_bounds[bucket],
+                                          t->bucket_bounds[bucket + 1], &ticket);
+    /* 0: nothing to copy (host memory; an empty bucket) -- an earlier
+     * bucket's ticket, still to be finished, must stay. */
+    if (s == TD_OK && ticket != 0)
+        t->bucket_tickets[pos] = ticket;
+    return s;
 }
 
 td_status td_trainer_plan_buckets(td_trainer *t)
@@ -283,9 +289,21 @@ td_status td_trainer_plan_buckets(td_trainer *t)
         !td_ring_can_window(t->ring))
         return td_program_set_buckets(t->program, 0, NULL, NULL, NULL, NULL);
     const size_t want = bytes / sizeof(float) > 0 ? (size_t)(bytes / sizeof(float)) : 1;
+    /* The ring proper (GPUs, mixed meshes): the buckets lag a piece, each
+     * device keeping its latest copy's ticket. */
+    const bool lag = !td_ring_direct(t->ring);
     t->bucket_bounds = td_alloc(t->ctx, sizeof *t->bucket_bounds * (t->n_ranges + 2));
-    if (!t->bucket_bounds)
-        return TD_OOM(t->ctx, "the all-reduce's buckets", sizeof *t->bucket_bounds * (t->n_ranges + 2));
+    if (lag)
+        t->bucket_tickets = td_alloc_zeroed(t->ctx, sizeof *t->bucket_tickets * t->mesh->count);
+    if (!t->bucket_bounds || (lag && !t->bucket_tickets)) {
+        td_free(t->ctx, t->bucket_bounds);
+        td_free(t->ctx, t->bucket_tickets);
+        t->bucket_bounds = NULL;
+        t->bucket_tickets = NULL;
+        (void)td_program_set_buckets(t->program, 0, NULL, NULL, NULL, NULL); /* none of the old ones stay */
+        return TD_OOM(t->ctx, "the all-reduce's buckets",
+                      sizeof *t->bucket_bounds * (t->n_ranges + 2) + sizeof(uint64_t) * t->mesh->count);
+    }
     /* Whole ranges each (the gaps between them go with the range after),
      * the first from 0 and the last to the end: the buckets tile the
      * buffer, as the one all-reduce covers it. */
@@ -296,12 +314,6 @@ td_status td_trainer_plan_buckets(td_trainer *t)
             t->bucket_bounds[++n] = t->ranges[i].lo;
     t->bucket_bounds[++n] = t->param_elems;
     t->n_buckets = n;
-    /* The ring proper (GPUs, mixed meshes): the buckets lag a piece. */
-    if (!td_ring_direct(t->ring)) {
-        t->bucket_tickets = td_alloc_zeroed(t->ctx, sizeof *t->bucket_tickets * t->mesh->count);
-        if (!t->bucket_tickets)
-            return TD_OOM(t->ctx, "the buckets' copy tickets", sizeof *t->bucket_tickets * t->mesh->count);
-    }
     return td_program_set_buckets(t->program, n, t->bucket_bounds, t->bucket_tickets ? begin_bucket : NULL,
                                   update_bucket, t);
 }

@@ -161,12 +161,15 @@ typedef struct td_trainer_options {
      * parameters for the last time, between the rest of backward's
      * kernels; 0 (the default) = one all-reduce after backward. The
      * parameters and optimizer state are bitwise those of the one
-     * all-reduce. Taken where every device of the process is a CPU device
-     * (across processes too), without clipping (max_norm) and accumulation
-     * (accumulate_steps > 1); elsewhere the step keeps the one all-reduce.
-     * Across processes each bucket's exchange runs on a thread of its
-     * own while backward goes on. Not faster in one process
-     * (bench/RESULTS.md), hence off. */
+     * all-reduce. Taken without clipping (max_norm) and accumulation
+     * (accumulate_steps > 1), on any mesh in one process and across
+     * processes where every device of each process is a CPU device;
+     * elsewhere the step keeps the one all-reduce. On GPUs (and mixed
+     * meshes) a bucket's gradients go to the host when ready and its
+     * reduction runs while the device computes the next part of
+     * backward. Across processes each bucket's exchange runs on a thread
+     * of its own while backward goes on. Not faster in one process on
+     * CPU devices (bench/RESULTS.md), hence off. */
     uint64_t overlap_bucket_bytes;
     /* Since 0.2. The gradients on the ring in FP32 (the default) or BF16
      * (td_wire): bfloat16 between devices, float sums. */

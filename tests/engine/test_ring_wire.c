@@ -335,6 +335,32 @@ Test(ring_wire, bf16_rounds_and_fp32_does_not)
     td_context_destroy(ctx);
 }
 
+/* A window's copy to the host: a bad window or rank is refused with its
+ * values, a missing ticket too; where nothing needs copying (the direct
+ * ring's host memory) the ticket is 0. */
+Test(ring_wire, a_window_prefetch_checks_its_arguments)
+{
+    td_context *ctx = test_context(20000);
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_ring *ring = NULL;
+    cr_assert_eq(td_mesh_ring(mesh, &ring), TD_OK);
+    uint64_t ticket = 99;
+    cr_assert_eq(td_ring_window_prefetch(ring, 0, NULL, 0, 10, 0, 4, NULL), TD_ERR_INVALID_ARGUMENT);
+    cr_assert(test_message_mentions(ctx, "ticket is NULL"), "message: %s", td_last_error(ctx));
+    cr_assert_eq(td_ring_window_prefetch(ring, 0, NULL, 0, 10, 6, 4, &ticket), TD_ERR_INVALID_ARGUMENT);
+    cr_assert(test_message_mentions(ctx, "window [6, 4) of a 10-element"), "message: %s", td_last_error(ctx));
+    cr_assert_eq(ticket, 0u);
+    cr_assert_eq(td_ring_window_prefetch(ring, 0, NULL, 0, 10, 0, 11, &ticket), TD_ERR_INVALID_ARGUMENT);
+    cr_assert(test_message_mentions(ctx, "window [0, 11)"), "message: %s", td_last_error(ctx));
+    cr_assert_eq(td_ring_window_prefetch(ring, 2, NULL, 0, 10, 0, 4, &ticket), TD_ERR_INVALID_ARGUMENT);
+    cr_assert(test_message_mentions(ctx, "rank 2 out of range (2 ranks)"), "message: %s", td_last_error(ctx));
+    ticket = 99;
+    cr_assert_eq(td_ring_window_prefetch(ring, 1, NULL, 0, 10, 0, 4, &ticket), TD_OK);
+    cr_assert_eq(ticket, 0u, "a direct ring copies nothing, ticket %llu", (unsigned long long)ticket);
+    td_mesh_destroy(mesh);
+    td_context_destroy(ctx);
+}
+
 Test(ring_wire, an_unknown_wire_is_refused_with_its_value)
 {
     td_context *ctx = test_context(20000);
