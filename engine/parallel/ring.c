@@ -582,6 +582,14 @@ static void deposit_slice(td_ring *ring, const ring_op *op, const float *work, u
         memcpy(ring->host + lo, work + lo, (hi - lo) * sizeof(float));
 }
 
+/* The rank's staging is smaller than an op of `bytes` needs. */
+static td_status staging_short(td_ring *ring, uint32_t r, size_t bytes)
+{
+    return td_error_set(ring->mesh->ctx, TD_ERR_STATE,
+                        "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time", r, bytes,
+                        ring->ranks[r].staging_bytes);
+}
+
 static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
 {
     td_context *ctx = ring->mesh->ctx;
@@ -607,9 +615,7 @@ static td_status run_op(td_ring *ring, uint32_t r, const ring_op *op)
     float *in_host = op->in_ptr, *out_host = op->out_ptr; /* already at the operands' offsets */
     const int direct = in_host && out_host;
     if (!direct && bytes_needed > 0 && (bytes_needed > me->staging_bytes || !me->staging_host))
-        return fail(ring, r, td_error_set(ctx, TD_ERR_STATE,
-                                         "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time",
-                                         r, bytes_needed, me->staging_bytes));
+        return fail(ring, r, staging_short(ring, r, bytes_needed));
     size_t ticket_need = (size_t)n * op->slices + 1;
     if (!direct && ticket_need > me->ticket_capacity)
         return fail(ring, r, td_error_set(ctx, TD_ERR_STATE, "ring rank %u: %zu slices exceed the %zu reserved", r,
@@ -888,14 +894,29 @@ static td_status run_mapped(td_ring *ring, uint32_t r, ring_op *op)
     return s;
 }
 
-/* Every op begins here: the rank's begun window, if any, is ended first,
- * so each rank runs its ops (and the leader its MPI calls) in one order. */
-static td_status check_rank(td_ring *ring, uint32_t rank)
+static td_status rank_in_range(const td_ring *ring, uint32_t rank)
 {
     if (rank >= ring->n)
         return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank,
                             ring->n);
-    return td_ring_settle(ring, rank, false);
+    return TD_OK;
+}
+
+/* Every op begins here: the rank's begun window, if any, is ended first,
+ * so each rank runs its ops (and the leader its MPI calls) in one order. */
+static td_status check_rank(td_ring *ring, uint32_t rank)
+{
+    td_status s = rank_in_range(ring, rank);
+    return s == TD_OK ? td_ring_settle(ring, rank, false) : s;
+}
+
+static td_status check_window(const td_ring *ring, uint32_t rank, size_t count, size_t win_lo, size_t win_hi)
+{
+    if (win_lo > win_hi || win_hi > count)
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
+                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
+                            rank, win_lo, win_hi, count);
+    return TD_OK;
 }
 
 /* The all-reduce op over `count` elements, whole or (windowed) later. */
@@ -979,26 +1000,22 @@ int td_ring_can_window(const td_ring *ring)
 td_status td_ring_window_prefetch(td_ring *ring, uint32_t rank, td_buffer *in, uint64_t in_offset, size_t count,
                                   size_t win_lo, size_t win_hi, uint64_t *ticket)
 {
-    td_context *ctx = ring->mesh->ctx;
     if (!ticket)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "td_ring_window_prefetch: ticket is NULL");
+        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT, "td_ring_window_prefetch: ticket is NULL");
     *ticket = 0;
-    if (rank >= ring->n)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT, "ring rank %u out of range (%u ranks)", rank, ring->n);
-    if (win_lo > win_hi || win_hi > count)
-        return td_error_set(ctx, TD_ERR_INVALID_ARGUMENT,
-                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
-                            rank, win_lo, win_hi, count);
+    td_status s = rank_in_range(ring, rank);
+    if (s == TD_OK)
+        s = check_window(ring, rank, count, win_lo, win_hi);
+    if (s != TD_OK)
+        return s;
     td_mesh_device *md = &ring->mesh->devices[rank];
     ring_rank *me = &ring->ranks[rank];
     if (td_ring_direct(ring) || win_hi == win_lo || md->ops->buffer_host_pointer(md->dev, in))
         return TD_OK; /* the op reads the rank's memory where it is */
     if (count * sizeof(float) > me->staging_bytes || !me->staging_host)
-        return td_error_set(ctx, TD_ERR_STATE,
-                            "ring rank %u: collective of %zu bytes exceeds the %zu reserved at plan time", rank,
-                            count * sizeof(float), me->staging_bytes);
-    td_status s = md->ops->read(md->dev, in, (in_offset + win_lo) * sizeof(float), me->staging_host + win_lo,
-                                (win_hi - win_lo) * sizeof(float));
+        return staging_short(ring, rank, count * sizeof(float));
+    s = md->ops->read(md->dev, in, (in_offset + win_lo) * sizeof(float), me->staging_host + win_lo,
+                      (win_hi - win_lo) * sizeof(float));
     return s == TD_OK ? md->ops->submit(md->dev, ticket) : s;
 }
 
@@ -1017,10 +1034,8 @@ td_status td_ring_allreduce_consume_window(td_ring *ring, uint32_t rank, td_buff
                             "ring rank %u: a windowed all-reduce between processes needs the direct all-reduce (CPU "
                             "devices only in each process)",
                             rank);
-    if (win_lo > win_hi || win_hi > count)
-        return td_error_set(ring->mesh->ctx, TD_ERR_INVALID_ARGUMENT,
-                            "ring rank %u: window [%zu, %zu) of a %zu-element all-reduce, expected lo <= hi <= count",
-                            rank, win_lo, win_hi, count);
+    if ((s = check_window(ring, rank, count, win_lo, win_hi)) != TD_OK)
+        return s;
     ring_op op = allreduce_op(ring, in, in_offset, out, out_offset, count, finalize, user, 1);
     op.windowed = true;
     op.win_lo = win_lo;

@@ -158,7 +158,7 @@ static td_status rank_job(void *arg, uint32_t r)
                 s = td_ring_window_prefetch(job->ring, r, buf, IN_OFFSET, job->count, job->windows[w],
                                             job->windows[w + 1], &ticket);
                 if (s == TD_OK && ops->buffer_host_pointer(md->dev, buf) && ticket != 0)
-                    s = TD_ERR_STATE; /* host memory needs no copy: the check below fails on it */
+                    s = TD_ERR_STATE; /* host memory needs no copy: a ticket fails the job (TEST_OK) */
                 if (s == TD_OK)
                     s = td_ring_allreduce_consume_window(job->ring, r, buf, IN_OFFSET, buf, IN_OFFSET, job->count,
                                                          job->windows[w], job->windows[w + 1], ticket, scale, job,
