@@ -10,7 +10,11 @@
  * placed before anything else (they are uploaded before the first kernel),
  * and outputs are never given back (they are read after the run). A slot
  * is taken before its node's inputs are given back, so no kernel writes
- * memory it also reads. */
+ * memory it also reads -- except an elementwise node, which takes over the
+ * slot of a same-sized input it reads last (in_place_donor): a ReLU over
+ * its input, ReLU's gradient over the activation, a bias add over the
+ * product, each in lines the previous call has just written, and one
+ * tensor less to hold. */
 #include <string.h>
 
 #include "td_op.h"
@@ -133,9 +137,39 @@ static uint32_t calls_of(const td_graph *g, const td_plan *plan, td_node id)
     return op->n_calls ? op->n_calls(g, plan, id) : 1;
 }
 
+/* An input whose slot node `id` may take over, writing its output in
+ * place, or `id` itself when there is none: the op allows it
+ * (TD_OPF_IN_PLACE), the input's memory is an arena slot of a computed
+ * node (not an input, whose memory is uploaded before the run) with no
+ * extra memory, `id` is its last reader, and every input reading it does
+ * so densely at the output's element count. The kernel call then has its
+ * output alias that input exactly, which the ELEMENTWISE contract allows
+ * (td_kernel.h): each element is read before it is written. */
+static td_node in_place_donor(const td_graph *g, const td_plan *plan, td_node id, const uint32_t *last_use,
+                              const uint8_t *placed)
+{
+    if (!(flags_of(g, id) & TD_OPF_IN_PLACE) || g->nodes[id].dtype != TD_F32)
+        return id;
+    const uint64_t elems = td_plan_node_elems(g, plan, id);
+    for (uint32_t k = 0; k < g->nodes[id].n_in; k++) {
+        td_node r = memory_root(g, plan, g->nodes[id].in[k]);
+        if (placed[r] != 1 || last_use[r] != id || g->nodes[r].op == TD_OP_INPUT || g->nodes[r].dtype != TD_F32 ||
+            td_plan_node_elems(g, plan, r) != elems || slot_elems(g, plan, r) != slot_elems(g, plan, id))
+            continue;
+        bool dense = true;
+        for (uint32_t j = 0; j < g->nodes[id].n_in; j++)
+            if (memory_root(g, plan, g->nodes[id].in[j]) == r &&
+                td_plan_node_elems(g, plan, g->nodes[id].in[j]) != elems)
+                dense = false;
+        if (dense)
+            return r;
+    }
+    return id;
+}
+
 /* Arena slots by liveness (see the top of the file). */
 static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in_bucket, uint32_t n_outputs,
-                             const td_node *outputs)
+                             const td_node *outputs, bool in_place)
 {
     td_context *ctx = g->ctx;
     uint32_t n = plan->n_nodes;
@@ -175,8 +209,14 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
             bool own_slot = !in_bucket[id] && !(flags & TD_OPF_ALIAS) && (is_input || !(flags & TD_OPF_SOURCE));
             if (own_slot) {
                 td_slot *sl = &plan->slots[id];
+                const td_node donor = in_place && pass == 1 ? in_place_donor(g, plan, id, last_use, placed) : id;
                 sl->buffer = TD_BUF_ARENA;
-                sl->offset = arena_take(&a, slot_elems(g, plan, id));
+                if (donor != id) {
+                    sl->offset = plan->slots[donor].offset; /* the donor's range is id's now */
+                    placed[donor] = 2;
+                } else {
+                    sl->offset = arena_take(&a, slot_elems(g, plan, id));
+                }
                 sl->extra = sl->offset + align_up(td_plan_node_elems(g, plan, id));
                 placed[id] = 1;
             }
@@ -323,7 +363,25 @@ td_status td_plan_build(const td_graph *g, uint32_t devices, const td_plan_split
         plan->grad_copy_src[plan->n_grad_copies] = grad_nodes[i];
         plan->grad_copy_dst[plan->n_grad_copies++] = plan->slots[param_nodes[i]].offset;
     }
-    s = place_arena(g, plan, in_bucket, n_outputs, outputs);
+    /* In place and not: writing over inputs never adds to what is live at
+     * once, but first fit may then leave holes that raise the arena's top
+     * (a GPT's activations by about 5 %), so the plan keeps whichever
+     * arena is smaller, in place when they tie. */
+    td_slot *apart = td_alloc(ctx, sizeof *apart * n);
+    if (!apart)
+        s = TD_OOM(ctx, "plan slots", sizeof *apart * n);
+    if (s == TD_OK)
+        s = place_arena(g, plan, in_bucket, n_outputs, outputs, false);
+    if (s == TD_OK) {
+        const uint64_t apart_size = plan->size[TD_BUF_ARENA];
+        memcpy(apart, plan->slots, sizeof *apart * n);
+        s = place_arena(g, plan, in_bucket, n_outputs, outputs, true);
+        if (s == TD_OK && plan->size[TD_BUF_ARENA] > apart_size) {
+            memcpy(plan->slots, apart, sizeof *apart * n);
+            plan->size[TD_BUF_ARENA] = apart_size;
+        }
+    }
+    td_free(ctx, apart);
     td_free(ctx, in_bucket);
     if (s != TD_OK) {
         td_plan_free(ctx, plan);

@@ -128,7 +128,11 @@ static td_status grad(td_grad_ctx *c, td_node id, td_node gy)
             (s = ew2(c, TD_EW_MUL, gy, t, &t)) == TD_OK && (s = ew1(c, TD_EW_SCALE, -0.5f, t, &t)) == TD_OK)
             s = td_grad_add(c, a, t);
         return s;
-    case TD_EW_RELU: return add_helper(c, a, TD_EW_RELU_GRAD, a, gy);
+    case TD_EW_RELU:
+        /* The mask from the output: y > 0 exactly where x > 0 (NaN, -0.0
+         * and -inf included), so the bits are the same, and x dies at the
+         * ReLU, which may then write y over it (lower.c). */
+        return add_helper(c, a, TD_EW_RELU_GRAD, id, gy);
     case TD_EW_SQRT: return add_helper(c, a, TD_EW_SQRT_GRAD, id, gy);
     case TD_EW_TANH: return add_helper(c, a, TD_EW_TANH_GRAD, id, gy);
     case TD_EW_SIGMOID: return add_helper(c, a, TD_EW_SIGMOID_GRAD, id, gy);
@@ -151,7 +155,7 @@ static void emit(const td_emit_ctx *e, td_node id, td_kernel_call *c)
     td_emit_elementwise(e, c, n->attr.ew.op, n->attr.ew.alpha, id, n->in[0], n->n_in > 1 ? n->in[1] : n->in[0]);
 }
 
-const td_op_def td_op_elementwise = {"elementwise", 0, infer, grad, NULL, NULL, emit};
+const td_op_def td_op_elementwise = {"elementwise", TD_OPF_IN_PLACE, infer, grad, NULL, NULL, emit};
 
 /* ---- builders ---- */
 

@@ -25,6 +25,10 @@ enum {
      * the example in row 0 on this device (the rows of the devices
      * before it). */
     TD_OPF_STEP_WORDS = 16,
+    /* Each output element is computed from the inputs' elements at its own
+     * index alone (elementwise): the output may take over the memory of an
+     * input of its own element count whose last reader it is (lower.c). */
+    TD_OPF_IN_PLACE = 32,
 };
 
 typedef struct td_grad_ctx td_grad_ctx;

@@ -60,6 +60,51 @@ Test(graph_ops, a_deep_chain_reuses_arena_memory)
     }
 }
 
+Test(graph_ops, elementwise_nodes_write_over_what_they_read_last)
+{
+    /* t = tanh(x); u = relu(t); v = u + t; w = relu(v); out = tanh(w).
+     * t is read again after the ReLU, so u must get memory of its own;
+     * v, w and out each read their input last and take it over. The
+     * arena then holds two tensors of 4096 floats at once, no more: t
+     * beside x, then u in x's memory (free once t is computed; an input is
+     * never written over, so t gets memory of its own). Without writing
+     * over inputs it would hold three (v beside u and t). */
+    const int64_t dims[2] = {64, 64};
+    td_node x, t, u, v, w, out;
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 2, dims, TD_REPLICATED, &x));
+    TEST_OK(ctx, td_graph_tanh(g, x, &t));
+    TEST_OK(ctx, td_graph_relu(g, t, &u));
+    TEST_OK(ctx, td_graph_add(g, u, t, &v));
+    TEST_OK(ctx, td_graph_relu(g, v, &w));
+    TEST_OK(ctx, td_graph_tanh(g, w, &out));
+    td_mesh *mesh = test_mesh(ctx, "cpu:2");
+    td_program *p = test_compile(ctx, g, mesh, 1, &out);
+    const td_plan *plan = td_program_plan(p);
+    uint64_t arena = plan->size[TD_BUF_ARENA];
+    cr_assert_eq(arena, 2 * 4096, "arena holds %llu floats, expected 8192: two tensors of 4096",
+                 (unsigned long long)arena);
+    cr_assert_neq(plan->slots[t].offset, plan->slots[x].offset, "t = tanh(x) is over the input x");
+    cr_assert_neq(plan->slots[u].offset, plan->slots[t].offset, "u is over t, which v reads after it");
+    cr_assert_eq(plan->slots[v].offset, plan->slots[u].offset, "v = u + t is not over u");
+    cr_assert_eq(plan->slots[w].offset, plan->slots[v].offset, "w = relu(v) is not over v");
+    cr_assert_eq(plan->slots[out].offset, plan->slots[w].offset, "out = tanh(w) is not over w");
+    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
+    for (int i = 0; i < 4096; i++)
+        test_f32(xv)[i] = (float)(i % 89) / 20.0f - 2.2f;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t d = 0; d < 2; d++) {
+        td_tensor *got = test_read_output(ctx, p, 0, d);
+        for (int i = 0; i < 4096; i++) {
+            const float tv = tanhf(test_f32(xv)[i]);
+            const float uv = tv > 0.0f ? tv : 0.0f, vv = uv + tv, want = tanhf(vv > 0.0f ? vv : 0.0f);
+            cr_assert(test_close(test_f32(got)[i], want, 1e-5, 1e-6), "device %u element %d: %g, expected %g", d,
+                      i, (double)test_f32(got)[i], (double)want);
+        }
+        td_tensor_destroy(got);
+    }
+}
+
 typedef struct unary_case {
     td_status (*build)(td_graph *, td_node, td_node *);
     double (*ref)(double);
