@@ -11,10 +11,11 @@
  * and outputs are never given back (they are read after the run). A slot
  * is taken before its node's inputs are given back, so no kernel writes
  * memory it also reads -- except an elementwise node, which takes over the
- * slot of a same-sized input it reads last (in_place_donor): a ReLU over
- * its input, ReLU's gradient over the activation, a bias add over the
- * product, each in lines the previous call has just written, and one
- * tensor less to hold. */
+ * output of a same-sized input it reads last (in_place_donor; the input's
+ * extra memory may live on for a reader of that alone): a bias add over
+ * the product, a ReLU over its input, ReLU's gradient over the activation,
+ * each in lines the previous call has just written, and one tensor less
+ * to hold. */
 #include <string.h>
 
 #include "td_op.h"
@@ -137,24 +138,35 @@ static uint32_t calls_of(const td_graph *g, const td_plan *plan, td_node id)
     return op->n_calls ? op->n_calls(g, plan, id) : 1;
 }
 
-/* An input whose slot node `id` may take over, writing its output in
- * place, or `id` itself when there is none: the op allows it
- * (TD_OPF_IN_PLACE), the input's memory is an arena slot of a computed
- * node (not an input, whose memory is uploaded before the run) with no
- * extra memory, `id` is its last reader, and every input reading it does
- * so densely at the output's element count. The kernel call then has its
+/* What place_arena knows of a node's slot. */
+enum { SLOT_NONE, SLOT_HELD, SLOT_GONE, SLOT_EXTRA_HELD /* its output's range went to another node */ };
+
+static uint64_t own_elems(const td_graph *g, const td_plan *plan, td_node id)
+{
+    return align_up(td_plan_node_elems(g, plan, id));
+}
+
+/* An input whose output range node `id` may take over, writing its output
+ * in place, or `id` itself when there is none: the op allows it
+ * (TD_OPF_IN_PLACE) and has no extra memory; the input's memory is an
+ * arena slot of a computed node (not an input, whose memory is uploaded
+ * before the run) of the output's element count; `id` is the last reader
+ * of its output (its extra memory, a convolution's patches, may live on
+ * for a reader of that alone: TD_OPF_READS_FIRST_EXTRA); and every input
+ * reading it does so densely at that count. The kernel call then has its
  * output alias that input exactly, which the ELEMENTWISE contract allows
  * (td_kernel.h): each element is read before it is written. */
-static td_node in_place_donor(const td_graph *g, const td_plan *plan, td_node id, const uint32_t *last_use,
+static td_node in_place_donor(const td_graph *g, const td_plan *plan, td_node id, const uint32_t *last_output_use,
                               const uint8_t *placed)
 {
-    if (!(flags_of(g, id) & TD_OPF_IN_PLACE) || g->nodes[id].dtype != TD_F32)
+    if (!(flags_of(g, id) & TD_OPF_IN_PLACE) || g->nodes[id].dtype != TD_F32 ||
+        slot_elems(g, plan, id) != own_elems(g, plan, id))
         return id;
     const uint64_t elems = td_plan_node_elems(g, plan, id);
     for (uint32_t k = 0; k < g->nodes[id].n_in; k++) {
         td_node r = memory_root(g, plan, g->nodes[id].in[k]);
-        if (placed[r] != 1 || last_use[r] != id || g->nodes[r].op == TD_OP_INPUT || g->nodes[r].dtype != TD_F32 ||
-            td_plan_node_elems(g, plan, r) != elems || slot_elems(g, plan, r) != slot_elems(g, plan, id))
+        if (placed[r] != SLOT_HELD || last_output_use[r] != id || g->nodes[r].op == TD_OP_INPUT ||
+            g->nodes[r].dtype != TD_F32 || td_plan_node_elems(g, plan, r) != elems)
             continue;
         bool dense = true;
         for (uint32_t j = 0; j < g->nodes[id].n_in; j++)
@@ -173,18 +185,21 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
 {
     td_context *ctx = g->ctx;
     uint32_t n = plan->n_nodes;
+    /* The last reader of a node's slot, and of its output alone. */
     uint32_t *last_use = td_alloc(ctx, sizeof *last_use * (n + 1));
+    uint32_t *last_output_use = td_alloc(ctx, sizeof *last_output_use * (n + 1));
     uint8_t *placed = td_alloc_zeroed(ctx, n + 1);
     arena a = {td_alloc(ctx, sizeof(uint64_t) * (n + 1)), td_alloc(ctx, sizeof(uint64_t) * (n + 1)), 0, 0};
-    if (!last_use || !placed || !a.start || !a.size) {
+    if (!last_use || !last_output_use || !placed || !a.start || !a.size) {
         td_free(ctx, last_use);
+        td_free(ctx, last_output_use);
         td_free(ctx, placed);
         td_free(ctx, a.start);
         td_free(ctx, a.size);
         return TD_OOM(ctx, "plan liveness", sizeof *last_use * n);
     }
     for (uint32_t id = 0; id < n; id++)
-        last_use[id] = id;
+        last_use[id] = last_output_use[id] = id;
     for (uint32_t id = 0; id < n; id++) {
         if (!plan->needed[id])
             continue;
@@ -192,12 +207,19 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
             td_node r = memory_root(g, plan, g->nodes[id].in[k]);
             if (last_use[r] != LIVE_FOREVER && last_use[r] < id)
                 last_use[r] = id;
+            const bool extra_only = k == 0 && (flags_of(g, id) & TD_OPF_READS_FIRST_EXTRA);
+            if (!extra_only && last_output_use[r] != LIVE_FOREVER && last_output_use[r] < id)
+                last_output_use[r] = id;
         }
     }
-    for (uint32_t i = 0; i < n_outputs; i++)
-        last_use[memory_root(g, plan, outputs[i])] = LIVE_FOREVER;
-    for (uint32_t i = 0; i < plan->n_grad_copies; i++)
-        last_use[memory_root(g, plan, plan->grad_copy_src[i])] = LIVE_FOREVER;
+    for (uint32_t i = 0; i < n_outputs; i++) {
+        td_node r = memory_root(g, plan, outputs[i]);
+        last_use[r] = last_output_use[r] = LIVE_FOREVER;
+    }
+    for (uint32_t i = 0; i < plan->n_grad_copies; i++) {
+        td_node r = memory_root(g, plan, plan->grad_copy_src[i]);
+        last_use[r] = last_output_use[r] = LIVE_FOREVER;
+    }
 
     /* Inputs first: they are written before any kernel runs. */
     for (uint32_t pass = 0; pass < 2; pass++) {
@@ -209,28 +231,38 @@ static td_status place_arena(const td_graph *g, td_plan *plan, const uint8_t *in
             bool own_slot = !in_bucket[id] && !(flags & TD_OPF_ALIAS) && (is_input || !(flags & TD_OPF_SOURCE));
             if (own_slot) {
                 td_slot *sl = &plan->slots[id];
-                const td_node donor = in_place && pass == 1 ? in_place_donor(g, plan, id, last_use, placed) : id;
+                const td_node donor =
+                    in_place && pass == 1 ? in_place_donor(g, plan, id, last_output_use, placed) : id;
                 sl->buffer = TD_BUF_ARENA;
                 if (donor != id) {
-                    sl->offset = plan->slots[donor].offset; /* the donor's range is id's now */
-                    placed[donor] = 2;
+                    /* The donor's output range is id's now; its extra
+                     * memory, if any, stays the donor's. */
+                    sl->offset = plan->slots[donor].offset;
+                    placed[donor] =
+                        slot_elems(g, plan, donor) > own_elems(g, plan, donor) ? SLOT_EXTRA_HELD : SLOT_GONE;
                 } else {
                     sl->offset = arena_take(&a, slot_elems(g, plan, id));
                 }
-                sl->extra = sl->offset + align_up(td_plan_node_elems(g, plan, id));
-                placed[id] = 1;
+                sl->extra = sl->offset + own_elems(g, plan, id);
+                placed[id] = SLOT_HELD;
             }
             for (uint32_t k = 0; pass == 1 && k < g->nodes[id].n_in; k++) {
                 td_node r = memory_root(g, plan, g->nodes[id].in[k]);
-                if (placed[r] == 1 && last_use[r] == id) {
+                if (last_use[r] != id)
+                    continue;
+                if (placed[r] == SLOT_HELD)
                     arena_give(&a, plan->slots[r].offset, slot_elems(g, plan, r));
-                    placed[r] = 2;
-                }
+                else if (placed[r] == SLOT_EXTRA_HELD)
+                    arena_give(&a, plan->slots[r].extra, slot_elems(g, plan, r) - own_elems(g, plan, r));
+                else
+                    continue;
+                placed[r] = SLOT_GONE;
             }
         }
     }
     plan->size[TD_BUF_ARENA] = a.top;
     td_free(ctx, last_use);
+    td_free(ctx, last_output_use);
     td_free(ctx, placed);
     td_free(ctx, a.start);
     td_free(ctx, a.size);

@@ -293,8 +293,8 @@ static void emit_pool_grad(const td_emit_ctx *e, td_node id, td_kernel_call *c)
 }
 
 const td_op_def td_op_conv2d = {"conv2d", 0, infer_conv, grad_conv, calls_two, extra_conv, emit_conv};
-const td_op_def td_op_conv2d_grad_kernel = {"conv2d_grad_kernel", 0, infer_grad_kernel, NULL, NULL, NULL,
-                                            emit_grad_kernel};
+const td_op_def td_op_conv2d_grad_kernel = {"conv2d_grad_kernel", TD_OPF_READS_FIRST_EXTRA, infer_grad_kernel, NULL,
+                                            NULL, NULL, emit_grad_kernel};
 const td_op_def td_op_conv2d_grad_input = {"conv2d_grad_input", 0, infer_grad_input, NULL, calls_two,
                                            extra_grad_input, emit_grad_input};
 const td_op_def td_op_pool = {"pool2d", 0, infer_pool, grad_pool, NULL, NULL, emit_pool};

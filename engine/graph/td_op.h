@@ -29,6 +29,10 @@ enum {
      * index alone (elementwise): the output may take over the memory of an
      * input of its own element count whose last reader it is (lower.c). */
     TD_OPF_IN_PLACE = 32,
+    /* Reads its first input only through that input's extra memory (a
+     * convolution's kernel gradient, the forward's patches): the input's
+     * output may be written over before it runs (lower.c). */
+    TD_OPF_READS_FIRST_EXTRA = 64,
 };
 
 typedef struct td_grad_ctx td_grad_ctx;

@@ -700,6 +700,21 @@ Test(grad, conv2d_same_stride1)
     check_conv(NULL, xd, kd, "conv2d 3x3 SAME");
 }
 
+Test(grad, conv2d_bias_and_tanh_written_over_the_product)
+{
+    /* The bias add takes over the convolution's output while the patches
+     * after it live on for the kernel gradient (lower.c), and tanh takes
+     * over the bias add's: the kernel gradient must still read the
+     * forward's patches. */
+    const int64_t xd[4] = {2, 5, 4, 3}, kd[4] = {3, 3, 3, 4}, bd[1] = {4};
+    td_node x = param("x", 4, xd, -1, 1), k = param("k", 4, kd, -0.5f, 0.5f), b = param("b", 1, bd, -0.5f, 0.5f);
+    td_node c, z, y;
+    TEST_OK(fx.ctx, td_graph_conv2d(fx.g, x, k, NULL, &c));
+    TEST_OK(fx.ctx, td_graph_add(fx.g, c, b, &z));
+    TEST_OK(fx.ctx, td_graph_tanh(fx.g, z, &y));
+    check_gradients(weighted_sum(y), "conv2d + bias + tanh, in place");
+}
+
 Test(grad, conv2d_valid_stride2_dilation2)
 {
     td_conv2d_options o;

@@ -105,6 +105,80 @@ Test(graph_ops, elementwise_nodes_write_over_what_they_read_last)
     }
 }
 
+Test(graph_ops, a_bias_add_writes_over_a_convolution_whose_patches_live_on)
+{
+    /* c = conv(x, k), z = c + b, y = relu(z), loss = sum(y), with the
+     * kernel's gradient: z takes over c's output, whose last reader it is,
+     * while c's patches (its extra memory) stay for the kernel gradient
+     * (TD_OPF_READS_FIRST_EXTRA); y takes over z. */
+    const int64_t xd[4] = {2, 6, 6, 2}, kd[4] = {3, 3, 2, 4}, bd[1] = {4};
+    td_node x, k, b, c, z, y, loss, grads[2];
+    TEST_OK(ctx, td_graph_input(g, "x", TD_F32, 4, xd, TD_REPLICATED, &x));
+    TEST_OK(ctx, td_graph_param(g, "k", 4, kd, &k));
+    TEST_OK(ctx, td_graph_param(g, "b", 1, bd, &b));
+    TEST_OK(ctx, td_graph_conv2d(g, x, k, NULL, &c));
+    TEST_OK(ctx, td_graph_add(g, c, b, &z));
+    TEST_OK(ctx, td_graph_relu(g, z, &y));
+    TEST_OK(ctx, td_graph_sum(g, y, 0, NULL, false, &loss));
+    const td_node params[2] = {k, b};
+    TEST_OK(ctx, td_graph_value_and_grad(g, loss, 2, params, grads));
+    const td_node outputs[3] = {loss, grads[0], grads[1]};
+    td_mesh *mesh = test_mesh(ctx, "cpu:1");
+    td_program *p = test_compile(ctx, g, mesh, 3, outputs);
+    const td_plan *plan = td_program_plan(p);
+    const uint64_t out_elems = 2 * 6 * 6 * 4;
+    cr_assert_eq(plan->slots[z].offset, plan->slots[c].offset, "z = c + b at %llu, not over c at %llu",
+                 (unsigned long long)plan->slots[z].offset, (unsigned long long)plan->slots[c].offset);
+    cr_assert_eq(plan->slots[y].offset, plan->slots[z].offset, "y = relu(z) is not over z");
+    cr_assert_eq(plan->slots[c].extra, plan->slots[c].offset + out_elems, "c's patches moved");
+    td_tensor *kv = test_tensor(ctx, TD_F32, 4, kd), *bv = test_tensor(ctx, TD_F32, 1, bd);
+    td_tensor *xv = test_tensor(ctx, TD_F32, 4, xd);
+    for (int i = 0; i < 72; i++)
+        test_f32(kv)[i] = (float)((i * 7) % 11) / 11.0f - 0.4f;
+    for (int i = 0; i < 4; i++)
+        test_f32(bv)[i] = 0.1f * (float)i - 0.15f;
+    for (int i = 0; i < 144; i++)
+        test_f32(xv)[i] = (float)((i * 5) % 13) / 13.0f - 0.5f;
+    TEST_OK(ctx, td_program_set_param(p, k, kv));
+    TEST_OK(ctx, td_program_set_param(p, b, bv));
+    td_binding bind = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &bind));
+    /* The kernel's gradient on the host (SAME padding, 1 each side; the
+     * ReLU's mask from the pre-activation): read from the patches after z
+     * and y were written over c. */
+    double want[72] = {0};
+    for (int n = 0; n < 2; n++)
+        for (int oy = 0; oy < 6; oy++)
+            for (int ox = 0; ox < 6; ox++)
+                for (int o = 0; o < 4; o++) {
+                    double pre = test_f32(bv)[o];
+                    for (int i = 0; i < 3; i++)
+                        for (int j = 0; j < 3; j++)
+                            for (int ch = 0; ch < 2; ch++) {
+                                const int yy = oy + i - 1, xx = ox + j - 1;
+                                if (yy < 0 || yy >= 6 || xx < 0 || xx >= 6)
+                                    continue;
+                                pre += (double)test_f32(xv)[((n * 6 + yy) * 6 + xx) * 2 + ch] *
+                                       test_f32(kv)[((i * 3 + j) * 2 + ch) * 4 + o];
+                            }
+                    if (pre <= 0.0)
+                        continue;
+                    for (int i = 0; i < 3; i++)
+                        for (int j = 0; j < 3; j++)
+                            for (int ch = 0; ch < 2; ch++) {
+                                const int yy = oy + i - 1, xx = ox + j - 1;
+                                if (yy >= 0 && yy < 6 && xx >= 0 && xx < 6)
+                                    want[((i * 3 + j) * 2 + ch) * 4 + o] +=
+                                        test_f32(xv)[((n * 6 + yy) * 6 + xx) * 2 + ch];
+                            }
+                }
+    td_tensor *gk = test_read_output(ctx, p, 1, 0);
+    for (int i = 0; i < 72; i++)
+        cr_assert(test_close(test_f32(gk)[i], want[i], 1e-4, 1e-5), "kernel gradient [%d] = %g, expected %g", i,
+                  (double)test_f32(gk)[i], want[i]);
+    td_tensor_destroy(gk);
+}
+
 typedef struct unary_case {
     td_status (*build)(td_graph *, td_node, td_node *);
     double (*ref)(double);
