@@ -152,10 +152,11 @@ static uint64_t own_elems(const td_graph *g, const td_plan *plan, td_node id)
  * arena slot of a computed node (not an input, whose memory is uploaded
  * before the run) of the output's element count; `id` is the last reader
  * of its output (its extra memory, a convolution's patches, may live on
- * for a reader of that alone: TD_OPF_READS_FIRST_EXTRA); and every input
- * reading it does so densely at that count. The kernel call then has its
- * output alias that input exactly, which the ELEMENTWISE contract allows
- * (td_kernel.h): each element is read before it is written. */
+ * for a reader of that alone: TD_OPF_READS_FIRST_EXTRA). Every input of
+ * `id` on that memory (the donor, or a reshape of it) then has the
+ * output's element count, so none is broadcast: the kernel call's output
+ * aliases it exactly, which the ELEMENTWISE contract allows (td_kernel.h):
+ * each element is read before it is written. */
 static td_node in_place_donor(const td_graph *g, const td_plan *plan, td_node id, const uint32_t *last_output_use,
                               const uint8_t *placed)
 {
@@ -168,13 +169,7 @@ static td_node in_place_donor(const td_graph *g, const td_plan *plan, td_node id
         if (placed[r] != SLOT_HELD || last_output_use[r] != id || g->nodes[r].op == TD_OP_INPUT ||
             g->nodes[r].dtype != TD_F32 || td_plan_node_elems(g, plan, r) != elems)
             continue;
-        bool dense = true;
-        for (uint32_t j = 0; j < g->nodes[id].n_in; j++)
-            if (memory_root(g, plan, g->nodes[id].in[j]) == r &&
-                td_plan_node_elems(g, plan, g->nodes[id].in[j]) != elems)
-                dense = false;
-        if (dense)
-            return r;
+        return r;
     }
     return id;
 }

@@ -26,6 +26,36 @@ static void teardown(void)
 
 TestSuite(graph_ops, .init = setup, .fini = teardown);
 
+/* Runs p (on a cpu:2 mesh) with its input x, a [64, 64] tensor, set to
+ * element i = (i mod period) / divisor - shift, and checks output 0 on both
+ * devices against want(x) element by element. */
+static void run_and_expect_each_element(td_program *p, td_node x, int period, float divisor, float shift,
+                                        float (*want)(float))
+{
+    const int64_t dims[2] = {64, 64};
+    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
+    for (int i = 0; i < 4096; i++)
+        test_f32(xv)[i] = (float)(i % period) / divisor - shift;
+    td_binding b = {x, xv};
+    TEST_OK(ctx, td_program_run(p, 1, &b));
+    for (uint32_t d = 0; d < 2; d++) {
+        td_tensor *out = test_read_output(ctx, p, 0, d);
+        for (int i = 0; i < 4096; i++) {
+            const float w = want(test_f32(xv)[i]);
+            cr_assert(test_close(test_f32(out)[i], w, 1e-5, 1e-6), "device %u element %d: %g, expected %g", d, i,
+                      (double)test_f32(out)[i], (double)w);
+        }
+        td_tensor_destroy(out);
+    }
+}
+
+static float tanh_24_times(float x)
+{
+    for (int k = 0; k < 24; k++)
+        x = tanhf(x);
+    return x;
+}
+
 Test(graph_ops, a_deep_chain_reuses_arena_memory)
 {
     /* 24 chained tanh nodes of 4096 floats: without reuse the arena would
@@ -42,22 +72,14 @@ Test(graph_ops, a_deep_chain_reuses_arena_memory)
     uint64_t arena = td_program_plan(p)->size[TD_BUF_ARENA];
     cr_assert_leq(arena, 4 * 4096, "arena holds %llu floats for a chain of 4096-float tensors",
                   (unsigned long long)arena);
-    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
-    for (int i = 0; i < 4096; i++)
-        test_f32(xv)[i] = (float)(i % 97) / 24.0f - 2.0f;
-    td_binding b = {x, xv};
-    TEST_OK(ctx, td_program_run(p, 1, &b));
-    for (uint32_t d = 0; d < 2; d++) {
-        td_tensor *out = test_read_output(ctx, p, 0, d);
-        for (int i = 0; i < 4096; i++) {
-            float want = test_f32(xv)[i];
-            for (int k = 0; k < 24; k++)
-                want = tanhf(want);
-            cr_assert(test_close(test_f32(out)[i], want, 1e-5, 1e-6), "device %u element %d: %g, expected %g", d, i,
-                      (double)test_f32(out)[i], (double)want);
-        }
-        td_tensor_destroy(out);
-    }
+    run_and_expect_each_element(p, x, 97, 24.0f, 2.0f, tanh_24_times);
+}
+
+/* tanh(relu(relu(t) + t)), t = tanh(x): the next test's chain. */
+static float chain_with_a_reread(float x)
+{
+    const float t = tanhf(x), u = t > 0.0f ? t : 0.0f, v = u + t;
+    return tanhf(v > 0.0f ? v : 0.0f);
 }
 
 Test(graph_ops, elementwise_nodes_write_over_what_they_read_last)
@@ -88,21 +110,7 @@ Test(graph_ops, elementwise_nodes_write_over_what_they_read_last)
     cr_assert_eq(plan->slots[v].offset, plan->slots[u].offset, "v = u + t is not over u");
     cr_assert_eq(plan->slots[w].offset, plan->slots[v].offset, "w = relu(v) is not over v");
     cr_assert_eq(plan->slots[out].offset, plan->slots[w].offset, "out = tanh(w) is not over w");
-    td_tensor *xv = test_tensor(ctx, TD_F32, 2, dims);
-    for (int i = 0; i < 4096; i++)
-        test_f32(xv)[i] = (float)(i % 89) / 20.0f - 2.2f;
-    td_binding b = {x, xv};
-    TEST_OK(ctx, td_program_run(p, 1, &b));
-    for (uint32_t d = 0; d < 2; d++) {
-        td_tensor *got = test_read_output(ctx, p, 0, d);
-        for (int i = 0; i < 4096; i++) {
-            const float tv = tanhf(test_f32(xv)[i]);
-            const float uv = tv > 0.0f ? tv : 0.0f, vv = uv + tv, want = tanhf(vv > 0.0f ? vv : 0.0f);
-            cr_assert(test_close(test_f32(got)[i], want, 1e-5, 1e-6), "device %u element %d: %g, expected %g", d,
-                      i, (double)test_f32(got)[i], (double)want);
-        }
-        td_tensor_destroy(got);
-    }
+    run_and_expect_each_element(p, x, 89, 20.0f, 2.2f, chain_with_a_reread);
 }
 
 Test(graph_ops, a_bias_add_writes_over_a_convolution_whose_patches_live_on)
@@ -147,31 +155,21 @@ Test(graph_ops, a_bias_add_writes_over_a_convolution_whose_patches_live_on)
      * ReLU's mask from the pre-activation): read from the patches after z
      * and y were written over c. */
     double want[72] = {0};
-    for (int n = 0; n < 2; n++)
-        for (int oy = 0; oy < 6; oy++)
-            for (int ox = 0; ox < 6; ox++)
-                for (int o = 0; o < 4; o++) {
-                    double pre = test_f32(bv)[o];
-                    for (int i = 0; i < 3; i++)
-                        for (int j = 0; j < 3; j++)
-                            for (int ch = 0; ch < 2; ch++) {
-                                const int yy = oy + i - 1, xx = ox + j - 1;
-                                if (yy < 0 || yy >= 6 || xx < 0 || xx >= 6)
-                                    continue;
-                                pre += (double)test_f32(xv)[((n * 6 + yy) * 6 + xx) * 2 + ch] *
-                                       test_f32(kv)[((i * 3 + j) * 2 + ch) * 4 + o];
-                            }
-                    if (pre <= 0.0)
-                        continue;
-                    for (int i = 0; i < 3; i++)
-                        for (int j = 0; j < 3; j++)
-                            for (int ch = 0; ch < 2; ch++) {
-                                const int yy = oy + i - 1, xx = ox + j - 1;
-                                if (yy >= 0 && yy < 6 && xx >= 0 && xx < 6)
-                                    want[((i * 3 + j) * 2 + ch) * 4 + o] +=
-                                        test_f32(xv)[((n * 6 + yy) * 6 + xx) * 2 + ch];
-                            }
-                }
+    for (int window = 0; window < 2 * 6 * 6; window++) {
+        const int n = window / 36, oy = window / 6 % 6, ox = window % 6;
+        double tap[18]; /* the window's patch, (i, j, ch) order; 0 in the padding */
+        for (int t = 0; t < 18; t++) {
+            const int yy = oy + t / 6 - 1, xx = ox + t / 2 % 3 - 1;
+            tap[t] = yy < 0 || yy >= 6 || xx < 0 || xx >= 6 ? 0.0 : test_f32(xv)[((n * 6 + yy) * 6 + xx) * 2 + t % 2];
+        }
+        for (int o = 0; o < 4; o++) {
+            double pre = test_f32(bv)[o];
+            for (int t = 0; t < 18; t++)
+                pre += tap[t] * test_f32(kv)[t * 4 + o];
+            for (int t = 0; pre > 0.0 && t < 18; t++)
+                want[t * 4 + o] += tap[t];
+        }
+    }
     td_tensor *gk = test_read_output(ctx, p, 1, 0);
     for (int i = 0; i < 72; i++)
         cr_assert(test_close(test_f32(gk)[i], want[i], 1e-4, 1e-5), "kernel gradient [%d] = %g, expected %g", i,
